@@ -1,0 +1,1 @@
+"""K-Lake operator: reconciles Tenant and Source custom resources into the database."""

@@ -1,0 +1,1 @@
+"""K-Lake API pod: MCP over Streamable HTTP, downloads, capacity, health."""

@@ -1,0 +1,73 @@
+"""The tool table: name, scope, argument/result models, handler, and how results become content blocks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+from pydantic import BaseModel
+
+from kdbl_api.tools import files, search
+from kdbl_api.tools.context import ToolContext
+from kdbl_api.tools.models import FileRefArgs, FileTextResult, SearchContentArgs, SearchContentResult, schema_of
+from kdbl_core.principal import SCOPE_READ, SCOPE_SEARCH
+
+Handler = Callable[[ToolContext, Any], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    title: str
+    description: str
+    scope: str
+    args: type[BaseModel]
+    result: type[BaseModel]
+    handler: Handler
+
+    def definition(self) -> types.Tool:
+        return types.Tool(
+            name=self.name, title=self.title, description=self.description,
+            input_schema=schema_of(self.args), output_schema=schema_of(self.result),
+            annotations=types.ToolAnnotations(title=self.title, read_only_hint=True, destructive_hint=False,
+                                              idempotent_hint=True, open_world_hint=False),
+        )
+
+
+TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
+    ToolSpec(
+        name="search_content", title="Search content", scope=SCOPE_SEARCH,
+        description=(
+            "Search the extracted content you may see (start here). Keyword arm is OR-over-terms weighted by "
+            "rarity: lead with the most distinctive terms. Each hit has source_id/key/seq, `text` (the chunk "
+            "plus neighbours; answer from it), a <mark> snippet, page/char/time locators and a kdbl:// uri "
+            "to cite. If hits do not answer, reformulate with the corpus's own wording and search again."),
+        args=SearchContentArgs, result=SearchContentResult, handler=search.search_content,
+    ),
+    ToolSpec(
+        name="get_file_text", title="Get file text", scope=SCOPE_READ,
+        description=("A file's full extracted text as ordered chunks plus its extraction status "
+                     "(ok/partial/failed/skipped). Bounded at 5000 chunks (`truncated`)."),
+        args=FileRefArgs, result=FileTextResult, handler=files.get_file_text,
+    ),
+)}
+
+
+def content_blocks(spec: ToolSpec, structured: dict[str, Any]) -> list[types.ContentBlock]:
+    """Back-compat content: the JSON as text, plus citations (search) or the document (file reads)."""
+    blocks: list[types.ContentBlock] = [types.TextContent(text=json.dumps(structured, ensure_ascii=False))]
+    if spec.name == "search_content":
+        seen: set[str] = set()
+        for hit in structured["hits"]:
+            if hit["uri"] in seen:
+                continue
+            seen.add(hit["uri"])
+            blocks.append(types.ResourceLink(uri=hit["uri"], name=hit["key"], mime_type="text/plain"))
+    elif "chunks" in structured and "uri" in structured:
+        body = "\n\n".join(c["text"] for c in structured["chunks"])
+        blocks.append(types.EmbeddedResource(
+            resource=types.TextResourceContents(uri=structured["uri"], mime_type="text/plain", text=body)))
+    return blocks

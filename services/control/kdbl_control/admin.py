@@ -1,0 +1,212 @@
+"""Administration on the owner connection: tenants, sources, tokens, grants, audit listing.
+
+The owner role passes row-level security through the kdbl_admin policies; rows an operator
+manages (managed_by='operator') are refused without force=True.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, select, text
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from kdbl_core.auth import pat
+from kdbl_core.db.models import AuditRow, Grant, Source, Tenant, Token
+from kdbl_core.errors import InvalidArgument, KdblError, NotFound
+from kdbl_core.principal import ALL_SCOPES
+
+
+class Conflict(KdblError):
+    http_status = 409
+
+
+def _tenant(session: Session, name: str) -> Tenant:
+    tenant = session.scalar(select(Tenant).where(Tenant.name == name))
+    if tenant is None:
+        raise NotFound(f"no tenant named '{name}'")
+    return tenant
+
+
+def _guard(row: Tenant | Source, force: bool) -> None:
+    if row.managed_by == "operator" and not force:
+        raise Conflict(f"'{row.name}' is managed by the kdbl operator (edit its custom resource, or use --force)")
+
+
+def create_tenant(engine: Engine, name: str, *, display_name: str | None = None, hybrid: bool = True,
+                  exist_ok: bool = False) -> Tenant:
+    with Session(engine) as session, session.begin():
+        existing = session.scalar(select(Tenant).where(Tenant.name == name))
+        if existing is not None:
+            if exist_ok:
+                return existing
+            raise Conflict(f"tenant '{name}' already exists")
+        tenant = Tenant(name=name, display_name=display_name, hybrid_enabled=hybrid)
+        session.add(tenant)
+        try:
+            session.flush()
+        except IntegrityError as exc:
+            raise InvalidArgument("name", "use 1-63 lower-case letters, digits and '-'") from exc
+        session.refresh(tenant)
+        session.expunge(tenant)
+        return tenant
+
+
+def list_tenants(engine: Engine) -> list[dict[str, Any]]:
+    with engine.connect() as conn:
+        rows = conn.execute(text("""
+            SELECT t.name, t.display_name, t.hybrid_enabled, t.managed_by, t.created_at,
+                   (SELECT count(*) FROM sources s WHERE s.tenant_id = t.id) AS sources,
+                   (SELECT count(*) FROM files f WHERE f.tenant_id = t.id) AS files
+              FROM tenants t ORDER BY t.name"""))
+        return [dict(r) for r in rows.mappings()]
+
+
+def add_source(engine: Engine, tenant_name: str, *, protocol: str, config: dict[str, Any], name: str | None,
+               restricted: bool = False, hybrid: bool = True, exist_ok: bool = False) -> Source:
+    if protocol == "fs":
+        root = Path(config["root"]).expanduser().resolve()
+        if not root.is_dir():
+            raise InvalidArgument("path", f"{root} is not a directory")
+        config = {**config, "root": str(root)}
+        name = name or root.name or "root"
+    if not name:
+        raise InvalidArgument("name", "a source needs a name")
+    with Session(engine) as session, session.begin():
+        tenant = _tenant(session, tenant_name)
+        existing = session.scalar(select(Source).where(Source.tenant_id == tenant.id, Source.name == name))
+        if existing is not None:
+            if exist_ok and existing.config == config and existing.protocol == protocol:
+                session.expunge(existing)
+                return existing
+            raise Conflict(f"tenant '{tenant_name}' already has a source named '{name}' (pick --name)")
+        source = Source(tenant_id=tenant.id, name=name, protocol=protocol, config=config,
+                        acl_mode="restricted" if restricted else "tenant", hybrid_enabled=hybrid)
+        session.add(source)
+        session.flush()
+        session.refresh(source)
+        session.expunge(source)
+        return source
+
+
+def list_sources(engine: Engine, tenant_name: str | None = None) -> list[dict[str, Any]]:
+    sql = """
+        SELECT s.id, t.name AS tenant, s.name, s.protocol, s.enabled, s.hybrid_enabled, s.acl_mode,
+               s.managed_by, s.last_indexed_at, s.config,
+               (SELECT count(*) FROM files f WHERE f.source_id = s.id) AS files
+          FROM sources s JOIN tenants t ON t.id = s.tenant_id"""
+    params: dict[str, Any] = {}
+    if tenant_name:
+        sql += " WHERE t.name = :tenant"
+        params["tenant"] = tenant_name
+    with engine.connect() as conn:
+        return [dict(r) for r in conn.execute(text(sql + " ORDER BY t.name, s.name"), params).mappings()]
+
+
+def create_token(engine: Engine, *, tenant_name: str | None, name: str, scopes: list[str] | None = None,
+                 subject: str | None = None, groups: list[str] | None = None,
+                 expires_at: datetime | None = None, admin: bool = False) -> tuple[str, Token]:
+    scopes = scopes or list(ALL_SCOPES)
+    for scope in scopes:
+        if scope not in ALL_SCOPES:
+            raise InvalidArgument("scope", f"unknown scope '{scope}' (known: {', '.join(ALL_SCOPES)})")
+    new = pat.generate(admin=admin)
+    with Session(engine) as session, session.begin():
+        tenant_id = None if admin else _tenant(session, tenant_name or "").id
+        token = Token(lookup_id=new.lookup_id, tenant_id=tenant_id, kind="admin" if admin else "tenant",
+                      name=name, subject=subject or f"user:{name}", groups=groups or [],
+                      scopes=[] if admin else scopes, hash=new.hash, expires_at=expires_at)
+        session.add(token)
+        session.flush()
+        session.refresh(token)
+        session.expunge(token)
+    return new.token, token
+
+
+def list_tokens(engine: Engine, tenant_name: str | None = None) -> list[dict[str, Any]]:
+    sql = """SELECT k.id, k.lookup_id, coalesce(t.name, '(cluster admin)') AS tenant, k.name, k.subject,
+                    k.groups, k.scopes, k.created_at, k.expires_at, k.revoked_at
+               FROM tokens k LEFT JOIN tenants t ON t.id = k.tenant_id"""
+    params: dict[str, Any] = {}
+    if tenant_name:
+        sql += " WHERE t.name = :tenant"
+        params["tenant"] = tenant_name
+    with engine.connect() as conn:
+        return [dict(r) for r in conn.execute(text(sql + " ORDER BY k.created_at"), params).mappings()]
+
+
+def revoke_token(engine: Engine, ident: str) -> int:
+    """Revoke by token id, lookup id, or the token itself."""
+    lookup = pat.parse(ident).lookup_id if pat.looks_like_pat(ident) else ident
+    try:
+        as_uuid: uuid.UUID | None = uuid.UUID(ident)
+    except ValueError:
+        as_uuid = None
+    with engine.begin() as conn:
+        count = conn.execute(
+            text("UPDATE tokens SET revoked_at = now() WHERE revoked_at IS NULL "
+                 "AND (lookup_id = :lookup OR id = :id)"), {"lookup": lookup, "id": as_uuid}).rowcount
+    if count == 0:
+        raise NotFound(f"no active token matches '{ident}'")
+    return count
+
+
+def add_grant(engine: Engine, *, source_id: uuid.UUID, subject: str, file_key: str | None = None) -> Grant:
+    if not subject.startswith(("user:", "group:")) or subject.endswith(":"):
+        raise InvalidArgument("subject", "use user:<name> or group:<name>")
+    with Session(engine) as session, session.begin():
+        source = session.get(Source, source_id)
+        if source is None:
+            raise NotFound(f"no source {source_id}")
+        grant = Grant(tenant_id=source.tenant_id, source_id=source_id, file_key=file_key, subject=subject)
+        session.add(grant)
+        try:
+            session.flush()
+        except IntegrityError:
+            raise Conflict("that grant already exists") from None
+        session.refresh(grant)
+        session.expunge(grant)
+        return grant
+
+
+def set_source_acl(engine: Engine, source_id: uuid.UUID, *, restricted: bool, force: bool = False) -> None:
+    with Session(engine) as session, session.begin():
+        source = session.get(Source, source_id)
+        if source is None:
+            raise NotFound(f"no source {source_id}")
+        _guard(source, force)
+        source.acl_mode = "restricted" if restricted else "tenant"
+
+
+def list_grants(engine: Engine, source_id: uuid.UUID | None = None) -> list[dict[str, Any]]:
+    with Session(engine) as session:
+        query = select(Grant).order_by(Grant.id)
+        if source_id:
+            query = query.where(Grant.source_id == source_id)
+        return [{"id": g.id, "source_id": g.source_id, "file_key": g.file_key, "subject": g.subject}
+                for g in session.scalars(query)]
+
+
+def revoke_grant(engine: Engine, grant_id: int) -> None:
+    with Session(engine) as session, session.begin():
+        grant = session.get(Grant, grant_id)
+        if grant is None:
+            raise NotFound(f"no grant {grant_id}")
+        session.delete(grant)
+
+
+def audit_rows(engine: Engine, *, tool: str | None = None, tenant_name: str | None = None,
+               limit: int = 50) -> list[dict[str, Any]]:
+    with Session(engine) as session:
+        query = select(AuditRow).order_by(AuditRow.id.desc()).limit(limit)
+        if tool:
+            query = query.where(AuditRow.tool == tool)
+        if tenant_name:
+            query = query.where(AuditRow.tenant_id == _tenant(session, tenant_name).id)
+        return [{"ts": r.ts, "principal": r.principal, "tool": r.tool, "arguments": r.arguments,
+                 "row_count": r.row_count, "status": r.status, "error": r.error, "client_ip": r.client_ip,
+                 "keys": r.keys, "duration_ms": r.duration_ms} for r in session.scalars(query)]

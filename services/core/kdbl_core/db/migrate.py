@@ -1,0 +1,56 @@
+"""Apply migrations (as the owner) and manage the login of the runtime roles."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine, pool, text
+
+from kdbl_core.db.urls import RUNTIME_ROLES, normalise
+
+log = logging.getLogger(__name__)
+_MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+def _config(url: str) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    cfg.attributes["url"] = normalise(url)
+    return cfg
+
+
+def upgrade(owner_url: str, revision: str = "head") -> None:
+    command.upgrade(_config(owner_url), revision)
+
+
+def current_revision(owner_url: str) -> str | None:
+    engine = create_engine(normalise(owner_url), poolclass=pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            exists = conn.execute(text("SELECT to_regclass('public.alembic_version')")).scalar()
+            if not exists:
+                return None
+            return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    finally:
+        engine.dispose()
+
+
+def enable_login(owner_url: str, passwords: dict[str, str | None]) -> None:
+    """Let the runtime roles log in; with a password where one is given (production)."""
+    engine = create_engine(normalise(owner_url), poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            for role, password in passwords.items():
+                if role not in RUNTIME_ROLES:
+                    raise ValueError(f"not a runtime role: {role}")
+                if password:
+                    # ALTER ROLE takes no bind parameters; quote the literal in the server.
+                    quoted = conn.execute(text("SELECT quote_literal(:p)"), {"p": password}).scalar()
+                    conn.execute(text(f"ALTER ROLE {role} LOGIN PASSWORD {quoted}"))
+                else:
+                    conn.execute(text(f"ALTER ROLE {role} LOGIN"))
+    finally:
+        engine.dispose()

@@ -1,0 +1,29 @@
+"""Connection URLs: normalise to the psycopg driver and derive runtime-role URLs."""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import URL, make_url
+
+RUNTIME_ROLES = ("kdbl_api", "kdbl_worker")
+
+
+def normalise(url: str) -> URL:
+    """Accept postgres://, postgresql:// or postgresql+psycopg:// URLs (libpq socket URLs too)."""
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://"):]
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def for_role(url: str, role: str) -> str:
+    """The same server and database, connecting as another (password-less, trust-auth) role.
+
+    Used by the embedded default and the tests; production gives each service its own URL.
+    """
+    return normalise(url).set(username=role, password=None).render_as_string(hide_password=False)
+
+
+def redact(url: str) -> str:
+    return normalise(url).render_as_string(hide_password=True)

@@ -1,0 +1,199 @@
+"""Text embeddings with a local GGUF model through llama.cpp (llama-cpp-python).
+
+This is the only module that imports ``llama_cpp``. One :class:`Embedder` owns one llama.cpp
+context; a context is not thread-safe, so every evaluation runs under a lock.
+
+Truncation keeps the model's final ``[SEP]``: a text is tokenized as ``[CLS] ... [SEP]``,
+cut to ``max_tokens`` and closed with ``[SEP]`` again, as sentence-transformers does
+(llama-cpp-python's own ``embed(truncate=True)`` cuts at ``n_batch`` and drops it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Self
+
+import numpy as np
+
+from kdbl_core.errors import ConfigError
+
+try:
+    import llama_cpp
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    llama_cpp = None
+    _IMPORT_ERROR: ImportError | None = exc
+else:
+    _IMPORT_ERROR = None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class Embedder:
+    """Embeds texts with a GGUF embedding model (mean/CLS pooling as stored in the file)."""
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        n_threads: int = 2,
+        n_batch: int = 512,
+        max_tokens: int = 256,
+        normalize: bool = True,
+        query_cache_size: int = 1024,
+    ) -> None:
+        if llama_cpp is None:
+            raise ConfigError(f"llama-cpp-python is not installed: {_IMPORT_ERROR}")
+        path = Path(model_path).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"embedding model not found: {path}", data={"model_path": str(path)})
+        if not 2 <= max_tokens <= n_batch:
+            raise ConfigError(f"max_tokens must lie in [2, n_batch={n_batch}], got {max_tokens}")
+        self._path = path
+        self._model_id = f"{path.name}@{_sha256(path)[:12]}"
+        self._max_tokens = max_tokens
+        self._normalize = normalize
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[str, list[float]] = OrderedDict()
+        self._cache_size = max(0, query_cache_size)
+        self._cache_lock = threading.Lock()
+
+        kwargs: dict[str, object] = {
+            "model_path": str(path),
+            "embedding": True,
+            "n_ctx": n_batch,
+            "n_batch": n_batch,
+            "n_ubatch": n_batch,
+            "n_threads": n_threads,
+            "n_threads_batch": n_threads,
+            "verbose": False,
+        }
+        if "flash_attn" in inspect.signature(llama_cpp.Llama.__init__).parameters:
+            kwargs["flash_attn"] = True
+        try:
+            self._llm = llama_cpp.Llama(**kwargs)
+        except (ValueError, RuntimeError) as exc:
+            raise ConfigError(f"cannot load embedding model {path}: {exc}") from exc
+
+        # Llama.embed() only takes strings; batching token ids (to keep [SEP] after the cut)
+        # needs the Llama's own context and batch objects.
+        ctx = self._llm._ctx
+        pooling = ctx.pooling_type()
+        if pooling in (llama_cpp.LLAMA_POOLING_TYPE_NONE, llama_cpp.LLAMA_POOLING_TYPE_RANK):
+            self._llm.close()
+            raise ConfigError(
+                f"{path.name} is not a sentence-embedding model (pooling type {pooling}); "
+                "expected a GGUF with mean, CLS or last-token pooling"
+            )
+        n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(self._llm.model))
+        if max_tokens > n_ctx_train:
+            self._llm.close()
+            raise ConfigError(f"max_tokens={max_tokens} exceeds the model's context length {n_ctx_train}")
+        self._ctx = ctx
+        self._batch = self._llm._batch
+        self._dim = int(self._llm.n_embd())
+        self._n_batch = int(self._llm.n_batch)
+        self._n_seq_max = int(self._llm.context_params.n_seq_max)
+        self._sep = int(llama_cpp.llama_vocab_sep(llama_cpp.llama_model_get_vocab(self._llm.model)))
+        if self._sep < 0:
+            self._sep = int(self._llm.token_eos())
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def model_id(self) -> str:
+        """File name and the first 12 hex digits of its sha256, e.g. ``x.gguf@0123456789ab``."""
+        return self._model_id
+
+    @property
+    def max_tokens(self) -> int:
+        return self._max_tokens
+
+    # ------------------------------------------------------------------ tokens
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids with ``[CLS]``/``[SEP]``, cut to ``max_tokens`` keeping the final ``[SEP]``."""
+        tokens = self._llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
+        if len(tokens) > self._max_tokens:
+            tokens = tokens[: self._max_tokens - 1] + [self._sep]
+        return tokens
+
+    # ------------------------------------------------------------------ embeddings
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per text, in order; texts are packed into batches of ``n_batch`` tokens."""
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a list of texts; use embed_query() for one")
+        token_lists = [self.tokenize(t) for t in texts]
+        out: list[list[float]] = []
+        group: list[list[int]] = []
+        n_group = 0
+        with self._lock:
+            for tokens in token_lists:
+                if group and (n_group + len(tokens) > self._n_batch or len(group) >= self._n_seq_max):
+                    out.extend(self._eval(group))
+                    group, n_group = [], 0
+                group.append(tokens)
+                n_group += len(tokens)
+            if group:
+                out.extend(self._eval(group))
+        return out
+
+    def embed_query(self, text: str) -> list[float]:
+        """One vector, served from a small LRU cache (the same list object on a hit)."""
+        if self._cache_size:
+            with self._cache_lock:
+                hit = self._cache.get(text)
+                if hit is not None:
+                    self._cache.move_to_end(text)
+                    return hit
+        vec = self.embed([text])[0]
+        if self._cache_size:
+            with self._cache_lock:
+                self._cache[text] = vec
+                self._cache.move_to_end(text)
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return vec
+
+    def _eval(self, group: list[list[int]]) -> list[list[float]]:
+        """Evaluate sequences that fit one batch; caller holds the lock."""
+        self._batch.reset()
+        for seq_id, tokens in enumerate(group):
+            self._batch.add_sequence(tokens, seq_id, True)
+        self._ctx.kv_cache_clear()
+        self._ctx.decode(self._batch)
+        vecs = np.empty((len(group), self._dim), dtype=np.float32)
+        for seq_id in range(len(group)):
+            ptr = llama_cpp.llama_get_embeddings_seq(self._ctx.ctx, seq_id)
+            if not ptr:
+                raise RuntimeError(f"llama.cpp returned no embedding for sequence {seq_id}")
+            vecs[seq_id] = np.ctypeslib.as_array(ptr, shape=(self._dim,))
+        self._batch.reset()
+        if self._normalize:
+            norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+            vecs /= np.maximum(norms, 1e-12)
+        return vecs.tolist()
+
+    def close(self) -> None:
+        with self._lock:
+            self._llm.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,131 @@
+"""BM25 keyword search in Postgres: OR over the query's terms, weighted by rarity, exact top-N.
+
+Scoring is Okapi BM25 (k1=1.2, b=0.75, Lucene's idf = ln(1 + (N - df + 0.5) / (df + 0.5))) over the
+postings the principal may see: row-level security filters postings *before* ranking, so a
+principal finds its own documents even where invisible ones dominate the corpus. Term statistics
+(df, N, average length) are the tenant's, kept in Postgres so every API replica ranks the same.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+K1 = 1.2
+B = 0.75
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    source_id: uuid.UUID | None = None
+    path: str | None = None  # key prefix
+    content_type: str | None = None
+    modified_after: datetime | None = None
+    modified_before: datetime | None = None
+
+    @property
+    def touches_files(self) -> bool:
+        return any(v is not None for v in (self.path, self.content_type, self.modified_after,
+                                           self.modified_before))
+
+
+@dataclass(frozen=True, slots=True)
+class LexicalHit:
+    chunk_id: int
+    file_id: int
+    source_id: uuid.UUID
+    key: str
+    seq: int
+    score: float
+
+
+def _like_prefix(prefix: str) -> str:
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def _file_filter_sql(filters: Filters, params: dict) -> str:
+    clauses = []
+    if filters.path is not None:
+        clauses.append("f.key LIKE :path_prefix")
+        params["path_prefix"] = _like_prefix(filters.path.lstrip("/"))
+    if filters.content_type is not None:
+        if filters.content_type.endswith("/*") or "/" not in filters.content_type:
+            clauses.append("f.content_type LIKE :ctype_prefix")
+            params["ctype_prefix"] = _like_prefix(filters.content_type.removesuffix("*").rstrip("/") + "/")
+        else:
+            clauses.append("f.content_type = :ctype")
+            params["ctype"] = filters.content_type
+    if filters.modified_after is not None:
+        clauses.append("f.mtime >= :mod_after")
+        params["mod_after"] = filters.modified_after
+    if filters.modified_before is not None:
+        clauses.append("f.mtime < :mod_before")
+        params["mod_before"] = filters.modified_before
+    return " AND ".join(clauses)
+
+
+def build_query(filters: Filters) -> tuple[str, dict]:
+    params: dict = {}
+    extra = ""
+    if filters.source_id is not None:
+        extra += " AND p.source_id = :source_id"
+        params["source_id"] = filters.source_id
+    if filters.touches_files:
+        file_sql = _file_filter_sql(filters, params)
+        extra += f" AND p.file_id IN (SELECT f.id FROM files f WHERE f.tenant_id = kdbl_tenant() AND {file_sql})"
+    sql = f"""
+WITH q AS (
+    SELECT DISTINCT lexeme AS term FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :query))
+), corpus AS (
+    SELECT greatest(sum(n_chunks), 1)::float8 AS n,
+           greatest(sum(total_len), 1)::float8 / greatest(sum(n_chunks), 1)::float8 AS avgdl
+      FROM corpus_stats WHERE tenant_id = kdbl_tenant()
+), w AS (
+    SELECT s.term, ln(1 + (c.n - sum(s.df) + 0.5) / (sum(s.df) + 0.5)) AS idf, c.avgdl
+      FROM term_stats s JOIN q ON q.term = s.term CROSS JOIN corpus c
+     WHERE s.tenant_id = kdbl_tenant()
+     GROUP BY s.term, c.n, c.avgdl HAVING sum(s.df) > 0
+)
+SELECT p.chunk_id, min(p.file_id) AS file_id,
+       sum(w.idf * p.tf * {K1 + 1} / (p.tf + {K1} * (1 - {B} + {B} * p.dl / w.avgdl))) AS score
+  FROM postings p JOIN w ON w.term = p.term
+ WHERE p.tenant_id = kdbl_tenant(){extra}
+ GROUP BY p.chunk_id
+ ORDER BY score DESC, p.chunk_id
+ LIMIT :limit
+"""
+    return sql, params
+
+
+_HYDRATE = text("""
+SELECT c.id AS chunk_id, c.file_id, c.source_id, f.key, c.seq
+  FROM chunks c JOIN files f ON f.id = c.file_id
+ WHERE c.id = ANY(:ids)
+""")
+
+
+async def search(conn: AsyncConnection, query: str, filters: Filters, *, limit: int, ts_config: str) -> list[LexicalHit]:
+    """Top `limit` chunks by BM25 among rows the current RLS principal may see."""
+    sql, params = build_query(filters)
+    params.update({"cfg": ts_config, "query": query, "limit": limit})
+    scored = (await conn.execute(text(sql), params)).all()
+    if not scored:
+        return []
+    rows = {r.chunk_id: r for r in await conn.execute(_HYDRATE, {"ids": [s.chunk_id for s in scored]})}
+    return [
+        LexicalHit(s.chunk_id, s.file_id, rows[s.chunk_id].source_id, rows[s.chunk_id].key,
+                   rows[s.chunk_id].seq, float(s.score))
+        for s in scored if s.chunk_id in rows
+    ]
+
+
+async def query_terms(conn: AsyncConnection, query: str, ts_config: str) -> list[str]:
+    rows = await conn.execute(
+        text("SELECT DISTINCT lexeme FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :q))"),
+        {"cfg": ts_config, "q": query},
+    )
+    return [r[0] for r in rows]

@@ -1,0 +1,98 @@
+"""Turn ranked chunk ids into answerable hits: the chunk plus neighbours, a <mark> snippet, locators."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+HIT_TEXT_BUDGET = 1800
+_HEADLINE_OPTS = (
+    "StartSel=<mark>, StopSel=</mark>, MaxWords=30, MinWords=12, ShortWord=2, "
+    "MaxFragments=2, FragmentDelimiter=\" … \""
+)
+
+_NEIGHBOURS = text(f"""
+WITH h AS (
+    SELECT * FROM unnest(CAST(:file_ids AS bigint[]), CAST(:seqs AS int[])) AS h(file_id, seq)
+), tsq AS (
+    SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS q
+      FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :query))
+)
+SELECT c.file_id, c.seq, c.text, c.page_no, c.char_start, c.char_end, c.ts_start_ms, c.ts_end_ms,
+       CASE WHEN c.seq = h.seq AND tsq.q IS NOT NULL
+            THEN ts_headline(CAST(:cfg AS regconfig), c.text, tsq.q, '{_HEADLINE_OPTS}') END AS snippet,
+       h.seq AS hit_seq
+  FROM h JOIN chunks c ON c.file_id = h.file_id AND c.seq BETWEEN h.seq - 1 AND h.seq + 1
+  CROSS JOIN tsq
+""")
+
+
+@dataclass(frozen=True, slots=True)
+class HitRef:
+    file_id: int
+    source_id: uuid.UUID
+    key: str
+    seq: int
+    score: float
+
+
+def _assemble(hit: dict[str, Any], prev: dict[str, Any] | None, nxt: dict[str, Any] | None,
+              budget: int) -> tuple[str, bool]:
+    """Matched chunk first, then as much of the neighbours as fits the budget."""
+    body = hit["text"][:budget]
+    truncated = len(hit["text"]) > budget
+    room = budget - len(body)
+    before = after = ""
+    for side in ("prev", "next"):
+        neighbour = prev if side == "prev" else nxt
+        if neighbour is None:
+            continue
+        share = room // 2 if side == "prev" and nxt is not None else room
+        if share <= 0:
+            truncated = True
+            continue
+        chunk_text = neighbour["text"]
+        if len(chunk_text) > share:
+            truncated = True
+            chunk_text = ("…" + chunk_text[-(share - 1):]) if side == "prev" else (chunk_text[:share - 1] + "…")
+        if side == "prev":
+            before = chunk_text + "\n"
+        else:
+            after = "\n" + chunk_text
+        room -= len(chunk_text) + 1
+    return before + body + after, truncated
+
+
+async def expand_hits(conn: AsyncConnection, hits: list[HitRef], *, query: str, ts_config: str,
+                      budget: int = HIT_TEXT_BUDGET) -> list[dict[str, Any]]:
+    if not hits:
+        return []
+    rows = (await conn.execute(_NEIGHBOURS, {
+        "file_ids": [h.file_id for h in hits], "seqs": [h.seq for h in hits],
+        "cfg": ts_config, "query": query,
+    })).mappings().all()
+    by_pos: dict[tuple[int, int], dict[str, Any]] = {}
+    snippets: dict[tuple[int, int], str | None] = {}
+    for r in rows:
+        by_pos[(r["file_id"], r["seq"])] = dict(r)
+        if r["seq"] == r["hit_seq"]:
+            snippets[(r["file_id"], r["seq"])] = r["snippet"]
+    out = []
+    for h in hits:
+        chunk = by_pos.get((h.file_id, h.seq))
+        if chunk is None:  # vanished between ranking and hydration (re-index in flight)
+            continue
+        body, truncated = _assemble(chunk, by_pos.get((h.file_id, h.seq - 1)),
+                                    by_pos.get((h.file_id, h.seq + 1)), budget)
+        out.append({
+            "source_id": str(h.source_id), "key": h.key, "seq": h.seq, "text": body,
+            "truncated": truncated, "snippet": snippets.get((h.file_id, h.seq)) or chunk["text"][:240],
+            "page_no": chunk["page_no"], "char_start": chunk["char_start"], "char_end": chunk["char_end"],
+            "ts_start_ms": chunk["ts_start_ms"], "ts_end_ms": chunk["ts_end_ms"],
+            "rank": round(h.score, 6),
+        })
+    return out

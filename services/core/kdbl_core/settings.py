@@ -1,0 +1,75 @@
+"""Typed settings, read once from KDBL_* environment variables in each entry point.
+
+Secrets are `SecretStr` so they never print in logs, reprs or tracebacks.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from typing_extensions import Annotated
+
+
+def _split_csv(value: object) -> object:
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="KDBL_", extra="ignore", frozen=True)
+
+    # --- database -------------------------------------------------------------------
+    database_url: SecretStr | None = Field(
+        default=None,
+        description="SQLAlchemy/libpq URL. Runtime services connect as a non-owner role "
+        "(kdbl_api / kdbl_worker); migrations and kdbl-control connect as the owner.",
+    )
+    db_pool_size: int = Field(default=10, ge=1, le=200)
+    text_search_config: str = Field(default="english", pattern=r"^[a-z_]+$")
+    allow_privileged_db_role: bool = Field(
+        default=False,
+        description="Let a runtime service connect as a superuser/BYPASSRLS role. Off: such a "
+        "role would silently disable row-level security, so the service refuses to start.",
+    )
+
+    # --- API / MCP ---------------------------------------------------------------------
+    mcp_enabled: bool = False
+    api_host: str = "0.0.0.0"
+    api_port: int = Field(default=8080, ge=1, le=65535)
+    api_public_url: str | None = None
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["127.0.0.1:*", "localhost:*", "[::1]:*"],
+        description="Host header values accepted by /mcp (DNS-rebinding protection); "
+        "add in-cluster names such as kdbl-api.kdbl.svc.cluster.local.",
+    )
+    allowed_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+    )
+    max_request_bytes: int = Field(default=1_000_000, ge=1024)
+    max_query_chars: int = Field(default=1000, ge=16, le=100_000)
+
+    # --- downloads / internal fetch -------------------------------------------------------
+    download_signing_secret: SecretStr | None = None
+    internal_fetch_token: SecretStr | None = None
+    worker_fetch_url: str = "http://127.0.0.1:8081"
+    fetch_host: str = "0.0.0.0"
+    fetch_port: int = Field(default=8081, ge=1, le=65535)
+
+    # --- worker ------------------------------------------------------------------------
+    max_file_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
+    chunk_target_chars: int = Field(default=800, ge=100, le=8000)
+    chunk_max_chars: int = Field(default=1200, ge=200, le=16000)
+
+    # --- logging -----------------------------------------------------------------------
+    log_level: str = "INFO"
+    log_format: str = Field(default="json", pattern=r"^(json|text)$")
+
+    _split_hosts = field_validator("allowed_hosts", "allowed_origins", mode="before")(_split_csv)
+
+    def require_database_url(self) -> str:
+        if self.database_url is None:
+            from kdbl_core.errors import ConfigError
+
+            raise ConfigError("KDBL_DATABASE_URL is not set (or use kdbl-control --data-dir DIR)")
+        return self.database_url.get_secret_value()

@@ -1,0 +1,1 @@
+"""K-Lake ingestion worker: connectors, extraction, chunking, indexing, internal fetch."""

@@ -1,0 +1,109 @@
+"""Pack extracted blocks into chunks with exact char/page/time locators.
+
+The file's extracted text is the blocks joined by blank lines; every chunk is a slice
+`text[char_start:char_end]` of it, so locators index into what `get_file_text` returns.
+A chunk never spans two pages; long blocks are cut at sentence or word boundaries.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kdbl_worker.extract.base import Block
+
+SEPARATOR = "\n\n"
+_SENTENCE_END = re.compile(r"[.!?。]\s|\n")
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    seq: int
+    text: str
+    char_start: int
+    char_end: int
+    page_no: int | None = None
+    ts_start_ms: int | None = None
+    ts_end_ms: int | None = None
+
+
+@dataclass(slots=True)
+class _Span:
+    start: int
+    end: int
+    page_no: int | None
+    ts_start_ms: int | None
+    ts_end_ms: int | None
+
+
+def _split_long(text: str, start: int, end: int, max_chars: int, target: int) -> list[tuple[int, int]]:
+    """Cut [start, end) into pieces of at most max_chars, preferring sentence then word breaks."""
+    pieces = []
+    while end - start > max_chars:
+        window = text[start:start + max_chars]
+        cut = -1
+        for match in _SENTENCE_END.finditer(window, target // 2):
+            cut = match.end()
+        if cut <= 0:
+            cut = window.rfind(" ", target // 2)
+        if cut <= 0:
+            cut = max_chars
+        pieces.append((start, start + cut))
+        start += cut
+        while start < end and text[start].isspace():
+            start += 1
+    if start < end:
+        pieces.append((start, end))
+    return pieces
+
+
+def chunk_blocks(blocks: list[Block], *, target: int = 800, max_chars: int = 1200) -> tuple[str, list[Chunk]]:
+    """Return (full extracted text, chunks in reading order)."""
+    parts: list[str] = []
+    spans: list[_Span] = []
+    offset = 0
+    for block in blocks:
+        body = block.text.strip()
+        if not body:
+            continue
+        if parts:
+            parts.append(SEPARATOR)
+            offset += len(SEPARATOR)
+        parts.append(body)
+        spans.append(_Span(offset, offset + len(body), block.page_no, block.ts_start_ms, block.ts_end_ms))
+        offset += len(body)
+    full = "".join(parts)
+
+    # Cut oversized spans first, then greedily merge neighbours on the same page up to `target`.
+    pieces: list[_Span] = []
+    for span in spans:
+        if span.end - span.start <= max_chars:
+            pieces.append(span)
+            continue
+        for s, e in _split_long(full, span.start, span.end, max_chars, target):
+            pieces.append(_Span(s, e, span.page_no, span.ts_start_ms, span.ts_end_ms))
+
+    chunks: list[Chunk] = []
+    current: _Span | None = None
+
+    def flush() -> None:
+        if current is not None:
+            chunks.append(Chunk(
+                seq=len(chunks), text=full[current.start:current.end], char_start=current.start,
+                char_end=current.end, page_no=current.page_no, ts_start_ms=current.ts_start_ms,
+                ts_end_ms=current.ts_end_ms,
+            ))
+
+    for piece in pieces:
+        if (current is not None and piece.page_no == current.page_no
+                and piece.end - current.start <= target):
+            current.end = piece.end
+            if piece.ts_end_ms is not None:
+                current.ts_end_ms = piece.ts_end_ms
+            if current.ts_start_ms is None:
+                current.ts_start_ms = piece.ts_start_ms
+            continue
+        flush()
+        current = _Span(piece.start, piece.end, piece.page_no, piece.ts_start_ms, piece.ts_end_ms)
+    flush()
+    return full, chunks

@@ -1,0 +1,51 @@
+"""The extraction contract every format module implements.
+
+An extractor turns one file's bytes into ordered text `Block`s (with page or time
+locators) plus a file-level status. It never raises for bad input: a corrupt,
+encrypted or unsupported file comes back as status `failed`/`skipped` with a
+reason, so the crawl goes on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import BinaryIO, Literal
+
+Status = Literal["ok", "partial", "failed", "skipped"]
+
+
+@dataclass(slots=True)
+class Block:
+    """A run of text in reading order: a paragraph, a page's text, a subtitle cue, a sheet row group."""
+
+    text: str
+    page_no: int | None = None
+    ts_start_ms: int | None = None
+    ts_end_ms: int | None = None
+
+
+@dataclass(slots=True)
+class Extraction:
+    blocks: list[Block] = field(default_factory=list)
+    status: Status = "ok"
+    reason: str | None = None
+    content_type: str | None = None
+    title: str | None = None
+
+    @classmethod
+    def failed(cls, reason: str, content_type: str | None = None) -> "Extraction":
+        return cls(blocks=[], status="failed", reason=reason, content_type=content_type)
+
+    @classmethod
+    def skipped(cls, reason: str, content_type: str | None = None) -> "Extraction":
+        return cls(blocks=[], status="skipped", reason=reason, content_type=content_type)
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """What an extractor gets: a seekable binary stream and the file's name/declared type."""
+
+    stream: BinaryIO
+    name: str
+    size: int
+    content_type: str | None = None

@@ -1,0 +1,100 @@
+"""HTML: the main content (main/article when present), without scripts, navigation or boilerplate."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+from kdbl_worker.extract.base import Block, Extraction, Source
+from kdbl_worker.extract.text import decode_text
+
+_SKIP = {"script", "style", "noscript", "template", "svg", "nav", "header", "footer", "aside", "form", "button"}
+_BLOCK = {
+    "p", "div", "section", "article", "main", "li", "ul", "ol", "table", "tr", "h1", "h2", "h3", "h4",
+    "h5", "h6", "pre", "blockquote", "br", "hr", "dd", "dt", "figcaption", "td", "th", "body",
+}
+_VOID = {"br", "hr", "img", "meta", "link", "input", "area", "base", "col", "embed", "source", "wbr"}
+
+
+class _Collector(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.skip_depth = 0
+        self.stack: list[str] = []
+        self.title: list[str] = []
+        self.in_title = False
+        # Two streams: everything, and only what sits inside <main>/<article>.
+        self.all_blocks: list[str] = [""]
+        self.main_blocks: list[str] = [""]
+        self.main_depth = 0
+
+    def _break(self) -> None:
+        for blocks in (self.all_blocks, self.main_blocks):
+            if blocks[-1].strip():
+                blocks.append("")
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "title":
+            self.in_title = True
+        if tag in _VOID:
+            if tag in _BLOCK:
+                self._break()
+            return
+        self.stack.append(tag)
+        if tag in _SKIP or any(v == "navigation" for k, v in attrs if k == "role"):
+            self.skip_depth += 1
+            self.stack[-1] = tag + "!skip"
+        if tag in ("main", "article"):
+            self.main_depth += 1
+        if tag in _BLOCK:
+            self._break()
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title":
+            self.in_title = False
+        if tag in _VOID:
+            return
+        # pop to the matching tag (tolerates unclosed children)
+        for i in range(len(self.stack) - 1, -1, -1):
+            name = self.stack[i].removesuffix("!skip")
+            if name == tag:
+                for popped in self.stack[i:]:
+                    if popped.endswith("!skip"):
+                        self.skip_depth -= 1
+                    if popped.removesuffix("!skip") in ("main", "article"):
+                        self.main_depth -= 1
+                del self.stack[i:]
+                break
+        if tag in _BLOCK:
+            self._break()
+
+    def handle_data(self, data: str) -> None:
+        if self.in_title:
+            self.title.append(data)
+            return
+        if self.skip_depth or "head" in self.stack:
+            return
+        self.all_blocks[-1] += data
+        if self.main_depth:
+            self.main_blocks[-1] += data
+
+
+def _clean(blocks: list[str]) -> list[Block]:
+    out = []
+    for raw in blocks:
+        text = " ".join(raw.split())
+        if text:
+            out.append(Block(text))
+    return out
+
+
+def extract_html(source: Source) -> Extraction:
+    text, problem = decode_text(source.stream.read())
+    if text is None:
+        return Extraction.failed(problem or "not text")
+    parser = _Collector()
+    parser.feed(text)
+    parser.close()
+    main = _clean(parser.main_blocks)
+    blocks = main if main else _clean(parser.all_blocks)
+    title = " ".join("".join(parser.title).split()) or None
+    return Extraction(blocks=blocks, status="partial" if problem else "ok", reason=problem, title=title)

@@ -1,0 +1,60 @@
+"""Shared fixtures: one real embedded PostgreSQL 18 (+pgvector) per test session, migrated once.
+
+Each test gets fresh tenants with unique names, so tests do not depend on one another.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+from kdbl_core.db.embedded import EmbeddedDatabase
+from kdbl_core.db.engine import sync_engine
+from kdbl_core.db.urls import for_role
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+@pytest.fixture(scope="session")
+def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedDatabase]:
+    db = EmbeddedDatabase(tmp_path_factory.mktemp("kdbl-db"))
+    db.start()
+    yield db
+    db.stop()
+
+
+@pytest.fixture(scope="session")
+def owner_url(database: EmbeddedDatabase) -> str:
+    return database.owner_url
+
+
+@pytest.fixture(scope="session")
+def owner_engine(owner_url: str):
+    engine = sync_engine(owner_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def worker_engine(owner_url: str):
+    engine = sync_engine(for_role(owner_url, "kdbl_worker"))
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def api_sync_engine(owner_url: str):
+    """The API's database role, through a synchronous engine, for direct RLS probes."""
+    engine = sync_engine(for_role(owner_url, "kdbl_api"))
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def unique() -> str:
+    return uuid.uuid4().hex[:10]

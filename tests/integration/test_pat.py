@@ -1,0 +1,90 @@
+"""PATs: shown once, argon2id-hashed, one-row lookup, expiry and revocation honoured, admin tokens refused."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import text
+
+from kdbl_control import admin
+from kdbl_core.auth import pat
+from kdbl_core.auth.verifier import PatVerifier
+from kdbl_core.db.engine import async_engine
+from kdbl_core.db.urls import for_role
+from kdbl_core.errors import Forbidden, Unauthenticated
+
+
+@pytest.fixture
+async def verifier(owner_url):
+    engine = async_engine(for_role(owner_url, "kdbl_api"))
+    yield PatVerifier(engine)
+    await engine.dispose()
+
+
+@pytest.fixture
+def tenant(owner_engine, unique):
+    return admin.create_tenant(owner_engine, f"pat-{unique}")
+
+
+def test_token_format_and_only_a_hash_is_stored(owner_engine, tenant):
+    token, row = admin.create_token(owner_engine, tenant_name=tenant.name, name="ci")
+    assert token.startswith("kdblpat_") and len(token) == len("kdblpat_") + 16 + 1 + 43
+    with owner_engine.connect() as conn:
+        stored = conn.execute(text("SELECT hash, lookup_id FROM tokens WHERE id = :i"), {"i": row.id}).one()
+    assert stored.hash.startswith("$argon2id$") and token not in stored.hash
+    assert token.split("_")[1] == stored.lookup_id
+
+
+async def test_valid_token_yields_the_tenant_principal_with_scopes(verifier, owner_engine, tenant):
+    token, row = admin.create_token(owner_engine, tenant_name=tenant.name, name="bot", groups=["eng"],
+                                    scopes=["kdbl.search"])
+    principal = await verifier.verify(token)
+    assert principal.tenant_id == tenant.id and principal.subject == "user:bot"
+    assert principal.groups == ("eng",) and principal.scopes == frozenset({"kdbl.search"})
+    assert principal.token_id == row.id
+    again = await verifier.verify(token)  # second call takes the cached argon2 result
+    assert again == principal
+
+
+async def test_forged_secret_with_a_real_lookup_id_is_rejected(verifier, owner_engine, tenant):
+    token, _ = admin.create_token(owner_engine, tenant_name=tenant.name, name="x")
+    await verifier.verify(token)  # warm the cache with the genuine token
+    forged = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
+    with pytest.raises(Unauthenticated, match="invalid token"):
+        await verifier.verify(forged)
+
+
+@pytest.mark.parametrize("bad", ["", "Bearer", "kdblpat_nothex_x", "kdblpat_" + "0" * 16 + "_" + "a" * 43])
+async def test_malformed_or_unknown_tokens_are_rejected(verifier, bad):
+    with pytest.raises(Unauthenticated):
+        await verifier.verify(bad)
+
+
+async def test_expired_token_is_rejected(verifier, owner_engine, tenant):
+    token, _ = admin.create_token(owner_engine, tenant_name=tenant.name, name="old",
+                                  expires_at=datetime.now(UTC) - timedelta(seconds=1))
+    with pytest.raises(Unauthenticated, match="expired"):
+        await verifier.verify(token)
+
+
+async def test_revocation_takes_effect_immediately_even_when_cached(verifier, owner_engine, tenant):
+    token, row = admin.create_token(owner_engine, tenant_name=tenant.name, name="rev")
+    await verifier.verify(token)
+    admin.revoke_token(owner_engine, str(row.id))
+    with pytest.raises(Unauthenticated, match="revoked"):
+        await verifier.verify(token)
+
+
+async def test_cluster_admin_token_is_refused_for_mcp(verifier, owner_engine):
+    token, _ = admin.create_token(owner_engine, tenant_name=None, name="root", admin=True)
+    assert token.startswith("kdbladm_")
+    with pytest.raises(Forbidden, match="tenant-scoped"):
+        await verifier.verify(token)
+
+
+def test_verify_is_a_real_argon2_check():
+    new = pat.generate()
+    assert pat.verify(new.hash, new.token)
+    assert not pat.verify(new.hash, new.token[:-1] + "x")
+    assert not pat.verify("not-a-hash", new.token)
