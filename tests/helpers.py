@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+import uvicorn
 
 from kdbl_control import admin
 from kdbl_core.settings import Settings
@@ -41,3 +48,34 @@ def crawl(worker_engine, corpus: Corpus) -> CrawlStats:
     indexer = Indexer(worker_engine, Settings())
     [source] = load_sources(worker_engine, source_id=corpus.source_id)
     return indexer.crawl(source)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def running_api(owner_url: str, settings: Settings | None = None) -> Iterator[str]:
+    """The real API app under uvicorn on a loopback port, as the kdbl_api role; yields its base URL."""
+    from kdbl_api.app import create_app
+    from kdbl_core.db.engine import async_engine
+    from kdbl_core.db.urls import for_role
+
+    port = free_port()
+    settings = settings or Settings(mcp_enabled=True)
+    app = create_app(settings, async_engine(for_role(owner_url, "kdbl_api")))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("API did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

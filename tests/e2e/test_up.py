@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -83,8 +84,8 @@ async def _search(url: str, token: str, query: str):
     return hit, text.structured_content
 
 
-async def test_up_serves_mcp_restarts_without_reindexing_and_stops_on_ctrl_c(folder, tmp_path):
-    data_dir, port = tmp_path / "data", _free_port()
+async def test_up_serves_mcp_restarts_without_reindexing_and_stops_on_ctrl_c(folder, tmp_path, pg_dir):
+    data_dir, port = pg_dir / "data", _free_port()
     first = UpProcess(str(folder), "--data-dir", str(data_dir), "--port", str(port))
     try:
         first.wait_for("Ctrl-C to stop")
@@ -97,6 +98,9 @@ async def test_up_serves_mcp_restarts_without_reindexing_and_stops_on_ctrl_c(fol
         hit, doc = await _search(f"http://127.0.0.1:{port}/mcp", token, "capybara scheduler")
         assert hit["key"] == "runbook.md" and "<mark>capybara</mark>" in hit["snippet"]
         assert doc["status"] == "ok" and "systemctl restart capy" in doc["chunks"][0]["text"]
+        async with httpx.AsyncClient() as http:  # the hit's signed link serves the original file
+            original = await http.get(hit["url"])
+        assert original.status_code == 200 and original.content == (folder / "runbook.md").read_bytes()
 
         smoke = subprocess.run([*CONTROL, "--api-url", f"http://127.0.0.1:{port}", "--api-token", token, "--json",
                                 "mcp", "smoke", "--query", "backups vault"], capture_output=True, text=True,
@@ -116,7 +120,7 @@ async def test_up_serves_mcp_restarts_without_reindexing_and_stops_on_ctrl_c(fol
         assert locked.stderr.strip().splitlines()[-1].startswith("kdbl-control: data dir")
         assert "in use" in locked.stderr
 
-        busy = subprocess.run([*CONTROL, "up", str(folder), "--data-dir", str(tmp_path / "other"), "--port",
+        busy = subprocess.run([*CONTROL, "up", str(folder), "--data-dir", str(pg_dir / "other"), "--port",
                                str(port)], capture_output=True, text=True, timeout=60)
         assert busy.returncode != 0 and "already in use" in busy.stderr
         assert len(busy.stderr.strip().splitlines()) == 1

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 from contextlib import asynccontextmanager
 
 import httpx
 import jsonschema
 import pytest
-import uvicorn
-from helpers import make_corpus
+from helpers import make_corpus, running_api
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -26,27 +22,10 @@ from kdbl_core.db.urls import for_role
 from kdbl_core.settings import Settings
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def api_url(owner_url):
-    port = _free_port()
-    engine = async_engine(for_role(owner_url, "kdbl_api"))
-    app = create_app(Settings(mcp_enabled=True, max_request_bytes=64_000), engine)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "API did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with running_api(owner_url, Settings(mcp_enabled=True, max_request_bytes=64_000)) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

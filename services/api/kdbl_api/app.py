@@ -1,4 +1,4 @@
-"""The API application: /mcp, health, readiness and protected-resource metadata."""
+"""The API application: /mcp, downloads, capacity, metrics, health and protected-resource metadata."""
 
 from __future__ import annotations
 
@@ -12,21 +12,40 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from kdbl_api.downloads import Downloads
 from kdbl_api.http_auth import PRM_PATH, McpFrontDoor, public_base
-from kdbl_api.server import build_server
-from kdbl_core.auth.verifier import PatVerifier
+from kdbl_api.ratelimit import RateLimiter
+from kdbl_api.server import AppState, build_server
+from kdbl_api.tools.context import Services
+from kdbl_core.auth.oidc import OidcVerifier
+from kdbl_core.auth.verifier import BearerVerifier, PatVerifier
+from kdbl_core.db import reads
 from kdbl_core.db.engine import assert_runtime_role
 from kdbl_core.principal import ALL_SCOPES
 from kdbl_core.settings import Settings
+from kdbl_core.signing import CursorCodec
 
 log = logging.getLogger(__name__)
 
 
+def _oidc(settings: Settings, engine: AsyncEngine) -> OidcVerifier | None:
+    if not settings.oidc_jwks_file:
+        return None
+    if not (settings.oidc_issuer and settings.oidc_audience):
+        from kdbl_core.errors import ConfigError
+
+        raise ConfigError("KDBL_OIDC_JWKS_FILE needs KDBL_OIDC_ISSUER and KDBL_OIDC_AUDIENCE too")
+    return OidcVerifier(engine, issuer=settings.oidc_issuer, audience=settings.oidc_audience,
+                        jwks_file=settings.oidc_jwks_file, tenant_claim=settings.oidc_tenant_claim,
+                        groups_claim=settings.oidc_groups_claim)
+
+
 def create_app(settings: Settings, engine: AsyncEngine) -> Starlette:
-    server = build_server(engine, settings)
+    state = AppState()
+    server = build_server(engine, state)
     manager = StreamableHTTPSessionManager(
         app=server, json_response=True, stateless=True,
         security_settings=TransportSecuritySettings(
@@ -34,7 +53,10 @@ def create_app(settings: Settings, engine: AsyncEngine) -> Starlette:
             allowed_origins=list(settings.allowed_origins)),
         max_request_body_size=settings.max_request_bytes,
     )
-    front_door = McpFrontDoor(StreamableHTTPASGIApp(manager), PatVerifier(engine), settings)
+    verifier = BearerVerifier(PatVerifier(engine), _oidc(settings, engine))
+    limiter = RateLimiter(settings.rate_limit_per_minute, settings.rate_limit_burst)
+    front_door = McpFrontDoor(StreamableHTTPASGIApp(manager), verifier, settings, limiter, state.observability)
+    downloads = Downloads(settings, engine, state.observability)
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
@@ -52,23 +74,48 @@ def create_app(settings: Settings, engine: AsyncEngine) -> Starlette:
         base = public_base(request, settings)
         return JSONResponse({
             "resource": f"{base}/mcp",
-            "authorization_servers": [],
+            "authorization_servers": [settings.oidc_issuer] if settings.oidc_issuer else [],
             "scopes_supported": list(ALL_SCOPES),
             "bearer_methods_supported": ["header"],
             "resource_name": "K-Lake Context Lake MCP",
         }, headers={"Cache-Control": "public, max-age=300"})
 
+    async def capacity(request: Request) -> JSONResponse:
+        obs = state.observability
+        return JSONResponse({
+            "mcp_enabled": settings.mcp_enabled,
+            "downloads_enabled": downloads.enabled,
+            "modes": {
+                "lexical": {"available": True, "cost": "one SQL query: BM25 over the query terms' postings",
+                            "latency": obs.mode_latency("lexical")},
+                "hybrid": {"available": False, "reason": "no embedder deployed", "served_as": "lexical",
+                           "cost": "as lexical while degraded", "latency": obs.mode_latency("hybrid")},
+            },
+            "rate_limit": {"per_minute": settings.rate_limit_per_minute, "burst": settings.rate_limit_burst,
+                           "scope": "per token, per API replica"},
+        })
+
+    async def metrics(request: Request) -> Response:
+        return Response(state.observability.render(), media_type="text/plain; version=0.0.4")
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
             await assert_runtime_role(engine, allow_privileged=settings.allow_privileged_db_role)
+            async with engine.connect() as conn:
+                cursor_key = await reads.server_key(conn, "cursor")
+            state.services = Services(settings=settings, cursors=CursorCodec(cursor_key), downloads=downloads.signer)
             async with manager.run():
                 yield
         finally:
+            await downloads.aclose()
             await engine.dispose()
 
     routes = [
         Route("/mcp", front_door, methods=["GET", "POST", "DELETE", "PUT", "PATCH"]),
+        Route("/api/files/download", downloads.handle, methods=["GET"]),
+        Route("/capacity", capacity, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route(PRM_PATH, protected_resource, methods=["GET"]),

@@ -14,10 +14,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from kdbl_api.observability import Observability
+from kdbl_api.ratelimit import RateLimiter
 from kdbl_api.server import PRINCIPAL_KEY
 from kdbl_api.tools.registry import TOOLS
-from kdbl_core.auth.verifier import PatVerifier
-from kdbl_core.errors import Forbidden, KdblError, Unauthenticated
+from kdbl_core.auth.verifier import BearerVerifier
+from kdbl_core.errors import RATE_LIMITED, Forbidden, Unauthenticated
+from kdbl_core.principal import SCOPE_READ
 from kdbl_core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -39,10 +42,13 @@ def _jsonrpc_error(status: int, code: int, message: str, headers: dict[str, str]
 
 
 class McpFrontDoor:
-    def __init__(self, sdk_app: ASGIApp, verifier: PatVerifier, settings: Settings) -> None:
+    def __init__(self, sdk_app: ASGIApp, verifier: BearerVerifier, settings: Settings, limiter: RateLimiter,
+                 observability: Observability) -> None:
         self.sdk_app = sdk_app
         self.verifier = verifier
         self.settings = settings
+        self.limiter = limiter
+        self.obs = observability
 
     def _challenge(self, request: Request, error: str | None = None, description: str | None = None,
                    scope: str | None = None) -> str:
@@ -70,17 +76,27 @@ class McpFrontDoor:
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
+            self.obs.auth_failures.labels("missing").inc()
             await _jsonrpc_error(401, -32001, "authentication required: send Authorization: Bearer <token>",
                                  {"WWW-Authenticate": self._challenge(request)})(scope, receive, send)
             return
         try:
             principal = await self.verifier.verify(token.strip())
         except Unauthenticated as exc:
+            self.obs.auth_failures.labels("invalid").inc()
             await _jsonrpc_error(401, -32001, exc.message, {
                 "WWW-Authenticate": self._challenge(request, "invalid_token", exc.message)})(scope, receive, send)
             return
         except Forbidden as exc:
+            self.obs.auth_failures.labels("forbidden").inc()
             await _jsonrpc_error(403, exc.jsonrpc_code, exc.message)(scope, receive, send)
+            return
+
+        wait = self.limiter.check(str(principal.token_id or principal.subject + "@" + principal.tenant_name))
+        if wait:
+            self.obs.rate_limited.inc()
+            await _jsonrpc_error(429, RATE_LIMITED, f"rate limit exceeded; retry after {wait} s",
+                                 {"Retry-After": str(wait)}, {"retry_after_sec": wait})(scope, receive, send)
             return
 
         body = await self._read_body(request)
@@ -119,7 +135,12 @@ def _missing_scope(body: bytes, scopes: frozenset[str]) -> str | None:
         return None  # the SDK answers parse errors
     messages = payload if isinstance(payload, list) else [payload]
     for message in messages:
-        if not isinstance(message, dict) or message.get("method") != "tools/call":
+        if not isinstance(message, dict):
+            continue
+        method = message.get("method")
+        if isinstance(method, str) and method.startswith("resources/") and SCOPE_READ not in scopes:
+            return SCOPE_READ
+        if method != "tools/call":
             continue
         params = message.get("params") or {}
         spec = TOOLS.get(params.get("name")) if isinstance(params, dict) else None
@@ -139,7 +160,3 @@ def _replay(body: bytes) -> Receive:
         return {"type": "http.disconnect"}
 
     return receive
-
-
-def error_status(exc: KdblError) -> int:
-    return exc.http_status

@@ -1,9 +1,16 @@
-"""The MCP server (official SDK, low-level Server): tools/list and tools/call over RLS transactions."""
+"""The MCP server (official SDK, low-level Server): tools and resources over RLS transactions.
+
+Every call — tool or resource — runs in one RLS transaction for the caller's principal, writes one
+audit row (a failed call is audited in its own transaction), and is counted in the metrics.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types as types
@@ -13,24 +20,37 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from kdbl_api.tools.context import ToolContext
+from kdbl_api.observability import Observability
+from kdbl_api.tools import files
+from kdbl_api.tools.context import Services, ToolContext
+from kdbl_api.tools.models import FileRefArgs
 from kdbl_api.tools.registry import TOOLS, content_blocks
 from kdbl_core import __version__
-from kdbl_core.db import audit
+from kdbl_core.db import audit, reads
 from kdbl_core.db.engine import rls_transaction
 from kdbl_core.errors import INVALID_PARAMS, Forbidden, KdblError
-from kdbl_core.principal import Principal
-from kdbl_core.settings import Settings
+from kdbl_core.principal import SCOPE_READ, Principal
+from kdbl_core.uris import PREFIX, file_uri, parse_file_uri
 
 log = logging.getLogger(__name__)
 
 INSTRUCTIONS = (
     "K-Lake serves the documents your organisation indexed. Loop: 1) locate with search_content, leading "
     "with distinctive terms, reformulating in the corpus's own words if the first hits do not answer; "
-    "2) read from each hit's text, or get_file_text for the whole document; 3) answer grounded in what "
-    "you read, citing the kdbl://file/... uri of every source. If nothing answers, say so."
+    "2) read from each hit's text, or get_file_window around the hit's seq for more; 3) answer grounded in "
+    "what you read, citing the kdbl://file/... uri (and url, when present) of every source. If nothing "
+    "answers, say so — do not fall back to prior knowledge."
 )
 PRINCIPAL_KEY = "kdbl.principal"
+RESOURCE_PAGE = 100
+
+
+@dataclass(slots=True)
+class AppState:
+    """Filled in by the app's lifespan (the cursor key is read from the database at start-up)."""
+
+    services: Services | None = None
+    observability: Observability = field(default_factory=Observability)
 
 
 def _principal(ctx: ServerRequestContext[Any]) -> Principal:
@@ -42,61 +62,119 @@ def _principal(ctx: ServerRequestContext[Any]) -> Principal:
 
 
 def _client_ip(ctx: ServerRequestContext[Any]) -> str | None:
-    request = ctx.request
-    client = getattr(request, "client", None)
+    client = getattr(ctx.request, "client", None)
     return client.host if client else None
 
 
 def validation_error(exc: ValidationError) -> MCPError:
     first = exc.errors()[0]
-    field = ".".join(str(p) for p in first.get("loc", ())) or "arguments"
+    field_name = ".".join(str(p) for p in first.get("loc", ())) or "arguments"
     message = first.get("msg", "invalid value")
     if first.get("type") == "extra_forbidden":
         message = "unknown argument"
     elif first.get("type") == "missing":
         message = "required argument is missing"
-    return MCPError(INVALID_PARAMS, f"invalid argument '{field}': {message}", {"field": field})
+    return MCPError(INVALID_PARAMS, f"invalid argument '{field_name}': {message}", {"field": field_name})
 
 
-def build_server(engine: AsyncEngine, settings: Settings) -> Server[Any]:
+Work = Callable[[ToolContext], Awaitable[dict[str, Any]]]
+
+
+def build_server(engine: AsyncEngine, state: AppState) -> Server[Any]:
     definitions = [spec.definition() for spec in TOOLS.values()]
+
+    async def run(ctx: ServerRequestContext[Any], name: str, scope: str, arguments: dict[str, Any],
+                  work: Work, mode: str | None = None) -> dict[str, Any]:
+        principal = _principal(ctx)
+        assert state.services is not None, "app lifespan did not run"
+        started = time.perf_counter()
+        tctx: ToolContext | None = None
+        status = "error"
+        try:
+            if not principal.has_scope(scope):
+                raise Forbidden(f"token lacks scope '{scope}' required by {name}", data={"required_scope": scope})
+            async with rls_transaction(engine, principal) as conn:
+                tctx = ToolContext(conn=conn, principal=principal, services=state.services)
+                result = await work(tctx)
+                await _audit(conn, tctx, principal, name, arguments, "ok", None, _client_ip(ctx), started)
+            status = "ok"
+            return result
+        except KdblError as exc:
+            await _audit_failure(engine, principal, name, arguments, exc.message, ctx, started)
+            raise MCPError(exc.jsonrpc_code, exc.message, exc.data or None) from None
+        except MCPError as exc:
+            await _audit_failure(engine, principal, name, arguments, exc.message, ctx, started)
+            raise
+        finally:
+            effective = (tctx and getattr(tctx, "mode", None)) or mode
+            state.observability.record_call(name, status, time.perf_counter() - started, effective)
 
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                          ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=definitions)
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
-        principal = _principal(ctx)
         spec = TOOLS.get(params.name)
         if spec is None:
-            raise MCPError(INVALID_PARAMS, f"invalid argument 'name': unknown tool '{params.name}'",
-                           {"field": "name"})
+            raise MCPError(INVALID_PARAMS, f"invalid argument 'name': unknown tool '{params.name}'", {"field": "name"})
         arguments = params.arguments or {}
-        started = time.perf_counter()
-        tctx: ToolContext | None = None
-        try:
-            if not principal.has_scope(spec.scope):
-                raise Forbidden(f"token lacks scope '{spec.scope}' required by {spec.name}",
-                                data={"required_scope": spec.scope})
+
+        async def work(tctx: ToolContext) -> dict[str, Any]:
             try:
                 args = spec.args.model_validate(arguments)
             except ValidationError as exc:
                 raise validation_error(exc) from None
-            async with rls_transaction(engine, principal) as conn:
-                tctx = ToolContext(conn=conn, principal=principal, settings=settings)
-                structured = await spec.handler(tctx, args)
-                await _audit(conn, tctx, principal, spec.name, arguments, "ok", None, _client_ip(ctx), started)
-        except KdblError as exc:
-            await _audit_failure(engine, principal, spec.name, arguments, exc.message, ctx, started)
-            raise MCPError(exc.jsonrpc_code, exc.message, exc.data or None) from None
-        except MCPError as exc:
-            await _audit_failure(engine, principal, spec.name, arguments, exc.message, ctx, started)
-            raise
+            return await spec.handler(tctx, args)
+
+        structured = await run(ctx, spec.name, spec.scope, arguments, work)
         return types.CallToolResult(content=content_blocks(spec, structured), structured_content=structured)
+
+    async def list_resources(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+                             ) -> types.ListResourcesResult:
+        cursor = params.cursor if params else None
+
+        async def work(tctx: ToolContext) -> dict[str, Any]:
+            after = None
+            if cursor:
+                pos = tctx.services.cursors.decode(cursor, tctx.principal, "resources")
+                after = (pos["s"], pos["k"])
+            rows = await reads.list_all_files(tctx.conn, after=after, limit=RESOURCE_PAGE + 1)
+            page = rows[:RESOURCE_PAGE]
+            tctx.row_count = len(page)
+            nxt = None
+            if len(rows) > RESOURCE_PAGE:
+                nxt = tctx.services.cursors.encode(tctx.principal, "resources",
+                                                   {"s": str(page[-1]["source_id"]), "k": page[-1]["key"]})
+            return {"rows": page, "next": nxt}
+
+        out = await run(ctx, "resources/list", SCOPE_READ, {"cursor": cursor}, work)
+        return types.ListResourcesResult(resources=[types.Resource(
+            uri=file_uri(r["source_id"], r["key"]), name=r["key"], title=r["title"],
+            mime_type=r["content_type"], size=r["size"]) for r in out["rows"]], next_cursor=out["next"])
+
+    async def list_templates(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+                             ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(resource_templates=[types.ResourceTemplate(
+            uri_template=PREFIX + "{source_id}/{key}", name="file", title="Indexed file",
+            description="A file's extracted text and status (same body as get_file_text); url-encode both parts.",
+            mime_type="application/json")])
+
+    async def read_resource(ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+                            ) -> types.ReadResourceResult:
+        uri = str(params.uri)
+
+        async def work(tctx: ToolContext) -> dict[str, Any]:
+            source_id, key = parse_file_uri(uri)
+            return await files.file_text(tctx, FileRefArgs(source_id=source_id, key=key))
+
+        body = await run(ctx, "resources/read", SCOPE_READ, {"uri": uri}, work)
+        return types.ReadResourceResult(contents=[types.TextResourceContents(
+            uri=uri, mime_type="application/json", text=json.dumps(body, ensure_ascii=False))])
 
     return Server(
         "kdbl-context-lake", version=__version__, title="K-Lake", instructions=INSTRUCTIONS,
-        on_list_tools=list_tools, on_call_tool=call_tool,
+        on_list_tools=list_tools, on_call_tool=call_tool, on_list_resources=list_resources,
+        on_list_resource_templates=list_templates, on_read_resource=read_resource,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
 import sys
 import threading
@@ -21,6 +22,7 @@ from kdbl_core.db.engine import async_engine, sync_engine
 from kdbl_core.db.urls import for_role
 from kdbl_core.errors import ConfigError
 from kdbl_core.settings import Settings
+from kdbl_worker.fetch import create_fetch_app
 from kdbl_worker.pipeline import Indexer, load_sources
 
 DEMO_TENANT = "demo"
@@ -66,9 +68,33 @@ def client_config(url: str, token: str) -> str:
         "type": "streamable-http", "url": url, "headers": {"Authorization": f"Bearer {token}"}}}}, indent=2)
 
 
+def _local_secrets(data_dir: Path) -> dict[str, str]:
+    """Download-signing secret and internal fetch token for this data dir, kept in DIR/secrets.json (0600)."""
+    path = data_dir / "secrets.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    values = {"download_signing_secret": secrets.token_urlsafe(48), "internal_fetch_token": secrets.token_urlsafe(48)}
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(values, handle)
+    return values
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
 def run_up(folders: list[Path], data_dir: Path, port: int, host: str = "127.0.0.1") -> int:
-    settings = Settings(mcp_enabled=True)
     _check_port(host, port)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    local = _local_secrets(data_dir)
+    fetch_port = _free_port(host)
+    settings = Settings(
+        mcp_enabled=True, api_public_url=f"http://{host}:{port}", worker_fetch_url=f"http://{host}:{fetch_port}",
+        download_signing_secret=local["download_signing_secret"], internal_fetch_token=local["internal_fetch_token"],
+    )
     folders = [f.expanduser().resolve() for f in (folders or [default_folder()])]
     for folder in folders:
         if not folder.is_dir():
@@ -89,6 +115,9 @@ def run_up(folders: list[Path], data_dir: Path, port: int, host: str = "127.0.0.
         stop = threading.Event()
         rescanner = threading.Thread(target=_rescan, args=(indexer, worker, stop), daemon=True)
         rescanner.start()
+        fetch = uvicorn.Server(uvicorn.Config(create_fetch_app(settings, worker), host=host, port=fetch_port,
+                                              log_level="warning", server_header=False))
+        threading.Thread(target=fetch.run, name="fetch", daemon=True).start()
         api_engine = async_engine(for_role(db.owner_url, "kdbl_api"))
         server = uvicorn.Server(uvicorn.Config(create_app(settings, api_engine), host=host, port=port,
                                                log_level="warning", lifespan="on", server_header=False))
@@ -99,6 +128,7 @@ def run_up(folders: list[Path], data_dir: Path, port: int, host: str = "127.0.0.
         except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it handled after a graceful shutdown
             pass
         finally:
+            fetch.should_exit = True
             stop.set()
             rescanner.join(timeout=10)
             worker.dispose()

@@ -48,6 +48,15 @@ class Settings(BaseSettings):
     )
     max_request_bytes: int = Field(default=1_000_000, ge=1024)
     max_query_chars: int = Field(default=1000, ge=16, le=100_000)
+    rate_limit_per_minute: int = Field(default=600, ge=0, description="Per token and replica; 0 disables.")
+    rate_limit_burst: int = Field(default=60, ge=1)
+
+    # --- OIDC access tokens, verified offline against a JWKS file (no IdP call at request time) ---
+    oidc_issuer: str | None = None
+    oidc_audience: str | None = None
+    oidc_jwks_file: str | None = None
+    oidc_tenant_claim: str = "kdbl_tenant"
+    oidc_groups_claim: str = "groups"
 
     # --- downloads / internal fetch -------------------------------------------------------
     download_signing_secret: SecretStr | None = None

@@ -8,14 +8,36 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from kdbl_core.principal import Principal
 from kdbl_core.settings import Settings
+from kdbl_core.signing import CursorCodec, DownloadSigner
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """Process-wide helpers the tools share (built once at start-up)."""
+
+    settings: Settings
+    cursors: CursorCodec
+    downloads: DownloadSigner | None = None
 
 
 @dataclass(slots=True)
 class ToolContext:
     conn: AsyncConnection
     principal: Principal
-    settings: Settings
+    services: Services
     # filled by the handler for the audit row
     source_ids: list[str] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
     row_count: int = 0
+    mode: str | None = None  # the retrieval mode a search actually used (for /capacity)
+
+    @property
+    def settings(self) -> Settings:
+        return self.services.settings
+
+    def download_url(self, source_id: str, key: str) -> str | None:
+        """A short-lived signed link to the original file, when downloads are enabled."""
+        signer, base = self.services.downloads, self.settings.api_public_url
+        if signer is None or not base:
+            return None
+        return f"{base.rstrip('/')}/api/files/download?t={signer.sign(self.principal, source_id, key)}"

@@ -1,11 +1,18 @@
-"""Reading files: get_file_text (whole document, bounded)."""
+"""Reading files: get_file_text (whole, bounded), get_file_window (a sliding read), get_file_metadata."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kdbl_api.tools.context import ToolContext
-from kdbl_api.tools.models import MAX_FILE_TEXT_CHUNKS, FileRefArgs, FileTextResult
+from kdbl_api.tools.models import (
+    MAX_FILE_TEXT_CHUNKS,
+    FileMetadataResult,
+    FileRefArgs,
+    FileTextResult,
+    FileWindowArgs,
+    FileWindowResult,
+)
 from kdbl_core.db import reads
 from kdbl_core.errors import InvalidArgument
 from kdbl_core.uris import file_uri
@@ -17,19 +24,55 @@ async def load_visible_file(ctx: ToolContext, args: FileRefArgs) -> dict[str, An
     row = await reads.get_file(ctx.conn, args.source_id, args.key)
     if row is None:
         raise InvalidArgument("key", f"no file '{args.key}' in source {args.source_id} (or not visible to you)")
+    ctx.source_ids.append(str(args.source_id))
+    ctx.keys.append(args.key)
     return row
 
 
-async def get_file_text(ctx: ToolContext, args: FileRefArgs) -> dict[str, Any]:
+async def file_text(ctx: ToolContext, args: FileRefArgs) -> dict[str, Any]:
     row = await load_visible_file(ctx, args)
     chunks = await reads.file_chunks(ctx.conn, row["id"], limit=MAX_FILE_TEXT_CHUNKS)
-    ctx.source_ids.append(str(args.source_id))
-    ctx.keys.append(args.key)
     ctx.row_count = len(chunks)
-    result = FileTextResult(
+    return FileTextResult(
         source_id=str(args.source_id), key=args.key, uri=file_uri(args.source_id, args.key),
         status=row["status"], status_reason=row["status_reason"], content_type=row["content_type"],
         title=row["title"], chunks=chunks, total_chunks=row["chunk_count"],
         truncated=row["chunk_count"] > len(chunks),
-    )
-    return result.model_dump(mode="json")
+    ).model_dump(mode="json")
+
+
+get_file_text = file_text
+
+
+async def get_file_window(ctx: ToolContext, args: FileWindowArgs) -> dict[str, Any]:
+    row = await load_visible_file(ctx, args)
+    start = args.start
+    listing = f"window:{args.source_id}:{args.key}"
+    if args.cursor is not None:
+        start = int(ctx.services.cursors.decode(args.cursor, ctx.principal, listing)["start"])
+    total = row["chunk_count"]
+    if start > total:
+        raise InvalidArgument("start", f"beyond the end of the file ({total} chunks)")
+    chunks = await reads.file_chunks(ctx.conn, row["id"], start=start, limit=args.length)
+    end = start + len(chunks)
+    has_more = end < total
+    ctx.row_count = len(chunks)
+    return FileWindowResult(
+        source_id=str(args.source_id), key=args.key, uri=file_uri(args.source_id, args.key), chunks=chunks,
+        total_chunks=total, window={"start": start, "returned": len(chunks)}, has_more=has_more,
+        next_cursor=ctx.services.cursors.encode(ctx.principal, listing, {"start": end}) if has_more else None,
+        text="\n\n".join(c["text"] for c in chunks),
+    ).model_dump(mode="json")
+
+
+async def get_file_metadata(ctx: ToolContext, args: FileRefArgs) -> dict[str, Any]:
+    row = await load_visible_file(ctx, args)
+    ctx.row_count = 1
+    return FileMetadataResult(
+        source_id=str(args.source_id), key=args.key, uri=file_uri(args.source_id, args.key), size=row["size"],
+        mtime=row["mtime"], etag=row["etag"], storage_class=row["storage_class"], owner=row["owner"],
+        content_type=row["content_type"], mode=None if row["mode"] is None else f"{row['mode']:04o}",
+        uid=row["uid"], gid=row["gid"], title=row["title"], status=row["status"],
+        status_reason=row["status_reason"], total_chunks=row["chunk_count"], indexed_at=row["indexed_at"],
+        url=ctx.download_url(str(args.source_id), args.key),
+    ).model_dump(mode="json")

@@ -12,6 +12,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field
 
 MAX_FILE_TEXT_CHUNKS = 5000
+Cursor = Field(default=None, max_length=2048, description="Opaque next_cursor from a previous page.")
 
 
 class _Args(BaseModel):
@@ -34,6 +35,24 @@ class SearchContentArgs(_Args):
 class FileRefArgs(_Args):
     source_id: UUID = Field(description="The file's source id (from a hit or list_sources).")
     key: str = Field(min_length=1, max_length=4096, description="The file's key within the source.")
+
+
+class FileWindowArgs(FileRefArgs):
+    start: int = Field(default=0, ge=0, le=10_000_000, description="0-based chunk index to start at.")
+    length: int = Field(default=40, ge=1, le=200, description="Chunks to return (1-200).")
+    cursor: str | None = Field(default=None, max_length=2048,
+                               description="next_cursor of a previous window; overrides start.")
+
+
+class ListSourcesArgs(_Args):
+    cursor: str | None = Cursor
+    limit: int = Field(default=50, ge=1, le=200, description="Sources per page (1-200).")
+
+
+class ListFilesArgs(_Args):
+    source_id: UUID = Field(description="The source to browse (see list_sources).")
+    cursor: str | None = Cursor
+    limit: int = Field(default=50, ge=1, le=200, description="Files per page (1-200).")
 
 
 class Hit(BaseModel):
@@ -80,6 +99,75 @@ class FileTextResult(BaseModel):
     chunks: list[ChunkOut]
     total_chunks: int
     truncated: bool
+
+
+class WindowInfo(BaseModel):
+    start: int
+    returned: int
+
+
+class FileWindowResult(BaseModel):
+    source_id: str
+    key: str
+    uri: str
+    chunks: list[ChunkOut]
+    total_chunks: int
+    window: WindowInfo
+    has_more: bool
+    next_cursor: str | None
+    text: str
+
+
+class FileMetadataResult(BaseModel):
+    source_id: str
+    key: str
+    uri: str
+    size: int | None
+    mtime: datetime | None
+    etag: str | None
+    storage_class: str | None
+    owner: str | None
+    content_type: str | None
+    mode: str | None = Field(description="POSIX permission bits in octal, e.g. '0644', where captured.")
+    uid: int | None
+    gid: int | None
+    title: str | None
+    status: str
+    status_reason: str | None
+    total_chunks: int
+    indexed_at: datetime | None
+    url: str | None
+
+
+class SourceOut(BaseModel):
+    source_id: str
+    name: str
+    protocol: str
+    enabled: bool
+    hybrid_enabled: bool
+    last_indexed_at: datetime | None
+    file_count: int
+
+
+class ListSourcesResult(BaseModel):
+    sources: list[SourceOut]
+    next_cursor: str | None
+
+
+class FileOut(BaseModel):
+    key: str
+    uri: str
+    size: int | None
+    mtime: datetime | None
+    content_type: str | None
+    status: str
+    total_chunks: int
+
+
+class ListFilesResult(BaseModel):
+    source_id: str
+    files: list[FileOut]
+    next_cursor: str | None
 
 
 def schema_of(model: type[BaseModel]) -> dict[str, Any]:

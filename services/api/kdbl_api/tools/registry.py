@@ -10,9 +10,22 @@ from typing import Any
 import mcp_types as types
 from pydantic import BaseModel
 
-from kdbl_api.tools import files, search
+from kdbl_api.tools import browse, files, search
 from kdbl_api.tools.context import ToolContext
-from kdbl_api.tools.models import FileRefArgs, FileTextResult, SearchContentArgs, SearchContentResult, schema_of
+from kdbl_api.tools.models import (
+    FileMetadataResult,
+    FileRefArgs,
+    FileTextResult,
+    FileWindowArgs,
+    FileWindowResult,
+    ListFilesArgs,
+    ListFilesResult,
+    ListSourcesArgs,
+    ListSourcesResult,
+    SearchContentArgs,
+    SearchContentResult,
+    schema_of,
+)
 from kdbl_core.principal import SCOPE_READ, SCOPE_SEARCH
 
 Handler = Callable[[ToolContext, Any], Awaitable[dict[str, Any]]]
@@ -53,6 +66,29 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
                      "(ok/partial/failed/skipped). Bounded at 5000 chunks (`truncated`)."),
         args=FileRefArgs, result=FileTextResult, handler=files.get_file_text,
     ),
+    ToolSpec(
+        name="get_file_window", title="Read a window of a file", scope=SCOPE_READ,
+        description=("A bounded sliding read over a file's chunks: start (0-based chunk, default 0), length "
+                     "(default 40, max 200). Returns chunks, total_chunks, window.returned, has_more, text and "
+                     "next_cursor. To read around a search hit, start a few chunks before its seq."),
+        args=FileWindowArgs, result=FileWindowResult, handler=files.get_file_window,
+    ),
+    ToolSpec(
+        name="get_file_metadata", title="File metadata", scope=SCOPE_READ,
+        description=("Facts about one file: size, mtime, etag, storage class, owner, content type, POSIX "
+                     "mode/uid/gid where captured, extraction status."),
+        args=FileRefArgs, result=FileMetadataResult, handler=files.get_file_metadata,
+    ),
+    ToolSpec(
+        name="list_sources", title="List sources", scope=SCOPE_READ,
+        description="Sources you can access, paginated (limit default 50, max 200; pass next_cursor back).",
+        args=ListSourcesArgs, result=ListSourcesResult, handler=browse.list_sources,
+    ),
+    ToolSpec(
+        name="list_files", title="List files", scope=SCOPE_READ,
+        description="Files within one source, ordered by key, paginated (limit default 50, max 200).",
+        args=ListFilesArgs, result=ListFilesResult, handler=browse.list_files,
+    ),
 )}
 
 
@@ -66,8 +102,11 @@ def content_blocks(spec: ToolSpec, structured: dict[str, Any]) -> list[types.Con
                 continue
             seen.add(hit["uri"])
             blocks.append(types.ResourceLink(uri=hit["uri"], name=hit["key"], mime_type="text/plain"))
-    elif "chunks" in structured and "uri" in structured:
+    elif spec.name == "get_file_text":
         body = "\n\n".join(c["text"] for c in structured["chunks"])
         blocks.append(types.EmbeddedResource(
             resource=types.TextResourceContents(uri=structured["uri"], mime_type="text/plain", text=body)))
+    elif "uri" in structured:
+        blocks.append(types.ResourceLink(uri=structured["uri"], name=structured["key"],
+                                         mime_type=structured.get("content_type") or "text/plain"))
     return blocks

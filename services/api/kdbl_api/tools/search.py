@@ -33,9 +33,10 @@ async def search_content(ctx: ToolContext, args: SearchContentArgs) -> dict[str,
     hits = await expand_hits(ctx.conn, refs, query=args.query, ts_config=ctx.settings.text_search_config)
     for hit in hits:
         hit["uri"] = file_uri(hit["source_id"], hit["key"])
-        hit["url"] = None
+        hit["url"] = ctx.download_url(hit["source_id"], hit["key"])
         ctx.source_ids.append(hit["source_id"])
         ctx.keys.append(hit["key"])
     ctx.row_count = len(hits)
+    ctx.mode = "lexical"
     result = SearchContentResult(hits=hits, mode="lexical", degraded=args.mode == "hybrid")
     return result.model_dump(mode="json")

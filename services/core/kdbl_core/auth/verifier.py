@@ -85,3 +85,18 @@ class PatVerifier:
             token_id=row.id,
             auth_method="pat",
         )
+
+
+class BearerVerifier:
+    """PATs by their prefix, anything else as an OIDC access token when OIDC is configured."""
+
+    def __init__(self, pats: PatVerifier, oidc: object | None = None) -> None:
+        self.pats = pats
+        self.oidc = oidc
+
+    async def verify(self, token: str) -> Principal:
+        if pat.looks_like_pat(token):
+            return await self.pats.verify(token)
+        if self.oidc is not None:
+            return await self.oidc.verify(token)  # type: ignore[attr-defined]
+        raise Unauthenticated("malformed token")

@@ -39,3 +39,49 @@ async def file_chunks(conn: AsyncConnection, file_id: int, *, start: int = 0, li
 async def get_source(conn: AsyncConnection, source_id: uuid.UUID) -> dict[str, Any] | None:
     row = (await conn.execute(_SOURCE, {"id": source_id})).mappings().first()
     return dict(row) if row else None
+
+
+_SOURCES = text("""
+SELECT s.id, s.name, s.protocol, s.enabled, s.hybrid_enabled, s.last_indexed_at,
+       (SELECT count(*) FROM files f WHERE f.source_id = s.id) AS file_count
+  FROM sources s
+ WHERE s.tenant_id = kdbl_tenant() AND (s.name, s.id) > (:after_name, :after_id)
+ ORDER BY s.name, s.id LIMIT :limit
+""")
+
+_FILES = text("""
+SELECT f.source_id, f.key, f.size, f.mtime, f.content_type, f.status, f.chunk_count
+  FROM files f
+ WHERE f.tenant_id = kdbl_tenant() AND f.source_id = :source_id AND f.key > :after_key
+ ORDER BY f.key LIMIT :limit
+""")
+
+_ALL_FILES = text("""
+SELECT f.source_id, f.key, f.size, f.content_type, f.title
+  FROM files f
+ WHERE f.tenant_id = kdbl_tenant() AND (f.source_id, f.key) > (:after_source, :after_key)
+ ORDER BY f.source_id, f.key LIMIT :limit
+""")
+
+_NIL = uuid.UUID(int=0)
+
+
+async def list_sources(conn: AsyncConnection, *, after: tuple[str, uuid.UUID] | None, limit: int) -> list[dict]:
+    name, sid = after or ("", _NIL)
+    rows = await conn.execute(_SOURCES, {"after_name": name, "after_id": sid, "limit": limit})
+    return [dict(r) for r in rows.mappings()]
+
+
+async def list_files(conn: AsyncConnection, source_id: uuid.UUID, *, after_key: str, limit: int) -> list[dict]:
+    rows = await conn.execute(_FILES, {"source_id": source_id, "after_key": after_key, "limit": limit})
+    return [dict(r) for r in rows.mappings()]
+
+
+async def list_all_files(conn: AsyncConnection, *, after: tuple[uuid.UUID, str] | None, limit: int) -> list[dict]:
+    sid, key = after or (_NIL, "")
+    rows = await conn.execute(_ALL_FILES, {"after_source": sid, "after_key": key, "limit": limit})
+    return [dict(r) for r in rows.mappings()]
+
+
+async def server_key(conn: AsyncConnection, name: str) -> bytes:
+    return (await conn.execute(text("SELECT secret FROM server_keys WHERE name = :n"), {"n": name})).scalar_one()

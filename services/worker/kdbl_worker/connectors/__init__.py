@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import BinaryIO, Protocol
+
+from kdbl_core.errors import InvalidArgument, PermanentError, TemporaryError
+
+
+class SourceUnavailable(TemporaryError):
+    """The source as a whole cannot be reached or listed; the crawl stops without deleting anything."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,11 +51,75 @@ class Connector(Protocol):
         """Raise SourceUnavailable when the source cannot be reached at all."""
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def read_credentials(ref: object, *, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, str] | None:
+    """Resolve a source's credentials *reference*; None when the config names none.
+
+    `{"env": {"username": "VAR", ...}}` reads environment variables, `{"dir": "/var/run/secrets/..."}` reads one
+    file per name (a mounted Kubernetes Secret). Errors name the variable or file, never a value.
+    """
+    if ref is None:
+        return None
+    allowed = required + optional
+    if not isinstance(ref, dict) or len(ref) != 1 or not ({"env", "dir"} & ref.keys()):
+        raise InvalidArgument("credentials", 'must be a reference, {"env": {NAME: ENV_VAR}} or {"dir": PATH}; '
+                                             "secret values are never stored in a source config")
+    values: dict[str, str] = {}
+    if "env" in ref:
+        names = ref["env"]
+        if not isinstance(names, dict):
+            raise InvalidArgument("credentials.env", f"must map {', '.join(allowed)} to environment variable names")
+        for name, var in names.items():
+            if name not in allowed:
+                raise InvalidArgument("credentials.env", f"unknown name '{name}' (expected {', '.join(allowed)})")
+            if not isinstance(var, str) or not _ENV_NAME.fullmatch(var):
+                raise InvalidArgument(f"credentials.env.{name}", "must be the name of an environment variable")
+            if var not in os.environ:
+                raise PermanentError(f"credentials: environment variable {var} ({name}) is not set")
+            values[name] = os.environ[var]
+    else:
+        folder = ref["dir"]
+        if not isinstance(folder, str) or not os.path.isabs(folder):
+            raise InvalidArgument("credentials.dir", "must be an absolute path to a folder")
+        for name in allowed:
+            path = Path(folder) / name
+            try:
+                with open(path, "rb") as fh:
+                    raw = fh.read(65537)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise PermanentError(f"credentials: cannot read {path}: {exc.strerror}") from exc
+            if len(raw) > 65536:
+                raise PermanentError(f"credentials: {path} is too large for a credential")
+            try:
+                values[name] = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError:
+                raise PermanentError(f"credentials: {path} is not UTF-8 text") from None
+    missing = [n for n in required if n not in values]
+    if missing:
+        where = "credentials.env" if "env" in ref else f"credentials dir {ref['dir']}"
+        raise PermanentError(f"{where}: missing {', '.join(missing)}")
+    return values
+
+
 def connector_for(protocol: str, config: dict) -> Connector:
     if protocol == "fs":
         from kdbl_worker.connectors.fs import FsConnector
 
         return FsConnector(config["root"])
-    from kdbl_core.errors import PermanentError
+    if protocol == "s3":
+        from kdbl_worker.connectors.s3 import S3Connector
 
+        return S3Connector(config)
+    if protocol == "webdav":
+        from kdbl_worker.connectors.webdav import WebDavConnector
+
+        return WebDavConnector(config)
+    if protocol == "http":
+        from kdbl_worker.connectors.webdav import HttpIndexConnector
+
+        return HttpIndexConnector(config)
     raise PermanentError(f"protocol '{protocol}' is not supported by this worker yet")

@@ -16,14 +16,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import BinaryIO
 
-from kdbl_core.errors import TemporaryError
-from kdbl_worker.connectors import ListingProblems, RemoteFile
+from kdbl_worker.connectors import ListingProblems, RemoteFile, SourceUnavailable
+
+__all__ = ["FsConnector", "SourceUnavailable"]
 
 log = logging.getLogger(__name__)
-
-
-class SourceUnavailable(TemporaryError):
-    pass
 
 
 @lru_cache(maxsize=4096)

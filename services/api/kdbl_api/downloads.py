@@ -1,0 +1,109 @@
+"""GET /api/files/download?t=<signed token>[&dl=1]: the original file, re-checked against RLS.
+
+The token names the principal it was minted for; the file must still be visible to that principal
+(404 otherwise). Bytes come from the worker's internal fetch endpoint — the API holds no source
+credentials — and stream through. Every download writes an audit row (tool `files/download`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from urllib.parse import quote
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from kdbl_api.observability import Observability
+from kdbl_core.db import audit, reads
+from kdbl_core.db.engine import rls_transaction
+from kdbl_core.errors import Forbidden
+from kdbl_core.settings import Settings
+from kdbl_core.signing import DownloadSigner
+
+log = logging.getLogger(__name__)
+
+
+def _disposition(key: str, attachment: bool) -> str:
+    name = key.rsplit("/", 1)[-1] or "file"
+    ascii_name = name.encode("ascii", "replace").decode().replace('"', "_").replace("?", "_")
+    kind = "attachment" if attachment else "inline"
+    return f"{kind}; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name, safe='')}"
+
+
+class Downloads:
+    def __init__(self, settings: Settings, engine: AsyncEngine, observability: Observability) -> None:
+        self.enabled = bool(settings.download_signing_secret and settings.api_public_url
+                            and settings.internal_fetch_token)
+        self.signer = DownloadSigner(settings.download_signing_secret.get_secret_value()) if self.enabled else None
+        self._token = settings.internal_fetch_token.get_secret_value() if self.enabled else ""
+        self._worker = settings.worker_fetch_url.rstrip("/")
+        self._engine = engine
+        self._obs = observability
+        self._http: httpx.AsyncClient | None = None
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+
+    async def handle(self, request: Request) -> Response:
+        if not self.enabled or self.signer is None:
+            return JSONResponse({"error": "downloads are not enabled on this server"}, status_code=404)
+        started = time.perf_counter()
+        try:
+            claims = self.signer.verify(request.query_params.get("t", ""))
+        except Forbidden as exc:
+            self._obs.downloads.labels("forbidden").inc()
+            return JSONResponse({"error": exc.message}, status_code=403)
+        principal = claims.principal()
+        async with rls_transaction(self._engine, principal) as conn:
+            row = await reads.get_file(conn, claims.source_id, claims.key)
+        if row is None:
+            await self._audit(principal, claims, "error", "not visible", request, started)
+            self._obs.downloads.labels("not_found").inc()
+            return JSONResponse({"error": "not found"}, status_code=404)
+
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=300.0))
+        upstream_request = self._http.build_request(
+            "GET", f"{self._worker}/internal/files", params={"source_id": str(claims.source_id), "key": claims.key},
+            headers={"Authorization": f"Bearer {self._token}"})
+        try:
+            upstream = await self._http.send(upstream_request, stream=True)
+        except httpx.HTTPError as exc:
+            log.warning("worker fetch failed", extra={"error": type(exc).__name__})
+            await self._audit(principal, claims, "error", "worker unreachable", request, started)
+            return JSONResponse({"error": "file source is unavailable"}, status_code=502)
+        if upstream.status_code != 200:
+            await upstream.aclose()
+            status = 404 if upstream.status_code == 404 else 502
+            await self._audit(principal, claims, "error", f"worker answered {upstream.status_code}", request, started)
+            return JSONResponse({"error": "not found" if status == 404 else "file source is unavailable"},
+                                status_code=status)
+        await self._audit(principal, claims, "ok", None, request, started)
+        self._obs.downloads.labels("ok").inc()
+        headers = {
+            "Content-Disposition": _disposition(claims.key, request.query_params.get("dl") == "1"),
+            "X-Content-Type-Options": "nosniff",
+            "Content-Security-Policy": "sandbox",  # an HTML original must not run script on our origin
+            "Cache-Control": "private, no-store",
+        }
+        if "content-length" in upstream.headers:
+            headers["Content-Length"] = upstream.headers["content-length"]
+        return StreamingResponse(upstream.aiter_raw(), status_code=200, headers=headers,
+                                 media_type=row["content_type"] or upstream.headers.get("content-type"),
+                                 background=BackgroundTask(upstream.aclose))
+
+    async def _audit(self, principal, claims, status: str, error: str | None, request: Request,
+                     started: float) -> None:
+        async with rls_transaction(self._engine, principal) as conn:
+            await audit.record(
+                conn, tenant_id=principal.tenant_id, principal=principal.subject, token_id=None,
+                tool="files/download", arguments={"source_id": str(claims.source_id), "key": claims.key,
+                                                  "dl": request.query_params.get("dl") == "1"},
+                source_ids=[str(claims.source_id)], keys=[claims.key], row_count=1 if status == "ok" else 0,
+                status=status, error=error, client_ip=request.client.host if request.client else None,
+                duration_ms=(time.perf_counter() - started) * 1000)

@@ -1,0 +1,381 @@
+"""S3-compatible object stores (AWS S3, MinIO, Ceph RGW, ...) through boto3.
+
+Config (a source's `config` JSON):
+  bucket        required
+  prefix        optional; treated as a folder ("docs" lists "docs/..." only, never "docs2/...")
+  endpoint_url  optional; a custom endpoint (MinIO, RGW); no user:password in it
+  region        default "us-east-1"
+  path_style    default true when endpoint_url is set (what MinIO and RGW expect), else virtual-host style
+  credentials   a reference, never a value: {"env": {"access_key_id": VAR, "secret_access_key": VAR,
+                "session_token": VAR}}, {"dir": "/var/run/secrets/kdbl/<source>"} (one file per name), or
+                {"anonymous": true} for public buckets; absent: boto3's default chain (env, profile, IRSA, IMDS)
+  verify_tls    default true; ca_file: a CA bundle for a private endpoint
+  max_attempts  default 5: botocore's "standard" retry mode (throttling, 5xx, connection errors), also the
+                bound on re-reads after a download broke mid-stream
+  base_delay    optional seconds: scale of the exponential backoff (botocore's own when absent)
+  page_size     default 1000 keys per list_objects_v2 request
+  connect_timeout / read_timeout  seconds, default 10 / 60
+
+Keys are the object keys relative to the prefix. "Directory marker" objects (keys ending in "/") are skipped.
+Failures of the store as a whole (missing or forbidden bucket, unreachable endpoint, throttling that never
+stops) raise SourceUnavailable, so a crawl stops without deleting anything; failures of one object raise
+OSError, which the crawl records as that file's status.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import random
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC
+from typing import Any, BinaryIO
+from urllib.parse import urlsplit
+
+from kdbl_core.errors import InvalidArgument
+from kdbl_worker.connectors import ListingProblems, RemoteFile, SourceUnavailable, read_credentials
+
+log = logging.getLogger(__name__)
+
+SPOOL_MAX_BYTES = 32 * 1024 * 1024
+READ_CHUNK = 1024 * 1024
+MAX_DELAY = 20.0
+_NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
+_DENIED = {"AccessDenied", "403", "Forbidden", "AllAccessDisabled"}
+_THROTTLED = {"SlowDown", "503", "RequestLimitExceeded", "ThrottlingException", "Throttling",
+              "TooManyRequestsException", "RequestThrottled", "ServiceUnavailable", "429"}
+
+
+def _int(config: dict, name: str, default: int, low: int, high: int) -> int:
+    value = config.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidArgument(name, f"must be an integer from {low} to {high}")
+    return value
+
+
+def _float(config: dict, name: str, default: float | None, low: float, high: float) -> float | None:
+    value = config.get(name, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise InvalidArgument(name, f"must be a number of seconds from {low} to {high}")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class S3Config:
+    bucket: str
+    prefix: str
+    endpoint_url: str | None
+    region: str
+    path_style: bool | None
+    credentials: dict | None
+    anonymous: bool
+    verify: bool | str
+    max_attempts: int
+    base_delay: float | None
+    page_size: int
+    connect_timeout: float
+    read_timeout: float
+    spool_max_bytes: int
+
+    @property
+    def where(self) -> str:
+        """The endpoint for messages; never carries credentials."""
+        return self.endpoint_url or f"AWS S3 ({self.region})"
+
+
+def parse_config(config: dict[str, Any]) -> S3Config:
+    """Validate a source config; raises InvalidArgument naming the field. Reads no secret."""
+    if not isinstance(config, dict):
+        raise InvalidArgument("config", "must be an object")
+    bucket = config.get("bucket")
+    if not isinstance(bucket, str) or not bucket.strip() or "/" in bucket:
+        raise InvalidArgument("bucket", "a bucket name is required")
+    prefix = config.get("prefix") or ""
+    if not isinstance(prefix, str):
+        raise InvalidArgument("prefix", "must be a string")
+    prefix = prefix.lstrip("/")
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    endpoint = config.get("endpoint_url") or None
+    if endpoint is not None:
+        parts = urlsplit(endpoint) if isinstance(endpoint, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InvalidArgument("endpoint_url", "must be an http:// or https:// URL")
+        if parts.username or parts.password:
+            raise InvalidArgument("endpoint_url", "must not carry credentials; use a credentials reference")
+    region = config.get("region") or "us-east-1"
+    if not isinstance(region, str):
+        raise InvalidArgument("region", "must be a string")
+    path_style = config.get("path_style")
+    if path_style is None and endpoint is not None:
+        path_style = True
+    if path_style is not None and not isinstance(path_style, bool):
+        raise InvalidArgument("path_style", "must be true or false")
+    creds = config.get("credentials")
+    anonymous = isinstance(creds, dict) and creds.get("anonymous") is True and len(creds) == 1
+    if creds is not None and not anonymous:
+        if not isinstance(creds, dict) or len(creds) != 1 or not ({"env", "dir"} & creds.keys()):
+            raise InvalidArgument("credentials", 'must be {"env": {...}}, {"dir": PATH} or {"anonymous": true}; '
+                                                 "secret values are never stored in a source config")
+    verify_tls = config.get("verify_tls", True)
+    if not isinstance(verify_tls, bool):
+        raise InvalidArgument("verify_tls", "must be true or false")
+    ca_file = config.get("ca_file")
+    if ca_file is not None and not isinstance(ca_file, str):
+        raise InvalidArgument("ca_file", "must be a path")
+    return S3Config(
+        bucket=bucket.strip(), prefix=prefix, endpoint_url=endpoint, region=region, path_style=path_style,
+        credentials=None if anonymous else creds, anonymous=anonymous,
+        verify=(ca_file or True) if verify_tls else False,
+        max_attempts=_int(config, "max_attempts", 5, 1, 20),
+        base_delay=_float(config, "base_delay", None, 0.0, 60.0),
+        page_size=_int(config, "page_size", 1000, 1, 1000),
+        connect_timeout=_float(config, "connect_timeout", 10.0, 0.1, 600.0) or 10.0,
+        read_timeout=_float(config, "read_timeout", 60.0, 0.1, 3600.0) or 60.0,
+        spool_max_bytes=_int(config, "spool_max_bytes", SPOOL_MAX_BYTES, 0, 1 << 30),
+    )
+
+
+def _error_code(exc: Exception) -> str:
+    response = getattr(exc, "response", None) or {}
+    code = str(response.get("Error", {}).get("Code") or "")
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code or (str(status) if status else "")
+
+
+def _use_base_delay(client: Any, max_attempts: int, base_delay: float) -> None:
+    """Swap botocore's standard-mode backoff scale (1 s for throttling) for `base_delay`.
+
+    Same retry conditions and quota as botocore's standard mode; only the delay differs. Built from the public
+    classes of botocore.retries.standard; if a botocore release reshapes them, botocore's own backoff stays.
+    """
+    try:
+        from botocore.retries import quota, standard
+
+        class _Backoff(standard.ExponentialBackoff):
+            def delay_amount(self, context: Any) -> float:
+                return random.random() * min(base_delay * 2 ** (context.attempt_number - 1), MAX_DELAY)
+
+        adapter = standard.RetryEventAdapter()
+        handler = standard.RetryHandler(
+            standard.RetryPolicy(retry_checker=standard.StandardRetryConditions(max_attempts=max_attempts),
+                                 retry_backoff=_Backoff()),
+            adapter,
+            standard.RetryQuotaChecker(quota.RetryQuota(), standard.ThrottlingErrorDetector(adapter)),
+        )
+        client.meta.events.unregister("needs-retry.s3", unique_id="retry-config-s3")
+        client.meta.events.register("needs-retry.s3", handler.needs_retry, unique_id="retry-config-s3")
+    except (ImportError, AttributeError, TypeError) as exc:  # pragma: no cover - depends on botocore's shape
+        log.warning("cannot tune S3 retry backoff; using botocore's", extra={"error": str(exc)})
+
+
+class S3Connector:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = parse_config(config)
+        self.problems = ListingProblems()
+        self._s3: Any = None
+
+    # -- client -------------------------------------------------------------------------------------------
+
+    def _client(self) -> Any:
+        if self._s3 is not None:
+            return self._s3
+        import boto3
+        from botocore import UNSIGNED
+        from botocore.config import Config
+
+        cfg = self.config
+        secrets = read_credentials(cfg.credentials, required=("access_key_id", "secret_access_key"),
+                                   optional=("session_token",))
+        session = boto3.session.Session(
+            aws_access_key_id=secrets["access_key_id"] if secrets else None,
+            aws_secret_access_key=secrets["secret_access_key"] if secrets else None,
+            aws_session_token=secrets.get("session_token") if secrets else None,
+            region_name=cfg.region,
+        )
+        options: dict[str, Any] = {
+            "region_name": cfg.region,
+            "retries": {"mode": "standard", "max_attempts": cfg.max_attempts},
+            "connect_timeout": cfg.connect_timeout,
+            "read_timeout": cfg.read_timeout,
+            "user_agent_extra": "kdbl-worker",
+            # Only read here; "when_required" keeps S3-compatible stores that lack the newer checksum
+            # headers (older MinIO, Ceph RGW) working.
+            "request_checksum_calculation": "when_required",
+            "response_checksum_validation": "when_required",
+        }
+        if cfg.path_style is not None:
+            options["s3"] = {"addressing_style": "path" if cfg.path_style else "virtual"}
+        if cfg.anonymous:
+            options["signature_version"] = UNSIGNED
+        client = session.client("s3", endpoint_url=cfg.endpoint_url, verify=cfg.verify, config=Config(**options))
+        if cfg.base_delay is not None:
+            _use_base_delay(client, cfg.max_attempts, cfg.base_delay)
+        self._s3 = client
+        return client
+
+    def close(self) -> None:
+        if getattr(self, "_s3", None) is not None:
+            self._s3.close()
+            self._s3 = None
+
+    def __del__(self) -> None:  # the pipeline drops connectors without closing them
+        self.close()
+
+    def __enter__(self) -> S3Connector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _unavailable(self, exc: Exception, doing: str) -> SourceUnavailable:
+        from botocore.exceptions import (
+            ClientError,
+            ConnectTimeoutError,
+            EndpointConnectionError,
+            NoCredentialsError,
+            PartialCredentialsError,
+        )
+
+        cfg = self.config
+        where = f"bucket '{cfg.bucket}' at {cfg.where}"
+        if isinstance(exc, ClientError):
+            code = _error_code(exc)
+            retries = exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 0)
+            if code in ("NoSuchBucket", "404", "NotFound"):
+                return SourceUnavailable(f"{where} does not exist")
+            if code in _DENIED or code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "401"):
+                return SourceUnavailable(f"{where}: access denied ({code}) while {doing}; check the credentials "
+                                         "and the bucket policy")
+            if code in ("301", "PermanentRedirect", "AuthorizationHeaderMalformed"):
+                return SourceUnavailable(f"{where}: the bucket lives in another region ({code}); set 'region'")
+            if code in _THROTTLED:
+                return SourceUnavailable(f"{where}: still throttled ({code}) after {retries + 1} attempts "
+                                         f"while {doing}")
+            return SourceUnavailable(f"{where}: {code or 'error'} while {doing} (after {retries + 1} attempts)")
+        if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+            return SourceUnavailable(f"{where}: no credentials (none configured and boto3's default chain found none)")
+        if isinstance(exc, EndpointConnectionError | ConnectTimeoutError):
+            return SourceUnavailable(f"{where}: cannot reach the endpoint while {doing}")
+        return SourceUnavailable(f"{where}: {type(exc).__name__} while {doing}")
+
+    # -- the Connector interface --------------------------------------------------------------------------
+
+    def check(self) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        client = self._client()
+        try:
+            client.head_bucket(Bucket=self.config.bucket)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._unavailable(exc, "checking the bucket") from exc
+
+    def walk(self) -> Iterator[RemoteFile]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        self.check()
+        cfg = self.config
+        paginator = self._client().get_paginator("list_objects_v2")
+        pages = iter(paginator.paginate(Bucket=cfg.bucket, Prefix=cfg.prefix,
+                                        PaginationConfig={"PageSize": cfg.page_size}))
+        while True:
+            try:
+                page = next(pages)
+            except StopIteration:
+                return
+            except (ClientError, BotoCoreError) as exc:
+                raise self._unavailable(exc, "listing objects") from exc
+            for obj in page.get("Contents", ()):
+                full = obj["Key"]
+                if full.endswith("/") or not full.startswith(cfg.prefix):
+                    continue
+                key = full[len(cfg.prefix):]
+                etag = obj.get("ETag")
+                mtime = obj.get("LastModified")
+                if mtime is not None:
+                    mtime = mtime.replace(tzinfo=UTC) if mtime.tzinfo is None else mtime.astimezone(UTC)
+                yield RemoteFile(
+                    key=key, size=int(obj.get("Size", 0)), mtime=mtime,
+                    etag=etag.strip('"') if etag else None, storage_class=obj.get("StorageClass") or "STANDARD",
+                )
+
+    def open(self, key: str) -> BinaryIO:
+        spool = tempfile.SpooledTemporaryFile(max_size=self.config.spool_max_bytes)  # noqa: SIM115
+        try:
+            self._download(key, spool)
+        except BaseException:
+            spool.close()
+            raise
+        spool.seek(0)
+        return spool  # type: ignore[return-value]
+
+    # -- download -----------------------------------------------------------------------------------------
+
+    def _get(self, key: str, **extra: Any) -> dict:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        cfg = self.config
+        try:
+            return self._client().get_object(Bucket=cfg.bucket, Key=cfg.prefix + key, **extra)
+        except ClientError as exc:
+            code = _error_code(exc)
+            if code in _NOT_FOUND:
+                raise FileNotFoundError(errno.ENOENT, "no such object", key) from exc
+            if code in _DENIED:
+                raise PermissionError(errno.EACCES, f"access denied to the object ({code})", key) from exc
+            if code in ("PreconditionFailed", "412"):
+                raise OSError(errno.EAGAIN, "the object changed while it was read", key) from exc
+            if code == "InvalidObjectState":
+                raise OSError(errno.EIO, "the object is archived; restore it before it can be read", key) from exc
+            raise self._unavailable(exc, "reading an object") from exc
+        except BotoCoreError as exc:
+            raise self._unavailable(exc, "reading an object") from exc
+
+    def _download(self, key: str, spool: BinaryIO) -> None:
+        """Stream one object into `spool`; a stream that breaks is resumed with a ranged GET of the same ETag."""
+        from botocore.exceptions import ConnectionError as BotoConnectionError
+        from botocore.exceptions import IncompleteReadError, ReadTimeoutError, ResponseStreamingError
+
+        broken = (ResponseStreamingError, IncompleteReadError, ReadTimeoutError, BotoConnectionError)
+        cfg = self.config
+        written, total, etag, failures = 0, -1, None, 0
+        while True:
+            extra = {}
+            if written and etag:
+                extra = {"Range": f"bytes={written}-", "IfMatch": etag}
+            elif written:  # no ETag to pin the version: start over
+                spool.seek(0)
+                spool.truncate()
+                written = 0
+            response = self._get(key, **extra)
+            if total < 0:
+                total, etag = int(response.get("ContentLength") or 0), response.get("ETag")
+            body = response["Body"]
+            error: Exception | None = None
+            try:
+                while True:
+                    try:
+                        chunk = body.read(READ_CHUNK)
+                    except broken as exc:
+                        error = exc
+                        break
+                    if not chunk:
+                        break
+                    spool.write(chunk)
+                    written += len(chunk)
+            finally:
+                body.close()
+            if error is None and written >= total:
+                return
+            failures += 1
+            why = type(error).__name__ if error else f"body ended at {written} of {total} bytes"
+            if failures >= cfg.max_attempts:
+                raise OSError(errno.EIO, f"download broke {failures} times (last: {why})", key) from error
+            log.warning("S3 download broke; resuming", extra={
+                "bucket": cfg.bucket, "key": key, "offset": written, "error": why})
+            time.sleep(random.random() * min((cfg.base_delay or 0.5) * 2 ** (failures - 1), MAX_DELAY))
