@@ -125,6 +125,15 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--tool")
     au.add_argument("--tenant")
     au.add_argument("--limit", type=int, default=50)
+    bench = sub.add_parser("bench", help="benchmarks (numbers for docs/benchmarks.md)")
+    bsub = bench.add_subparsers(dest="action", required=True)
+    bs = bsub.add_parser("search", help="search_content latency via HTTP vs the SQL floor, and throughput")
+    bs.add_argument("--dataset", type=Path, default=Path(__file__).resolve().parents[3].parent / "shared" / "data"
+                    / "scifact", help="BEIR folder (corpus.jsonl, queries.jsonl)")
+    bs.add_argument("--clients", type=int, default=16)
+    bs.add_argument("--seconds", type=float, default=20.0)
+    bs.add_argument("--queries", type=int, default=300)
+    bs.add_argument("--work-dir", type=Path, help="where documents and the embedded database go")
     for leaf in _leaves(p):
         if leaf is not p:
             _add_common(leaf, top=False)
@@ -163,6 +172,9 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         _print(args, report)
         return 0
 
+    if args.command == "bench":
+        return _bench(args, settings)
+
     from kdbl_control import admin
     from kdbl_control.target import owner_url
     from kdbl_core.db.engine import sync_engine
@@ -183,6 +195,24 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             return _dispatch(args, settings, engine, admin)
         finally:
             engine.dispose()
+
+
+def _bench(args: argparse.Namespace, settings: Settings) -> int:
+    from kdbl_control.bench import default_work_dir, run_search_bench, summarise
+    from kdbl_core.db.embedded import EmbeddedDatabase
+
+    work = (args.work_dir or default_work_dir()).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    if not (args.dataset / "corpus.jsonl").exists():
+        raise ConfigError(f"{args.dataset} is not a BEIR folder (no corpus.jsonl)")
+    options = {"clients": args.clients, "seconds": args.seconds, "n_queries": args.queries}
+    if settings.database_url is not None and args.data_dir is None:
+        result = run_search_bench(settings.database_url.get_secret_value(), args.dataset, work, **options)
+    else:
+        with EmbeddedDatabase(args.data_dir or work / "db") as db:
+            result = run_search_bench(db.owner_url, args.dataset, work, **options)
+    print(json.dumps(result, indent=2, default=str) if args.json else summarise(result))
+    return 0
 
 
 def _dispatch(args: argparse.Namespace, settings: Settings, engine: Any, admin: Any) -> int:

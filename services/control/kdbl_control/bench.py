@@ -1,0 +1,214 @@
+"""`kdbl-control bench search`: lexical search_content latency through the whole stack, beside its floor.
+
+Indexes a BEIR corpus (default: SciFact) through the real crawl pipeline, starts `kdbl-api` as its own
+process (kdbl_api role, auth, RLS, audit), then measures with raw JSON-RPC POSTs:
+  floor   — the same search + hit expansion run directly in one RLS transaction (no HTTP, no audit);
+  1 client — sequential tools/call requests, p50/p95;
+  N clients — concurrent requests for a fixed time: requests/s, p50/p95, errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from kdbl_control import admin
+from kdbl_core.db.engine import async_engine, rls_transaction, sync_engine
+from kdbl_core.db.urls import for_role
+from kdbl_core.principal import Principal
+from kdbl_core.search import lexical
+from kdbl_core.search.windows import HitRef, expand_hits
+from kdbl_core.settings import Settings
+from kdbl_worker.pipeline import Indexer, load_sources
+
+TENANT = "bench-search"
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], 2)
+
+
+def materialise_beir(dataset: Path, out: Path) -> int:
+    """Write corpus.jsonl documents as text files (title + abstract), once."""
+    out.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with open(dataset / "corpus.jsonl") as handle:
+        for line in handle:
+            doc = json.loads(line)
+            target = out / f"{doc['_id']}.txt"
+            if not target.exists():
+                target.write_text(f"{doc.get('title', '')}\n\n{doc.get('text', '')}")
+            count += 1
+    return count
+
+
+def load_queries(dataset: Path, limit: int) -> list[str]:
+    queries = []
+    with open(dataset / "queries.jsonl") as handle:
+        for line in handle:
+            queries.append(json.loads(line)["text"])
+            if len(queries) >= limit:
+                break
+    return queries
+
+
+def ensure_indexed(owner_url: str, docs: Path) -> dict[str, Any]:
+    owner = sync_engine(owner_url)
+    tenant = admin.create_tenant(owner, TENANT, exist_ok=True)
+    admin.add_source(owner, TENANT, protocol="fs", config={"root": str(docs)}, name="corpus", exist_ok=True)
+    token, _ = admin.create_token(owner, tenant_name=TENANT, name="bench")
+    worker = sync_engine(for_role(owner_url, "kdbl_worker"))
+    [source] = load_sources(worker, tenant=TENANT)
+    stats = Indexer(worker, Settings()).crawl(source)
+    with owner.connect() as conn:
+        from sqlalchemy import text
+
+        chunks = conn.execute(text("SELECT count(*) FROM chunks WHERE tenant_id = :t"), {"t": tenant.id}).scalar()
+    owner.dispose()
+    worker.dispose()
+    return {"tenant_id": tenant.id, "token": token, "chunks": chunks, "crawl": {
+        "files": stats.listed, "indexed": stats.indexed, "seconds": round(stats.seconds, 2),
+        "files_per_s": round(stats.indexed / stats.seconds, 1) if stats.indexed else None}}
+
+
+async def floor(owner_url: str, tenant_id, queries: list[str]) -> dict[str, float]:
+    engine = async_engine(for_role(owner_url, "kdbl_api"))
+    principal = Principal(tenant_id=tenant_id, tenant_name=TENANT, subject="user:bench")
+    times = []
+    for query in queries:
+        start = time.perf_counter()
+        async with rls_transaction(engine, principal) as conn:
+            hits = await lexical.search(conn, query, lexical.Filters(), limit=20, ts_config="english")
+            await expand_hits(conn, [HitRef(h.file_id, h.source_id, h.key, h.seq, h.score) for h in hits],
+                              query=query, ts_config="english")
+        times.append((time.perf_counter() - start) * 1000)
+    await engine.dispose()
+    return {"p50_ms": pct(times, 0.5), "p95_ms": pct(times, 0.95), "n": len(times)}
+
+
+def _body(i: int, query: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": i, "method": "tools/call",
+            "params": {"name": "search_content", "arguments": {"query": query, "mode": "lexical"}}}
+
+
+async def one_client(url: str, token: str, queries: list[str]) -> dict[str, float]:
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": "2025-11-25"}
+    times, errors = [], 0
+    async with httpx.AsyncClient(headers=headers, timeout=30) as http:
+        await http.post(url, json=_body(0, queries[0]))  # warm the token cache and the connection
+        for i, query in enumerate(queries):
+            start = time.perf_counter()
+            resp = await http.post(url, json=_body(i, query))
+            times.append((time.perf_counter() - start) * 1000)
+            errors += resp.status_code != 200 or "error" in resp.json()
+    return {"p50_ms": pct(times, 0.5), "p95_ms": pct(times, 0.95), "n": len(times), "errors": errors}
+
+
+async def many_clients(url: str, token: str, queries: list[str], clients: int, seconds: float) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": "2025-11-25"}
+    times: list[float] = []
+    errors = 0
+    deadline = time.monotonic() + seconds
+
+    async def run(worker_id: int) -> None:
+        nonlocal errors
+        async with httpx.AsyncClient(headers=headers, timeout=30) as http:
+            i = worker_id
+            while time.monotonic() < deadline:
+                start = time.perf_counter()
+                try:
+                    resp = await http.post(url, json=_body(i, queries[i % len(queries)]))
+                    ok = resp.status_code == 200 and "error" not in resp.json()
+                except httpx.HTTPError:
+                    ok = False
+                times.append((time.perf_counter() - start) * 1000)
+                errors += not ok
+                i += clients
+
+    started = time.monotonic()
+    await asyncio.gather(*(run(w) for w in range(clients)))
+    elapsed = time.monotonic() - started
+    return {"clients": clients, "requests": len(times), "errors": errors, "seconds": round(elapsed, 1),
+            "requests_per_s": round(len(times) / elapsed, 1), "p50_ms": pct(times, 0.5), "p95_ms": pct(times, 0.95)}
+
+
+def start_api(owner_url: str, port: int) -> subprocess.Popen:
+    env = {**os.environ, "KDBL_DATABASE_URL": for_role(owner_url, "kdbl_api"), "KDBL_MCP_ENABLED": "true",
+           "KDBL_API_HOST": "127.0.0.1", "KDBL_API_PORT": str(port), "KDBL_RATE_LIMIT_PER_MINUTE": "0",
+           "KDBL_LOG_LEVEL": "WARNING"}
+    proc = subprocess.Popen([sys.executable, "-m", "kdbl_api.main"], env=env)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("kdbl-api did not become ready")
+
+
+def run_search_bench(owner_url: str, dataset: Path, work_dir: Path, *, clients: int, seconds: float,
+                     n_queries: int) -> dict[str, Any]:
+    docs = work_dir / "bench-docs"
+    n_docs = materialise_beir(dataset, docs)
+    indexed = ensure_indexed(owner_url, docs)
+    queries = load_queries(dataset, n_queries)
+    port = _free_port()
+    api = start_api(owner_url, port)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        result = {
+            "dataset": str(dataset), "documents": n_docs, "chunks": indexed["chunks"], "queries": len(queries),
+            "crawl": indexed["crawl"],
+            "floor_sql": asyncio.run(floor(owner_url, indexed["tenant_id"], queries)),
+            "http_1_client": asyncio.run(one_client(url, indexed["token"], queries)),
+            "http_n_clients": asyncio.run(many_clients(url, indexed["token"], queries, clients, seconds)),
+            "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+            "date": time.strftime("%Y-%m-%d"),
+        }
+    finally:
+        api.terminate()
+        api.wait(timeout=20)
+    return result
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def default_work_dir() -> Path:
+    return Path(tempfile.gettempdir()) / "kdbl-bench"
+
+
+def summarise(result: dict[str, Any]) -> str:
+    rows = [
+        ("crawl (files/s)", result["crawl"]["files_per_s"], "", ""),
+        ("floor: SQL in one RLS tx", result["floor_sql"]["p50_ms"], result["floor_sql"]["p95_ms"], ""),
+        ("HTTP+auth+RLS+audit, 1 client", result["http_1_client"]["p50_ms"], result["http_1_client"]["p95_ms"],
+         f"errors {result['http_1_client']['errors']}"),
+        (f"HTTP, {result['http_n_clients']['clients']} clients", result["http_n_clients"]["p50_ms"],
+         result["http_n_clients"]["p95_ms"],
+         f"{result['http_n_clients']['requests_per_s']} req/s, errors {result['http_n_clients']['errors']}"),
+    ]
+    lines = [f"{result['documents']} documents, {result['chunks']} chunks, {result['queries']} queries",
+             f"{'':34} {'p50 ms':>8} {'p95 ms':>8}"]
+    lines += [f"{name:34} {str(p50):>8} {str(p95):>8}  {extra}" for name, p50, p95, extra in rows]
+    return "\n".join(lines)
+
