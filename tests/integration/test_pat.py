@@ -88,3 +88,9 @@ def test_verify_is_a_real_argon2_check():
     assert pat.verify(new.hash, new.token)
     assert not pat.verify(new.hash, new.token[:-1] + "x")
     assert not pat.verify("not-a-hash", new.token)
+
+
+def test_create_tenant_with_exist_ok_returns_a_usable_row(owner_engine, unique):
+    first = admin.create_tenant(owner_engine, f"again-{unique}")
+    again = admin.create_tenant(owner_engine, f"again-{unique}", exist_ok=True)
+    assert (again.id, again.name) == (first.id, first.name)

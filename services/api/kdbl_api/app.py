@@ -63,7 +63,7 @@ def create_app(settings: Settings, engine: AsyncEngine) -> Starlette:
 
     async def readyz(request: Request) -> JSONResponse:
         try:
-            async with engine.connect() as conn:
+            async with engine.begin() as conn:
                 await conn.execute(text("SELECT 1"))
         except Exception as exc:  # noqa: BLE001 - readiness reports any database failure
             log.warning("database not reachable", extra={"error": type(exc).__name__})
@@ -102,7 +102,7 @@ def create_app(settings: Settings, engine: AsyncEngine) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
             await assert_runtime_role(engine, allow_privileged=settings.allow_privileged_db_role)
-            async with engine.connect() as conn:
+            async with engine.begin() as conn:
                 cursor_key = await reads.server_key(conn, "cursor")
             state.services = Services(settings=settings, cursors=CursorCodec(cursor_key), downloads=downloads.signer)
             async with manager.run():

@@ -43,6 +43,7 @@ def create_tenant(engine: Engine, name: str, *, display_name: str | None = None,
         existing = session.scalar(select(Tenant).where(Tenant.name == name))
         if existing is not None:
             if exist_ok:
+                session.expunge(existing)
                 return existing
             raise Conflict(f"tenant '{name}' already exists")
         tenant = Tenant(name=name, display_name=display_name, hybrid_enabled=hybrid)

@@ -99,7 +99,7 @@ class OidcVerifier:
     async def _tenant_id(self, name: str) -> uuid.UUID:
         if name in self._tenants:
             return self._tenants[name]
-        async with self._engine.connect() as conn:
+        async with self._engine.begin() as conn:
             row = (await conn.execute(text("SELECT id FROM kdbl_tenant_by_name(:n)"), {"n": name})).first()
         if row is None:
             raise Forbidden(f"unknown tenant '{name}' in token")

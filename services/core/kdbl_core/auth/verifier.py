@@ -54,8 +54,10 @@ class _VerifiedCache:
 
 class PatVerifier:
     def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
+        # One statement, no transaction: autocommit saves the BEGIN/COMMIT round trips.
+        self._engine = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._cache = _VerifiedCache()
+        self._inflight: dict[str, anyio.Lock] = {}
 
     async def verify(self, token: str) -> Principal:
         parsed = pat.parse(token)
@@ -65,10 +67,7 @@ class PatVerifier:
             raise Unauthenticated("unknown token")
         digest = hashlib.sha256(token.encode()).digest()
         if not self._cache.matches(parsed.lookup_id, digest):
-            ok = await anyio.to_thread.run_sync(pat.verify, row.hash, token)
-            if not ok:
-                raise Unauthenticated("invalid token")
-            self._cache.add(parsed.lookup_id, digest)
+            await self._verify_once(parsed.lookup_id, row.hash, token, digest)
         now = datetime.now(UTC)
         if row.revoked_at is not None:
             raise Unauthenticated("token revoked")
@@ -85,6 +84,20 @@ class PatVerifier:
             token_id=row.id,
             auth_method="pat",
         )
+
+    async def _verify_once(self, lookup_id: str, stored_hash: str, token: str, digest: bytes) -> None:
+        """Single flight: a burst of requests with a fresh token costs one argon2 check, not one each."""
+        lock = self._inflight.setdefault(lookup_id, anyio.Lock())
+        try:
+            async with lock:
+                if self._cache.matches(lookup_id, digest):
+                    return
+                if not await anyio.to_thread.run_sync(pat.verify, stored_hash, token):
+                    raise Unauthenticated("invalid token")
+                self._cache.add(lookup_id, digest)
+        finally:
+            if not lock.locked() and lock.statistics().tasks_waiting == 0:
+                self._inflight.pop(lookup_id, None)
 
 
 class BearerVerifier:

@@ -90,37 +90,30 @@ WITH q AS (
      WHERE s.tenant_id = kdbl_tenant()
      GROUP BY s.term, c.n, c.avgdl HAVING sum(s.df) > 0
 )
-SELECT p.chunk_id, min(p.file_id) AS file_id,
-       sum(w.idf * p.tf * {K1 + 1} / (p.tf + {K1} * (1 - {B} + {B} * p.dl / w.avgdl))) AS score
-  FROM postings p JOIN w ON w.term = p.term
- WHERE p.tenant_id = kdbl_tenant(){extra}
- GROUP BY p.chunk_id
- ORDER BY score DESC, p.chunk_id
- LIMIT :limit
+, top AS (
+    SELECT p.chunk_id,
+           sum(w.idf * p.tf * {K1 + 1} / (p.tf + {K1} * (1 - {B} + {B} * p.dl / w.avgdl))) AS score
+      FROM postings p JOIN w ON w.term = p.term
+     WHERE p.tenant_id = kdbl_tenant(){extra}
+     GROUP BY p.chunk_id
+     ORDER BY score DESC, p.chunk_id
+     LIMIT :limit
+)
+SELECT top.chunk_id, c.file_id, c.source_id, f.key, c.seq, top.score
+  FROM top
+  CROSS JOIN LATERAL (SELECT c.file_id, c.source_id, c.seq FROM chunks c WHERE c.id = top.chunk_id OFFSET 0) c
+  CROSS JOIN LATERAL (SELECT f.key FROM files f WHERE f.id = c.file_id OFFSET 0) f
+ ORDER BY top.score DESC, top.chunk_id
 """
     return sql, params
-
-
-_HYDRATE = text("""
-SELECT c.id AS chunk_id, c.file_id, c.source_id, f.key, c.seq
-  FROM chunks c JOIN files f ON f.id = c.file_id
- WHERE c.id = ANY(:ids)
-""")
 
 
 async def search(conn: AsyncConnection, query: str, filters: Filters, *, limit: int, ts_config: str) -> list[LexicalHit]:
     """Top `limit` chunks by BM25 among rows the current RLS principal may see."""
     sql, params = build_query(filters)
     params.update({"cfg": ts_config, "query": query, "limit": limit})
-    scored = (await conn.execute(text(sql), params)).all()
-    if not scored:
-        return []
-    rows = {r.chunk_id: r for r in await conn.execute(_HYDRATE, {"ids": [s.chunk_id for s in scored]})}
-    return [
-        LexicalHit(s.chunk_id, s.file_id, rows[s.chunk_id].source_id, rows[s.chunk_id].key,
-                   rows[s.chunk_id].seq, float(s.score))
-        for s in scored if s.chunk_id in rows
-    ]
+    rows = await conn.execute(text(sql), params)
+    return [LexicalHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in rows]
 
 
 async def query_terms(conn: AsyncConnection, query: str, ts_config: str) -> list[str]:

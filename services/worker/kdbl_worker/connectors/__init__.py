@@ -52,6 +52,8 @@ class Connector(Protocol):
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SHOWN_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+_KEY_ID = re.compile(r"(AKIA|ASIA|AKID|AIDA|AROA)[A-Z0-9]{12,}")
 
 
 def read_credentials(ref: object, *, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, str] | None:
@@ -77,7 +79,10 @@ def read_credentials(ref: object, *, required: tuple[str, ...], optional: tuple[
             if not isinstance(var, str) or not _ENV_NAME.fullmatch(var):
                 raise InvalidArgument(f"credentials.env.{name}", "must be the name of an environment variable")
             if var not in os.environ:
-                raise PermanentError(f"credentials: environment variable {var} ({name}) is not set")
+                # Name the variable only when it looks like one: a pasted secret must not reach a log.
+                shown = var if _SHOWN_ENV_NAME.fullmatch(var) and not _KEY_ID.fullmatch(var) else \
+                    f"named by credentials.env.{name}"
+                raise PermanentError(f"credentials: environment variable {shown} is not set ({name})")
             values[name] = os.environ[var]
     else:
         folder = ref["dir"]

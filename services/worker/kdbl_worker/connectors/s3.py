@@ -10,8 +10,9 @@ Config (a source's `config` JSON):
                 "session_token": VAR}}, {"dir": "/var/run/secrets/kdbl/<source>"} (one file per name), or
                 {"anonymous": true} for public buckets; absent: boto3's default chain (env, profile, IRSA, IMDS)
   verify_tls    default true; ca_file: a CA bundle for a private endpoint
-  max_attempts  default 5: botocore's "standard" retry mode (throttling, 5xx, connection errors), also the
-                bound on re-reads after a download broke mid-stream
+  max_attempts  default 5 attempts in all per request (botocore's "standard" retry mode, its
+                `total_max_attempts`: throttling, 5xx, connection errors); also bounds the re-reads of a
+                download that broke mid-stream
   base_delay    optional seconds: scale of the exponential backoff (botocore's own when absent)
   page_size     default 1000 keys per list_objects_v2 request
   connect_timeout / read_timeout  seconds, default 10 / 60
@@ -162,14 +163,16 @@ def _use_base_delay(client: Any, max_attempts: int, base_delay: float) -> None:
                 return random.random() * min(base_delay * 2 ** (context.attempt_number - 1), MAX_DELAY)
 
         adapter = standard.RetryEventAdapter()
+        retry_quota = standard.RetryQuotaChecker(quota.RetryQuota(), standard.ThrottlingErrorDetector(adapter))
         handler = standard.RetryHandler(
             standard.RetryPolicy(retry_checker=standard.StandardRetryConditions(max_attempts=max_attempts),
                                  retry_backoff=_Backoff()),
             adapter,
-            standard.RetryQuotaChecker(quota.RetryQuota(), standard.ThrottlingErrorDetector(adapter)),
+            retry_quota,
         )
         client.meta.events.unregister("needs-retry.s3", unique_id="retry-config-s3")
         client.meta.events.register("needs-retry.s3", handler.needs_retry, unique_id="retry-config-s3")
+        client.meta.events.register("after-call.s3", retry_quota.release_retry_quota)
     except (ImportError, AttributeError, TypeError) as exc:  # pragma: no cover - depends on botocore's shape
         log.warning("cannot tune S3 retry backoff; using botocore's", extra={"error": str(exc)})
 
@@ -200,7 +203,7 @@ class S3Connector:
         )
         options: dict[str, Any] = {
             "region_name": cfg.region,
-            "retries": {"mode": "standard", "max_attempts": cfg.max_attempts},
+            "retries": {"mode": "standard", "total_max_attempts": cfg.max_attempts},
             "connect_timeout": cfg.connect_timeout,
             "read_timeout": cfg.read_timeout,
             "user_agent_extra": "kdbl-worker",
