@@ -75,3 +75,14 @@ def api_sync_engine(owner_url: str):
 @pytest.fixture
 def unique() -> str:
     return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture(scope="session")
+def embed_model_path() -> Path:
+    """The default GGUF model, built (or taken from the cache) by airgap/model/build_model.py."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kdbl_build_model", REPO / "airgap/model/build_model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.ensure_model(module.default_out_dir(), "f16")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+
+import anyio.to_thread
 import logging
 from collections.abc import AsyncIterator
 
@@ -22,7 +24,8 @@ from kdbl_api.server import AppState, build_server
 from kdbl_api.tools.context import Services
 from kdbl_core.auth.oidc import OidcVerifier
 from kdbl_core.auth.verifier import BearerVerifier, PatVerifier
-from kdbl_core.db import reads
+from kdbl_core.db import embeddings, reads
+from kdbl_core.embed import Embedder
 from kdbl_core.db.engine import assert_runtime_role
 from kdbl_core.principal import ALL_SCOPES
 from kdbl_core.settings import Settings
@@ -41,6 +44,14 @@ def _oidc(settings: Settings, engine: AsyncEngine) -> OidcVerifier | None:
     return OidcVerifier(engine, issuer=settings.oidc_issuer, audience=settings.oidc_audience,
                         jwks_file=settings.oidc_jwks_file, tenant_claim=settings.oidc_tenant_claim,
                         groups_claim=settings.oidc_groups_claim)
+
+
+def load_embedder(settings: Settings) -> Embedder | None:
+    """The query embedder, when a model is configured (a configured but unusable model is an error)."""
+    if not settings.embed_model_path:
+        return None
+    return Embedder(settings.embed_model_path, n_threads=settings.embed_threads,
+                    max_tokens=settings.embed_max_tokens, query_cache_size=settings.query_cache_size)
 
 
 def create_app(settings: Settings, engine: AsyncEngine) -> Starlette:
@@ -82,14 +93,24 @@ def create_app(settings: Settings, engine: AsyncEngine) -> Starlette:
 
     async def capacity(request: Request) -> JSONResponse:
         obs = state.observability
+        embedder = state.services.embedder if state.services else None
+        async with engine.begin() as conn:
+            progress = await embeddings.global_progress(conn)
+        hybrid = {"available": embedder is not None, "latency": obs.mode_latency("hybrid"),
+                  "embedding_progress": progress,
+                  "cost": "query embedding (~4 ms CPU, cached) + BM25 + HNSW scan + fusion"}
+        if embedder is None:
+            hybrid.update(reason="no embedder deployed (KDBL_EMBED_MODEL_PATH unset)", served_as="lexical")
+        else:
+            hybrid.update(model=embedder.model_id, dimensions=embedder.dim,
+                          note="per tenant/source toggles may still degrade a request to lexical")
         return JSONResponse({
             "mcp_enabled": settings.mcp_enabled,
             "downloads_enabled": downloads.enabled,
             "modes": {
                 "lexical": {"available": True, "cost": "one SQL query: BM25 over the query terms' postings",
                             "latency": obs.mode_latency("lexical")},
-                "hybrid": {"available": False, "reason": "no embedder deployed", "served_as": "lexical",
-                           "cost": "as lexical while degraded", "latency": obs.mode_latency("hybrid")},
+                "hybrid": hybrid,
             },
             "rate_limit": {"per_minute": settings.rate_limit_per_minute, "burst": settings.rate_limit_burst,
                            "scope": "per token, per API replica"},
@@ -104,7 +125,9 @@ def create_app(settings: Settings, engine: AsyncEngine) -> Starlette:
             await assert_runtime_role(engine, allow_privileged=settings.allow_privileged_db_role)
             async with engine.begin() as conn:
                 cursor_key = await reads.server_key(conn, "cursor")
-            state.services = Services(settings=settings, cursors=CursorCodec(cursor_key), downloads=downloads.signer)
+            embedder = await anyio.to_thread.run_sync(load_embedder, settings)
+            state.services = Services(settings=settings, cursors=CursorCodec(cursor_key), downloads=downloads.signer,
+                                      embedder=embedder)
             async with manager.run():
                 yield
         finally:

@@ -22,6 +22,8 @@ from kdbl_core.db.engine import async_engine, sync_engine
 from kdbl_core.db.urls import for_role
 from kdbl_core.errors import ConfigError
 from kdbl_core.settings import Settings
+from kdbl_core.embed import Embedder, default_model_path
+from kdbl_worker.embedding import embed_pending
 from kdbl_worker.fetch import create_fetch_app
 from kdbl_worker.pipeline import Indexer, load_sources
 
@@ -91,10 +93,15 @@ def run_up(folders: list[Path], data_dir: Path, port: int, host: str = "127.0.0.
     data_dir.mkdir(parents=True, exist_ok=True)
     local = _local_secrets(data_dir)
     fetch_port = _free_port(host)
+    model = os.environ.get("KDBL_EMBED_MODEL_PATH") or default_model_path()
     settings = Settings(
         mcp_enabled=True, api_public_url=f"http://{host}:{port}", worker_fetch_url=f"http://{host}:{fetch_port}",
         download_signing_secret=local["download_signing_secret"], internal_fetch_token=local["internal_fetch_token"],
+        embed_model_path=str(model) if model else None,
     )
+    if model is None:
+        print("kdbl: no embedding model found: hybrid search degrades to lexical "
+              "(build it with: python airgap/model/build_model.py)", file=sys.stderr)
     folders = [f.expanduser().resolve() for f in (folders or [default_folder()])]
     for folder in folders:
         if not folder.is_dir():
@@ -162,8 +169,21 @@ def _source_name(owner, folder: Path) -> str:
 
 
 def _rescan(indexer: Indexer, worker, stop: threading.Event) -> None:
-    """Pick up edits while `up` runs: re-crawl every RESCAN_SECONDS (unchanged files cost a stat)."""
-    while not stop.wait(RESCAN_SECONDS):
+    """Embed what the first crawl wrote (lexical first: search works meanwhile), then pick up edits:
+    re-crawl every RESCAN_SECONDS (unchanged files cost a stat) and embed the changes."""
+    settings = indexer.settings
+    embedder = Embedder(settings.embed_model_path, n_threads=settings.embed_threads) \
+        if settings.embed_model_path else None
+    while True:
+        if embedder is not None:
+            try:
+                count = embed_pending(worker, embedder, batch=settings.embed_batch, stop=stop)
+                if count:
+                    print(f"kdbl: embedded {count} chunks for hybrid search", file=sys.stderr)
+            except Exception as exc:  # noqa: BLE001 - keep serving lexically
+                print(f"kdbl: embedding failed: {exc}", file=sys.stderr)
+        if stop.wait(RESCAN_SECONDS):
+            return
         for source in load_sources(worker, tenant=DEMO_TENANT):
             try:
                 indexer.crawl(source)

@@ -39,6 +39,17 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+DEFAULT_MODEL_FILE = "all-minilm-l6-v2.f16.gguf"
+
+
+def default_model_path() -> Path | None:
+    """The default model where airgap/model/build_model.py caches it (KDBL_MODEL_DIR), if built."""
+    import os
+
+    path = Path(os.environ.get("KDBL_MODEL_DIR") or "~/.cache/kdbl/models").expanduser() / DEFAULT_MODEL_FILE
+    return path if path.is_file() else None
+
+
 class Embedder:
     """Embeds texts with a GGUF embedding model (mean/CLS pooling as stored in the file)."""
 

@@ -70,6 +70,18 @@ class Settings(BaseSettings):
     chunk_target_chars: int = Field(default=800, ge=100, le=8000)
     chunk_max_chars: int = Field(default=1200, ge=200, le=16000)
 
+    # --- embeddings / hybrid retrieval ----------------------------------------------------
+    embed_model_path: str | None = Field(
+        default=None, description="GGUF embedding model; unset = no embedder, hybrid degrades to lexical.")
+    embed_threads: int = Field(default=2, ge=1, le=64)
+    embed_batch: int = Field(default=32, ge=1, le=512, description="Chunks per embedding batch (worker).")
+    embed_max_tokens: int = Field(default=256, ge=16, le=8192)
+    query_cache_size: int = Field(default=1024, ge=0)
+    hybrid_depth: int = Field(default=100, ge=10, le=1000, description="Candidates per arm before fusion.")
+    hybrid_rrf_k: int = Field(default=60, ge=1, le=1000)
+    hybrid_vector_weight: float = Field(default=1.0, ge=0.0, le=10.0)
+    hybrid_max_per_file: int = Field(default=3, ge=1, le=100)
+
     # --- logging -----------------------------------------------------------------------
     log_level: str = "INFO"
     log_format: str = Field(default="json", pattern=r"^(json|text)$")

@@ -7,7 +7,7 @@ from typing import Any
 
 from kdbl_api.tools.context import ToolContext
 from kdbl_api.tools.models import ListFilesArgs, ListFilesResult, ListSourcesArgs, ListSourcesResult
-from kdbl_core.db import reads
+from kdbl_core.db import embeddings, reads
 from kdbl_core.errors import InvalidArgument
 from kdbl_core.uris import file_uri
 
@@ -20,6 +20,9 @@ async def list_sources(ctx: ToolContext, args: ListSourcesArgs) -> dict[str, Any
     rows = await reads.list_sources(ctx.conn, after=after, limit=args.limit + 1)
     page, more = rows[:args.limit], len(rows) > args.limit
     ctx.source_ids.extend(str(r["id"]) for r in page)
+    embedder = ctx.services.embedder
+    progress = await embeddings.source_progress(ctx.conn, [r["id"] for r in page],
+                                                embedder.model_id if embedder else None)
     ctx.row_count = len(page)
     next_cursor = None
     if more:
@@ -29,7 +32,10 @@ async def list_sources(ctx: ToolContext, args: ListSourcesArgs) -> dict[str, Any
     return ListSourcesResult(sources=[{
         "source_id": str(r["id"]), "name": r["name"], "protocol": r["protocol"], "enabled": r["enabled"],
         "hybrid_enabled": r["hybrid_enabled"], "last_indexed_at": r["last_indexed_at"],
-        "file_count": r["file_count"]} for r in page], next_cursor=next_cursor).model_dump(mode="json")
+        "file_count": r["file_count"],
+        "embedding": {**progress.get(r["id"], {"embedded": 0, "total": 0}),
+                      "active": bool(embedder and r["hybrid_enabled"])},
+    } for r in page], next_cursor=next_cursor).model_dump(mode="json")
 
 
 async def list_files(ctx: ToolContext, args: ListFilesArgs) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from kdbl_core.embed import Embedder
 from kdbl_core.principal import Principal
 from kdbl_core.settings import Settings
 from kdbl_core.signing import CursorCodec, DownloadSigner
@@ -18,6 +19,7 @@ class Services:
     settings: Settings
     cursors: CursorCodec
     downloads: DownloadSigner | None = None
+    embedder: Embedder | None = None
 
 
 @dataclass(slots=True)

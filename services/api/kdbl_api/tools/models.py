@@ -23,13 +23,15 @@ class SearchContentArgs(_Args):
     query: str = Field(min_length=1, description="What to look for. Lead with the most distinctive terms.")
     source_id: UUID | None = Field(default=None, description="Restrict to one source.")
     limit: int = Field(default=20, ge=1, le=100, description="Number of hits (1-100).")
-    mode: Literal["hybrid", "lexical"] = Field(
-        default="hybrid", description="hybrid (semantic + keyword, default) or lexical (keyword only).")
+    mode: Literal["hybrid", "lexical", "vector"] = Field(
+        default="hybrid", description="hybrid (semantic + keyword, fused; default), lexical (keyword only: "
+        "faster, exact terms) or vector (semantic arm only, for evaluation).")
     path: str | None = Field(default=None, max_length=4096, description="Only keys starting with this prefix.")
     content_type: str | None = Field(
         default=None, max_length=255, description="MIME type, or a family such as 'text/*' or 'application'.")
     modified_after: datetime | None = Field(default=None, description="ISO 8601; files modified at/after.")
     modified_before: datetime | None = Field(default=None, description="ISO 8601; files modified before.")
+    explain: bool = Field(default=False, description="Add each hit's per-arm ranks and scores.")
 
 
 class FileRefArgs(_Args):
@@ -55,6 +57,15 @@ class ListFilesArgs(_Args):
     limit: int = Field(default=50, ge=1, le=200, description="Files per page (1-200).")
 
 
+class HitExplain(BaseModel):
+    lexical_rank: int | None
+    lexical_score: float | None
+    vector_rank: int | None
+    vector_score: float | None
+    fused: float
+    pinned_identifier: bool
+
+
 class Hit(BaseModel):
     source_id: str
     key: str
@@ -70,12 +81,14 @@ class Hit(BaseModel):
     ts_end_ms: int | None
     url: str | None
     rank: float
+    explain: HitExplain | None = Field(default=None, description="Present when explain=true.")
 
 
 class SearchContentResult(BaseModel):
     hits: list[Hit]
-    mode: Literal["hybrid", "lexical"] = Field(description="The mode actually used.")
-    degraded: bool = Field(description="True when hybrid was requested but lexical served it.")
+    mode: Literal["hybrid", "lexical", "vector"] = Field(description="The mode actually used.")
+    degraded: bool = Field(description="True when a semantic mode was requested but lexical served it.")
+    degraded_reason: str | None = Field(default=None, description="Why, when degraded.")
 
 
 class ChunkOut(BaseModel):
@@ -139,6 +152,12 @@ class FileMetadataResult(BaseModel):
     url: str | None
 
 
+class EmbeddingProgress(BaseModel):
+    embedded: int = Field(description="Chunks embedded with the API's current model.")
+    total: int
+    active: bool = Field(description="Hybrid is on for this source and an embedder is deployed.")
+
+
 class SourceOut(BaseModel):
     source_id: str
     name: str
@@ -147,6 +166,7 @@ class SourceOut(BaseModel):
     hybrid_enabled: bool
     last_indexed_at: datetime | None
     file_count: int
+    embedding: EmbeddingProgress
 
 
 class ListSourcesResult(BaseModel):

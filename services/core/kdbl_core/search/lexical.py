@@ -47,7 +47,7 @@ def _like_prefix(prefix: str) -> str:
     return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-def _file_filter_sql(filters: Filters, params: dict) -> str:
+def file_filter_sql(filters: Filters, params: dict) -> str:
     clauses = []
     if filters.path is not None:
         clauses.append("f.key LIKE :path_prefix")
@@ -75,7 +75,7 @@ def build_query(filters: Filters) -> tuple[str, dict]:
         extra += " AND p.source_id = :source_id"
         params["source_id"] = filters.source_id
     if filters.touches_files:
-        file_sql = _file_filter_sql(filters, params)
+        file_sql = file_filter_sql(filters, params)
         extra += f" AND p.file_id IN (SELECT f.id FROM files f WHERE f.tenant_id = kdbl_tenant() AND {file_sql})"
     sql = f"""
 WITH q AS (
@@ -122,3 +122,25 @@ async def query_terms(conn: AsyncConnection, query: str, ts_config: str) -> list
         {"cfg": ts_config, "q": query},
     )
     return [r[0] for r in rows]
+
+
+_RARE_TERMS = text("""
+SELECT s.term FROM term_stats s
+ WHERE s.tenant_id = kdbl_tenant() AND s.term = ANY(:terms)
+ GROUP BY s.term HAVING sum(s.df) BETWEEN 1 AND :max_df
+""")
+
+
+async def rare_terms(conn: AsyncConnection, terms: list[str], max_df: int = 3) -> list[str]:
+    if not terms:
+        return []
+    return [r[0] for r in await conn.execute(_RARE_TERMS, {"terms": terms, "max_df": max_df})]
+
+
+async def chunks_with_terms(conn: AsyncConnection, chunk_ids: list[int], terms: list[str]) -> set[int]:
+    if not chunk_ids or not terms:
+        return set()
+    rows = await conn.execute(text(
+        "SELECT DISTINCT chunk_id FROM postings WHERE tenant_id = kdbl_tenant() AND term = ANY(:t) "
+        "AND chunk_id = ANY(:c)"), {"t": terms, "c": chunk_ids})
+    return {r[0] for r in rows}

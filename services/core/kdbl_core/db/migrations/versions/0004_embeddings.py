@@ -1,0 +1,27 @@
+"""Embedding model per chunk, per-dimension HNSW indexes, progress (see ../sql/0004_embeddings.sql).
+
+Revision ID: 0004
+Revises: 0002
+"""
+
+from pathlib import Path
+
+from alembic import op
+
+revision = "0004"
+down_revision = "0002"
+branch_labels = None
+depends_on = None
+
+_SQL = Path(__file__).resolve().parent.parent / "sql" / "0004_embeddings.sql"
+
+
+def upgrade() -> None:
+    op.get_bind().connection.driver_connection.execute(_SQL.read_text())
+
+
+def downgrade() -> None:
+    op.get_bind().connection.driver_connection.execute(
+        "DROP FUNCTION IF EXISTS kdbl_embedding_progress(), kdbl_ensure_vector_index(integer); "
+        "DROP INDEX IF EXISTS chunks_embedding_pending_idx; ALTER TABLE chunks DROP COLUMN IF EXISTS embedding_model;"
+    )

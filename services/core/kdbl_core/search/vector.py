@@ -1,0 +1,58 @@
+"""The semantic arm: approximate nearest neighbours over chunk embeddings (pgvector HNSW, cosine).
+
+Runs in the caller's RLS transaction, so only visible chunks come back. Filters and RLS drop rows after
+the index produced them; pgvector's iterative index scan keeps reading the graph until `limit` rows
+survive (relaxed order; the outer query re-sorts by exact distance). Only vectors of the current model
+are compared, and only for sources (and tenants) with hybrid enabled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from kdbl_core.db.embeddings import vector_literal
+from kdbl_core.search.lexical import Filters, LexicalHit, file_filter_sql
+
+
+def build_query(dim: int, filters: Filters) -> tuple[str, dict]:
+    if not 0 < dim <= 16000:
+        raise ValueError("bad embedding dimension")
+    params: dict = {}
+    extra = ""
+    if filters.source_id is not None:
+        extra += " AND c.source_id = :source_id"
+        params["source_id"] = filters.source_id
+    if filters.touches_files:
+        extra += (" AND c.file_id IN (SELECT f.id FROM files f WHERE f.tenant_id = kdbl_tenant() AND "
+                  f"{file_filter_sql(filters, params)})")
+    sql = f"""
+WITH nn AS (
+    SELECT c.id AS chunk_id, c.file_id, c.source_id, c.seq,
+           c.embedding::vector({dim}) <=> CAST(:q AS vector({dim})) AS distance
+      FROM chunks c
+     WHERE c.tenant_id = kdbl_tenant() AND vector_dims(c.embedding) = {dim} AND c.embedding_model = :model
+       AND c.source_id IN (SELECT s.id FROM sources s JOIN tenants t ON t.id = s.tenant_id
+                            WHERE s.hybrid_enabled AND t.hybrid_enabled){extra}
+     ORDER BY c.embedding::vector({dim}) <=> CAST(:q AS vector({dim}))
+     LIMIT :limit
+)
+SELECT nn.chunk_id, nn.file_id, nn.source_id, f.key, nn.seq, 1 - nn.distance AS score
+  FROM nn JOIN files f ON f.id = nn.file_id
+ ORDER BY nn.distance, nn.chunk_id
+"""
+    return sql, params
+
+
+async def search(conn: AsyncConnection, query_vector: Sequence[float], model_id: str, filters: Filters, *,
+                 limit: int) -> list[LexicalHit]:
+    dim = len(query_vector)
+    await conn.execute(text(
+        "SELECT set_config('hnsw.ef_search', :ef, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+    ), {"ef": str(min(1000, max(64, 2 * limit)))})
+    sql, params = build_query(dim, filters)
+    params.update({"q": vector_literal(query_vector), "model": model_id, "limit": limit})
+    rows = await conn.execute(text(sql), params)
+    return [LexicalHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in rows]
