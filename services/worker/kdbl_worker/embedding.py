@@ -1,0 +1,60 @@
+"""Lexical first, embeddings after: fill chunk vectors for hybrid-enabled sources in batches.
+
+Files become searchable by keyword the moment they are written; this stage runs behind the crawl and
+never blocks it. Batches are claimed with SKIP LOCKED, so several workers share the work. A chunk whose
+vector came from another model (e.g. a new model with another dimension) is re-embedded.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+
+from sqlalchemy import Engine
+
+from kdbl_core.db import embeddings
+from kdbl_core.db.engine import tenant_transaction
+from kdbl_core.embed import Embedder
+
+log = logging.getLogger(__name__)
+_indexed_dims: set[tuple[int, int]] = set()
+_lock = threading.Lock()
+
+
+def _ensure_index(engine: Engine, dim: int) -> None:
+    key = (id(engine), dim)
+    with _lock:
+        if key in _indexed_dims:
+            return
+    with engine.begin() as conn:
+        embeddings.ensure_vector_index(conn, dim)
+    with _lock:
+        _indexed_dims.add(key)
+
+
+def embed_pending(engine: Engine, embedder: Embedder, *, tenant_id: uuid.UUID | None = None, batch: int = 32,
+                  stop: threading.Event | None = None, max_batches: int | None = None) -> int:
+    """Embed pending chunks until none are left (or `stop` is set). Returns how many were embedded."""
+    _ensure_index(engine, embedder.dim)
+    with engine.connect() as conn:
+        tenants = [tenant_id] if tenant_id else embeddings.tenants_with_hybrid(conn)
+        conn.rollback()
+    done = batches = 0
+    for tenant in tenants:
+        while not (stop and stop.is_set()) and (max_batches is None or batches < max_batches):
+            started = time.perf_counter()
+            with tenant_transaction(engine, tenant) as conn:
+                pending = embeddings.claim_pending(conn, embedder.model_id, batch)
+                if not pending:
+                    break
+                vectors = embedder.embed([body for _, body in pending])
+                embeddings.store(conn, embedder.model_id, [(cid, vec) for (cid, _), vec in zip(pending, vectors)])
+            done += len(pending)
+            batches += 1
+            log.debug("embedded batch", extra={"tenant_id": str(tenant), "chunks": len(pending),
+                                              "seconds": round(time.perf_counter() - started, 3)})
+    if done:
+        log.info("embeddings written", extra={"chunks": done, "model": embedder.model_id})
+    return done
