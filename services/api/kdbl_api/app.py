@@ -54,7 +54,8 @@ def load_embedder(settings: Settings) -> Embedder | None:
                     max_tokens=settings.embed_max_tokens, query_cache_size=settings.query_cache_size)
 
 
-def create_app(settings: Settings, engine: AsyncEngine) -> Starlette:
+def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | None = None) -> Starlette:
+    """The API. `embedder` lets a process that already loaded the model share it (kdbl-control up)."""
     state = AppState()
     server = build_server(engine, state)
     manager = StreamableHTTPSessionManager(
@@ -125,9 +126,9 @@ def create_app(settings: Settings, engine: AsyncEngine) -> Starlette:
             await assert_runtime_role(engine, allow_privileged=settings.allow_privileged_db_role)
             async with engine.begin() as conn:
                 cursor_key = await reads.server_key(conn, "cursor")
-            embedder = await anyio.to_thread.run_sync(load_embedder, settings)
+            loaded = embedder or await anyio.to_thread.run_sync(load_embedder, settings)
             state.services = Services(settings=settings, cursors=CursorCodec(cursor_key), downloads=downloads.signer,
-                                      embedder=embedder)
+                                      embedder=loaded)
             async with manager.run():
                 yield
         finally:

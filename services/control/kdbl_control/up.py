@@ -13,7 +13,7 @@ from pathlib import Path
 import uvicorn
 from sqlalchemy import text
 
-from kdbl_api.app import create_app
+from kdbl_api.app import create_app, load_embedder
 from kdbl_control import admin
 from kdbl_control.progress import crawl_with_progress
 from kdbl_core.auth import pat
@@ -120,13 +120,15 @@ def run_up(folders: list[Path], data_dir: Path, port: int, host: str = "127.0.0.
         token = _demo_token(owner, data_dir)
         url = f"http://{host}:{port}/mcp"
         stop = threading.Event()
-        rescanner = threading.Thread(target=_rescan, args=(indexer, worker, stop), daemon=True)
+        # One model instance serves both the API's query embeddings and the background embedding.
+        embedder = load_embedder(settings)
+        rescanner = threading.Thread(target=_rescan, args=(indexer, worker, embedder, stop), daemon=True)
         rescanner.start()
         fetch = uvicorn.Server(uvicorn.Config(create_fetch_app(settings, worker), host=host, port=fetch_port,
                                               log_level="warning", server_header=False))
         threading.Thread(target=fetch.run, name="fetch", daemon=True).start()
         api_engine = async_engine(for_role(db.owner_url, "kdbl_api"))
-        server = uvicorn.Server(uvicorn.Config(create_app(settings, api_engine), host=host, port=port,
+        server = uvicorn.Server(uvicorn.Config(create_app(settings, api_engine, embedder), host=host, port=port,
                                                log_level="warning", lifespan="on", server_header=False))
         threading.Thread(target=_announce_when_listening, args=(server, stop, url, token, data_dir),
                          daemon=True).start()
@@ -138,6 +140,8 @@ def run_up(folders: list[Path], data_dir: Path, port: int, host: str = "127.0.0.
             fetch.should_exit = True
             stop.set()
             rescanner.join(timeout=10)
+            if embedder is not None:
+                embedder.close()
             worker.dispose()
             owner.dispose()
     print("kdbl: stopped.", file=sys.stderr)
@@ -168,12 +172,10 @@ def _source_name(owner, folder: Path) -> str:
     return candidate
 
 
-def _rescan(indexer: Indexer, worker, stop: threading.Event) -> None:
+def _rescan(indexer: Indexer, worker, embedder: Embedder | None, stop: threading.Event) -> None:
     """Embed what the first crawl wrote (lexical first: search works meanwhile), then pick up edits:
     re-crawl every RESCAN_SECONDS (unchanged files cost a stat) and embed the changes."""
     settings = indexer.settings
-    embedder = Embedder(settings.embed_model_path, n_threads=settings.embed_threads) \
-        if settings.embed_model_path else None
     while True:
         if embedder is not None:
             try:

@@ -40,6 +40,7 @@ def _sha256(path: Path) -> str:
 
 
 DEFAULT_MODEL_FILE = "all-minilm-l6-v2.f16.gguf"
+_LOAD_LOCK = threading.Lock()
 
 
 def default_model_path() -> Path | None:
@@ -91,7 +92,10 @@ class Embedder:
         if "flash_attn" in inspect.signature(llama_cpp.Llama.__init__).parameters:
             kwargs["flash_attn"] = True
         try:
-            self._llm = llama_cpp.Llama(**kwargs)
+            # verbose=False makes llama-cpp-python point fds 1 and 2 at /dev/null while it loads (dup2).
+            # Two loads at once in one process can leave them there for good: load one at a time.
+            with _LOAD_LOCK:
+                self._llm = llama_cpp.Llama(**kwargs)
         except (ValueError, RuntimeError) as exc:
             raise ConfigError(f"cannot load embedding model {path}: {exc}") from exc
 
