@@ -53,3 +53,34 @@ async def test_capacity_reports_modes_and_measured_latency(env):
     assert capacity["modes"]["hybrid"] == {**capacity["modes"]["hybrid"], "available": False, "served_as": "lexical"}
     assert 'kdbl_mcp_calls_total{status="ok",tool="search_content"}' in metrics
     assert prm["resource"] == "https://kdbl.example/mcp"
+
+
+async def test_a_client_disconnecting_mid_request_leaves_no_open_transaction(env, owner_engine):
+    import asyncio
+    import json as jsonlib
+    import time
+    from urllib.parse import urlparse
+
+    from sqlalchemy import text
+
+    url, (_, token) = env
+    parsed = urlparse(url)
+    body = jsonlib.dumps({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                          "params": {"name": "search_content", "arguments": {"query": "axolotl"}}}).encode()
+    for _ in range(5):
+        reader, writer = await asyncio.open_connection(parsed.hostname, parsed.port)
+        writer.write(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-11-25\r\n"
+                     + f"Authorization: Bearer {token}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+        await writer.drain()
+        writer.close()  # gone before the response
+    deadline = time.monotonic() + 10
+    while True:
+        with owner_engine.connect() as conn:
+            stuck = conn.execute(text(
+                "SELECT count(*) FROM pg_stat_activity WHERE usename = 'kdbl_api' "
+                "AND state LIKE 'idle in transaction%'")).scalar()
+        if stuck == 0 or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.1)
+    assert stuck == 0
