@@ -56,28 +56,32 @@ _SHOWN_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 _KEY_ID = re.compile(r"(AKIA|ASIA|AKID|AIDA|AROA)[A-Z0-9]{12,}")
 
 
-def read_credentials(ref: object, *, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, str] | None:
+def read_credentials(ref: object, *, required: tuple[str, ...],
+                     optional: tuple[str, ...] = ()) -> dict[str, str] | None:
     """Resolve a source's credentials *reference*; None when the config names none.
 
-    `{"env": {"username": "VAR", ...}}` reads environment variables, `{"dir": "/var/run/secrets/..."}` reads one
-    file per name (a mounted Kubernetes Secret). Errors name the variable or file, never a value.
+    `{"env": {"username": "VAR", ...}}` reads environment variables, `{"dir": "/var/run/secrets/..."}`
+    reads one file per name (a mounted Kubernetes Secret). Errors name the variable or file, never a value.
     """
     if ref is None:
         return None
     allowed = required + optional
     if not isinstance(ref, dict) or len(ref) != 1 or not ({"env", "dir"} & ref.keys()):
-        raise InvalidArgument("credentials", 'must be a reference, {"env": {NAME: ENV_VAR}} or {"dir": PATH}; '
-                                             "secret values are never stored in a source config")
+        raise InvalidArgument("credentials", 'must be a reference, {"env": {NAME: ENV_VAR}} or {"dir": '
+                                             "PATH}; secret values are never stored in a source config")
     values: dict[str, str] = {}
     if "env" in ref:
         names = ref["env"]
         if not isinstance(names, dict):
-            raise InvalidArgument("credentials.env", f"must map {', '.join(allowed)} to environment variable names")
+            raise InvalidArgument("credentials.env",
+                                  f"must map {', '.join(allowed)} to environment variable names")
         for name, var in names.items():
             if name not in allowed:
-                raise InvalidArgument("credentials.env", f"unknown name '{name}' (expected {', '.join(allowed)})")
+                raise InvalidArgument("credentials.env",
+                                      f"unknown name '{name}' (expected {', '.join(allowed)})")
             if not isinstance(var, str) or not _ENV_NAME.fullmatch(var):
-                raise InvalidArgument(f"credentials.env.{name}", "must be the name of an environment variable")
+                raise InvalidArgument(f"credentials.env.{name}",
+                                      "must be the name of an environment variable")
             if var not in os.environ:
                 # Name the variable only when it looks like one: a pasted secret must not reach a log.
                 shown = var if _SHOWN_ENV_NAME.fullmatch(var) and not _KEY_ID.fullmatch(var) else \

@@ -8,7 +8,8 @@ Config (a source's `config` JSON):
   path_style    default true when endpoint_url is set (what MinIO and RGW expect), else virtual-host style
   credentials   a reference, never a value: {"env": {"access_key_id": VAR, "secret_access_key": VAR,
                 "session_token": VAR}}, {"dir": "/var/run/secrets/kdbl/<source>"} (one file per name), or
-                {"anonymous": true} for public buckets; absent: boto3's default chain (env, profile, IRSA, IMDS)
+                {"anonymous": true} for public buckets; absent: boto3's default chain (env, profile,
+                IRSA, IMDS)
   verify_tls    default true; ca_file: a CA bundle for a private endpoint
   max_attempts  default 5 attempts in all per request (botocore's "standard" retry mode, its
                 `total_max_attempts`: throttling, 5xx, connection errors); also bounds the re-reads of a
@@ -33,10 +34,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Self
 from urllib.parse import urlsplit
 
 from kdbl_core.errors import InvalidArgument
+
 from kdbl_worker.connectors import ListingProblems, RemoteFile, SourceUnavailable, read_credentials
 
 log = logging.getLogger(__name__)
@@ -119,10 +121,10 @@ def parse_config(config: dict[str, Any]) -> S3Config:
         raise InvalidArgument("path_style", "must be true or false")
     creds = config.get("credentials")
     anonymous = isinstance(creds, dict) and creds.get("anonymous") is True and len(creds) == 1
-    if creds is not None and not anonymous:
-        if not isinstance(creds, dict) or len(creds) != 1 or not ({"env", "dir"} & creds.keys()):
-            raise InvalidArgument("credentials", 'must be {"env": {...}}, {"dir": PATH} or {"anonymous": true}; '
-                                                 "secret values are never stored in a source config")
+    if creds is not None and not anonymous and (
+            not isinstance(creds, dict) or len(creds) != 1 or not ({"env", "dir"} & creds.keys())):
+        raise InvalidArgument("credentials", 'must be {"env": {...}}, {"dir": PATH} or {"anonymous": true}; '
+                                             "secret values are never stored in a source config")
     verify_tls = config.get("verify_tls", True)
     if not isinstance(verify_tls, bool):
         raise InvalidArgument("verify_tls", "must be true or false")
@@ -163,7 +165,8 @@ def _use_base_delay(client: Any, max_attempts: int, base_delay: float) -> None:
                 return random.random() * min(base_delay * 2 ** (context.attempt_number - 1), MAX_DELAY)
 
         adapter = standard.RetryEventAdapter()
-        retry_quota = standard.RetryQuotaChecker(quota.RetryQuota(), standard.ThrottlingErrorDetector(adapter))
+        detector = standard.ThrottlingErrorDetector(adapter)
+        retry_quota = standard.RetryQuotaChecker(quota.RetryQuota(), detector)
         handler = standard.RetryHandler(
             standard.RetryPolicy(retry_checker=standard.StandardRetryConditions(max_attempts=max_attempts),
                                  retry_backoff=_Backoff()),
@@ -191,16 +194,11 @@ class S3Connector:
         import boto3
         from botocore import UNSIGNED
         from botocore.config import Config
+        from botocore.exceptions import BotoCoreError
 
         cfg = self.config
         secrets = read_credentials(cfg.credentials, required=("access_key_id", "secret_access_key"),
                                    optional=("session_token",))
-        session = boto3.session.Session(
-            aws_access_key_id=secrets["access_key_id"] if secrets else None,
-            aws_secret_access_key=secrets["secret_access_key"] if secrets else None,
-            aws_session_token=secrets.get("session_token") if secrets else None,
-            region_name=cfg.region,
-        )
         options: dict[str, Any] = {
             "region_name": cfg.region,
             "retries": {"mode": "standard", "total_max_attempts": cfg.max_attempts},
@@ -216,7 +214,17 @@ class S3Connector:
             options["s3"] = {"addressing_style": "path" if cfg.path_style else "virtual"}
         if cfg.anonymous:
             options["signature_version"] = UNSIGNED
-        client = session.client("s3", endpoint_url=cfg.endpoint_url, verify=cfg.verify, config=Config(**options))
+        try:
+            session = boto3.session.Session(
+                aws_access_key_id=secrets["access_key_id"] if secrets else None,
+                aws_secret_access_key=secrets["secret_access_key"] if secrets else None,
+                aws_session_token=secrets.get("session_token") if secrets else None,
+                region_name=cfg.region,
+            )
+            client = session.client("s3", endpoint_url=cfg.endpoint_url, verify=cfg.verify,
+                                    config=Config(**options))
+        except BotoCoreError as exc:  # a broken AWS_PROFILE / config file, an unknown region format, ...
+            raise self._unavailable(exc, "setting up the S3 client") from exc
         if cfg.base_delay is not None:
             _use_base_delay(client, cfg.max_attempts, cfg.base_delay)
         self._s3 = client
@@ -230,7 +238,7 @@ class S3Connector:
     def __del__(self) -> None:  # the pipeline drops connectors without closing them
         self.close()
 
-    def __enter__(self) -> S3Connector:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -253,16 +261,19 @@ class S3Connector:
             if code in ("NoSuchBucket", "404", "NotFound"):
                 return SourceUnavailable(f"{where} does not exist")
             if code in _DENIED or code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "401"):
-                return SourceUnavailable(f"{where}: access denied ({code}) while {doing}; check the credentials "
-                                         "and the bucket policy")
+                return SourceUnavailable(f"{where}: access denied ({code}) while {doing}; check the "
+                                         "credentials and the bucket policy")
             if code in ("301", "PermanentRedirect", "AuthorizationHeaderMalformed"):
-                return SourceUnavailable(f"{where}: the bucket lives in another region ({code}); set 'region'")
+                return SourceUnavailable(f"{where}: the bucket lives in another region ({code}); "
+                                         "set 'region'")
             if code in _THROTTLED:
                 return SourceUnavailable(f"{where}: still throttled ({code}) after {retries + 1} attempts "
                                          f"while {doing}")
-            return SourceUnavailable(f"{where}: {code or 'error'} while {doing} (after {retries + 1} attempts)")
+            return SourceUnavailable(f"{where}: {code or 'error'} while {doing} "
+                                     f"(after {retries + 1} attempts)")
         if isinstance(exc, NoCredentialsError | PartialCredentialsError):
-            return SourceUnavailable(f"{where}: no credentials (none configured and boto3's default chain found none)")
+            return SourceUnavailable(f"{where}: no credentials (none configured, and boto3's default "
+                                     "chain found none)")
         if isinstance(exc, EndpointConnectionError | ConnectTimeoutError):
             return SourceUnavailable(f"{where}: cannot reach the endpoint while {doing}")
         return SourceUnavailable(f"{where}: {type(exc).__name__} while {doing}")
@@ -272,17 +283,18 @@ class S3Connector:
     def check(self) -> None:
         from botocore.exceptions import BotoCoreError, ClientError
 
+        # A one-key listing rather than HeadBucket: credentials scoped to the prefix (an s3:prefix condition
+        # on s3:ListBucket) may list under it but not probe the bucket as a whole.
         client = self._client()
         try:
-            client.head_bucket(Bucket=self.config.bucket)
+            client.list_objects_v2(Bucket=self.config.bucket, Prefix=self.config.prefix, MaxKeys=1)
         except (ClientError, BotoCoreError) as exc:
             raise self._unavailable(exc, "checking the bucket") from exc
 
     def walk(self) -> Iterator[RemoteFile]:
         from botocore.exceptions import BotoCoreError, ClientError
 
-        self.check()
-        cfg = self.config
+        cfg = self.config  # no check() first: the first page fails the same way
         paginator = self._client().get_paginator("list_objects_v2")
         pages = iter(paginator.paginate(Bucket=cfg.bucket, Prefix=cfg.prefix,
                                         PaginationConfig={"PageSize": cfg.page_size}))
@@ -304,7 +316,8 @@ class S3Connector:
                     mtime = mtime.replace(tzinfo=UTC) if mtime.tzinfo is None else mtime.astimezone(UTC)
                 yield RemoteFile(
                     key=key, size=int(obj.get("Size", 0)), mtime=mtime,
-                    etag=etag.strip('"') if etag else None, storage_class=obj.get("StorageClass") or "STANDARD",
+                    etag=etag.strip('"') if etag else None,
+                    storage_class=obj.get("StorageClass") or "STANDARD",
                 )
 
     def open(self, key: str) -> BinaryIO:
@@ -334,13 +347,14 @@ class S3Connector:
             if code in ("PreconditionFailed", "412"):
                 raise OSError(errno.EAGAIN, "the object changed while it was read", key) from exc
             if code == "InvalidObjectState":
-                raise OSError(errno.EIO, "the object is archived; restore it before it can be read", key) from exc
+                raise OSError(errno.EIO, "the object is archived; restore it before it can be read",
+                              key) from exc
             raise self._unavailable(exc, "reading an object") from exc
         except BotoCoreError as exc:
             raise self._unavailable(exc, "reading an object") from exc
 
     def _download(self, key: str, spool: BinaryIO) -> None:
-        """Stream one object into `spool`; a stream that breaks is resumed with a ranged GET of the same ETag."""
+        """Stream one object into `spool`; a broken stream resumes with a ranged GET of the same ETag."""
         from botocore.exceptions import ConnectionError as BotoConnectionError
         from botocore.exceptions import IncompleteReadError, ReadTimeoutError, ResponseStreamingError
 

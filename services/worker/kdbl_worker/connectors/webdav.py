@@ -1,9 +1,9 @@
-"""WebDAV collections (protocol `webdav`) and plain web-server directory listings (protocol `http`), via httpx.
+"""WebDAV collections (protocol `webdav`) and web-server directory listings (protocol `http`), via httpx.
 
-`webdav` lists with PROPFIND, Depth: 1, one collection at a time (never Depth: infinity, which servers refuse or
-answer with the whole tree in one reply): size from getcontentlength, mtime from getlastmodified, etag from
-getetag. `http` reads nginx / Apache / `python -m http.server` style autoindex pages (`<a href>` links, folders
-end in "/") and asks HEAD for size, Last-Modified and ETag.
+`webdav` lists with PROPFIND, Depth: 1, one collection at a time (never Depth: infinity, which servers refuse
+or answer with the whole tree in one reply): size from getcontentlength, mtime from getlastmodified, etag
+from getetag. `http` reads nginx / Apache / `python -m http.server` style autoindex pages (`<a href>` links,
+folders end in "/") and asks HEAD for size, Last-Modified and ETag.
 
 Config:
   url           the base collection / folder URL (no user:password in it)
@@ -35,12 +35,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from html.parser import HTMLParser
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Self
 from urllib.parse import quote, unquote, urljoin, urlsplit
 
 import httpx
-
 from kdbl_core.errors import InvalidArgument
+
 from kdbl_worker.connectors import ListingProblems, RemoteFile, SourceUnavailable, read_credentials
 
 log = logging.getLogger(__name__)
@@ -50,8 +50,8 @@ READ_CHUNK = 1024 * 1024
 MAX_DELAY = 30.0
 RETRY_STATUS = {429, 502, 503, 504}
 DAV = "{DAV:}"
-PROPFIND_BODY = (b'<?xml version="1.0" encoding="utf-8"?>\n<D:propfind xmlns:D="DAV:"><D:prop><D:resourcetype/>'
-                 b"<D:getcontentlength/><D:getlastmodified/><D:getetag/></D:prop></D:propfind>")
+PROPFIND_BODY = (b'<?xml version="1.0" encoding="utf-8"?>\n<D:propfind xmlns:D="DAV:"><D:prop>'
+                 b"<D:resourcetype/><D:getcontentlength/><D:getlastmodified/><D:getetag/></D:prop></D:propfind>")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +72,8 @@ class HttpConfig:
         return self.origin + quote(self.base_path, safe="/")
 
 
-def _number(config: dict, name: str, default: float, low: float, high: float, *, integer: bool = False) -> Any:
+def _number(config: dict, name: str, default: float, low: float, high: float, *,
+            integer: bool = False) -> Any:
     value = config.get(name, default)
     kind = int if integer else int | float
     if isinstance(value, bool) or not isinstance(value, kind) or not low <= value <= high:
@@ -81,7 +82,7 @@ def _number(config: dict, name: str, default: float, low: float, high: float, *,
 
 
 def parse_config(config: dict[str, Any]) -> HttpConfig:
-    """Validate a `webdav` / `http` source config; raises InvalidArgument naming the field. Reads no secret."""
+    """Validate a `webdav` / `http` source config; InvalidArgument names the bad field. Reads no secret."""
     if not isinstance(config, dict):
         raise InvalidArgument("config", "must be an object")
     url = config.get("url")
@@ -99,7 +100,8 @@ def parse_config(config: dict[str, Any]) -> HttpConfig:
     if not base_path.endswith("/"):
         base_path += "/"
     creds = config.get("credentials")
-    if creds is not None and (not isinstance(creds, dict) or len(creds) != 1 or not ({"env", "dir"} & creds.keys())):
+    if creds is not None and (
+            not isinstance(creds, dict) or len(creds) != 1 or not ({"env", "dir"} & creds.keys())):
         raise InvalidArgument("credentials", 'must be {"env": {...}} or {"dir": PATH}; '
                                              "secret values are never stored in a source config")
     verify_tls = config.get("verify_tls", True)
@@ -187,7 +189,7 @@ class _HttpConnector:
     def __del__(self) -> None:  # the pipeline drops connectors without closing them
         self.close()
 
-    def __enter__(self) -> _HttpConnector:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -207,7 +209,8 @@ class _HttpConnector:
         except UnicodeDecodeError:
             final = response.url.path
         if final.rstrip("/") != path.rstrip("/"):
-            raise SourceUnavailable(f"{self._where}: the server redirects it to {response.url}; configure that URL")
+            raise SourceUnavailable(f"{self._where}: the server redirects it to {response.url}; "
+                                    "configure that URL")
 
     def _sleep(self, attempt: int, retry_after: str | None = None) -> None:
         delay = random.random() * min(self.config.base_delay * 2 ** (attempt - 1), MAX_DELAY)
@@ -230,17 +233,19 @@ class _HttpConnector:
                                             f"({type(exc).__name__}, {attempt} attempts)") from exc
                 self._sleep(attempt)
                 continue
+            except httpx.HTTPError as exc:  # too many redirects, a malformed reply, ...
+                raise SourceUnavailable(f"{self._where}: {type(exc).__name__} while {doing}") from exc
             if response.status_code in RETRY_STATUS:
                 response.close()
                 if attempt == cfg.max_attempts:
-                    raise SourceUnavailable(f"{self._where}: the server answered {response.status_code} while "
-                                            f"{doing}, {attempt} attempts")
+                    raise SourceUnavailable(f"{self._where}: the server answered {response.status_code} "
+                                            f"while {doing}, {attempt} attempts")
                 self._sleep(attempt, response.headers.get("retry-after"))
                 continue
             if response.status_code == 401:
                 response.close()
-                raise SourceUnavailable(f"{self._where}: authentication failed (401) while {doing}; check the "
-                                        "credentials reference")
+                raise SourceUnavailable(f"{self._where}: authentication failed (401) while {doing}; "
+                                        "check the credentials reference")
             return response
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -263,7 +268,7 @@ class _HttpConnector:
         return spool  # type: ignore[return-value]
 
     def _download(self, url: str, key: str, spool: BinaryIO) -> None:
-        """GET into `spool`; a body that breaks off is fetched again from the start, a bounded number of times."""
+        """GET into `spool`; a body that breaks off is fetched again from the start (max_attempts times)."""
         cfg = self.config
         for attempt in range(1, cfg.max_attempts + 1):
             spool.seek(0)
@@ -276,7 +281,8 @@ class _HttpConnector:
                 if status == 403:
                     raise PermissionError(errno.EACCES, "the server refused access (403)", key)
                 if status >= 500:
-                    raise SourceUnavailable(f"{self._where}: the server answered {status} while reading a file")
+                    raise SourceUnavailable(f"{self._where}: the server answered {status} while reading "
+                                            "a file")
                 if status != 200:
                     raise OSError(errno.EIO, f"the server answered {status}", key)
                 encoded = response.headers.get("content-encoding", "identity").lower() not in ("", "identity")
@@ -286,7 +292,7 @@ class _HttpConnector:
                     for chunk in response.iter_bytes(READ_CHUNK):
                         spool.write(chunk)
                         written += len(chunk)
-                except httpx.TransportError as exc:
+                except httpx.HTTPError as exc:  # the connection broke, a bad chunk or gzip stream
                     error: str | None = type(exc).__name__
                 else:
                     error = None if expected is None or written == expected else \
@@ -308,11 +314,13 @@ class _HttpConnector:
                               headers={"Accept-Encoding": "identity"})
         response.close()
         if response.status_code in (405, 501):
-            response = self._send("GET", url, doing="asking for a file's size", headers={"Accept-Encoding": "identity"})
+            response = self._send("GET", url, doing="asking for a file's size",
+                                  headers={"Accept-Encoding": "identity"})
             response.close()
         status = response.status_code
         if status >= 500:
-            raise SourceUnavailable(f"{self._where}: the server answered {status} while asking for a file's size")
+            raise SourceUnavailable(f"{self._where}: the server answered {status} while asking for a "
+                                    "file's size")
         if status != 200:
             self.problems.add(key, f"the server answered {status}; skipped")
             return None
@@ -337,8 +345,9 @@ class WebDavConnector(_HttpConnector):
     kind = "webdav"
 
     def _propfind(self, path: str, depth: str, *, base: bool) -> list[_Entry]:
-        """The entries of one collection (itself included); raises SourceUnavailable, or _Skip for a sub-folder."""
-        response = self._send("PROPFIND", self._url_for(path), doing="listing a collection", content=PROPFIND_BODY,
+        """One collection's entries (itself included); raises SourceUnavailable, or _Skip for a sub-folder."""
+        response = self._send("PROPFIND", self._url_for(path), doing="listing a collection",
+                              content=PROPFIND_BODY,
                               headers={"Depth": depth, "Content-Type": 'application/xml; charset="utf-8"'})
         try:
             status = response.status_code
@@ -364,8 +373,9 @@ class WebDavConnector(_HttpConnector):
                 if base:
                     raise SourceUnavailable(f"{self._where}: the PROPFIND reply is not valid XML") from exc
                 raise _Skip("the PROPFIND reply is not valid XML") from exc
-            except httpx.TransportError as exc:
-                raise SourceUnavailable(f"{self._where}: the PROPFIND reply broke off ({type(exc).__name__})") from exc
+            except httpx.HTTPError as exc:
+                raise SourceUnavailable(f"{self._where}: the PROPFIND reply broke off "
+                                        f"({type(exc).__name__})") from exc
             return entries
         finally:
             response.close()
@@ -399,7 +409,8 @@ class WebDavConnector(_HttpConnector):
         rtype = prop.find(DAV + "resourcetype")
         return _Entry(
             path=path, is_dir=rtype is not None and rtype.find(DAV + "collection") is not None,
-            size=_size(prop.findtext(DAV + "getcontentlength")), mtime=_mtime(prop.findtext(DAV + "getlastmodified")),
+            size=_size(prop.findtext(DAV + "getcontentlength")),
+            mtime=_mtime(prop.findtext(DAV + "getlastmodified")),
             etag=_etag(prop.findtext(DAV + "getetag")),
         )
 
@@ -429,7 +440,8 @@ class WebDavConnector(_HttpConnector):
                         raise SourceUnavailable(f"{self._where}: the URL is not a WebDAV collection")
                     continue
                 if not entry.path.startswith(base):
-                    self.problems.add(entry.path, "the server listed a path outside the base collection; skipped")
+                    self.problems.add(entry.path, "the server listed a path outside the base collection; "
+                                                  "skipped")
                     continue
                 key = entry.path[len(base):].rstrip("/")
                 if not _valid_key(key):
@@ -471,7 +483,7 @@ class _Links(HTMLParser):
 
 
 class HttpIndexConnector(_HttpConnector):
-    """A web server's autoindex pages: every `<a href>` to a direct child; children ending in "/" are folders."""
+    """A web server's autoindex pages: each `<a href>` to a direct child; one ending in "/" is a folder."""
 
     kind = "http"
 
@@ -496,8 +508,9 @@ class HttpIndexConnector(_HttpConnector):
             try:
                 for text in response.iter_text():
                     links.feed(text)
-            except httpx.TransportError as exc:
-                raise SourceUnavailable(f"{self._where}: a folder listing broke off ({type(exc).__name__})") from exc
+            except httpx.HTTPError as exc:
+                raise SourceUnavailable(f"{self._where}: a folder listing broke off "
+                                        f"({type(exc).__name__})") from exc
             links.close()
             return links.hrefs
         finally:
@@ -546,7 +559,8 @@ class HttpIndexConnector(_HttpConnector):
                 if sub in seen:
                     continue
                 if depth + 1 > cfg.max_depth:
-                    self.problems.add(sub[len(base):].rstrip("/"), f"deeper than max_depth {cfg.max_depth}; skipped")
+                    self.problems.add(sub[len(base):].rstrip("/"),
+                                      f"deeper than max_depth {cfg.max_depth}; skipped")
                     continue
                 seen.add(sub)
                 stack.append((sub, depth + 1))
