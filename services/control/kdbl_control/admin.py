@@ -68,13 +68,18 @@ def list_tenants(engine: Engine) -> list[dict[str, Any]]:
 
 
 def add_source(engine: Engine, tenant_name: str, *, protocol: str, config: dict[str, Any], name: str | None,
-               restricted: bool = False, hybrid: bool = True, exist_ok: bool = False) -> Source:
+               restricted: bool = False, hybrid: bool = True, exist_ok: bool = False,
+               schedule: str | None = None) -> Source:
     if protocol == "fs":
         root = Path(config["root"]).expanduser().resolve()
         if not root.is_dir():
             raise InvalidArgument("path", f"{root} is not a directory")
         config = {**config, "root": str(root)}
         name = name or root.name or "root"
+    elif protocol == "s3":
+        name = name or config.get("bucket")
+    elif protocol in ("webdav", "http"):
+        name = name or (config.get("url") or "").rstrip("/").rsplit("/", 1)[-1]
     if not name:
         raise InvalidArgument("name", "a source needs a name")
     with Session(engine) as session, session.begin():
@@ -86,7 +91,8 @@ def add_source(engine: Engine, tenant_name: str, *, protocol: str, config: dict[
                 return existing
             raise Conflict(f"tenant '{tenant_name}' already has a source named '{name}' (pick --name)")
         source = Source(tenant_id=tenant.id, name=name, protocol=protocol, config=config,
-                        acl_mode="restricted" if restricted else "tenant", hybrid_enabled=hybrid)
+                        acl_mode="restricted" if restricted else "tenant", hybrid_enabled=hybrid,
+                        schedule=schedule)
         session.add(source)
         session.flush()
         session.refresh(source)

@@ -72,10 +72,25 @@ def build_parser() -> argparse.ArgumentParser:
     tenant.add_parser("list")
 
     source = sub.add_parser("source").add_subparsers(dest="action", required=True)
-    sa = source.add_parser("add")
+    sa = source.add_parser("add", help="register a source (prints its id)")
     sa.add_argument("--tenant", required=True)
-    sa.add_argument("--protocol", default="fs", choices=["fs"])
-    sa.add_argument("--path", required=True, help="root folder (fs)")
+    sa.add_argument("--protocol", default="fs", choices=["fs", "s3", "webdav", "http"])
+    sa.add_argument("--path", help="fs: root folder")
+    sa.add_argument("--bucket", help="s3: bucket")
+    sa.add_argument("--prefix", help="s3: key prefix (a folder)")
+    sa.add_argument("--endpoint", help="s3: custom endpoint URL (MinIO, Ceph RGW)")
+    sa.add_argument("--region", help="s3: region (default us-east-1)")
+    sa.add_argument("--path-style", action=argparse.BooleanOptionalAction, default=None, help="s3: path-style URLs")
+    sa.add_argument("--url", help="webdav/http: base collection URL")
+    sa.add_argument("--credentials-env", metavar="NAME=VAR,...",
+                    help="credentials from environment variables the worker has (names, never values)")
+    sa.add_argument("--credentials-dir", help="credentials from a mounted Secret directory (one file per name)")
+    sa.add_argument("--anonymous", action="store_true", help="s3: unsigned requests")
+    sa.add_argument("--no-verify-tls", action="store_true")
+    sa.add_argument("--ca-file")
+    sa.add_argument("--include", action="append", help="glob of keys to index (repeatable)")
+    sa.add_argument("--exclude", action="append", help="glob of keys to skip (repeatable)")
+    sa.add_argument("--schedule", help="crawl schedule, e.g. '@every 15m', '@hourly'")
     sa.add_argument("--name")
     sa.add_argument("--restricted", action="store_true", help="only granted principals see it")
     sa.add_argument("--no-hybrid", action="store_true")
@@ -215,6 +230,48 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def source_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The sources.config for `source add`: connection details and a credentials *reference* only."""
+    from kdbl_core.errors import InvalidArgument
+
+    config: dict[str, Any] = {}
+    if args.protocol == "fs":
+        if not args.path:
+            raise InvalidArgument("path", "--path is required for protocol fs")
+        config["root"] = args.path
+    elif args.protocol == "s3":
+        config.update({k: v for k, v in {"bucket": args.bucket, "prefix": args.prefix, "endpoint_url": args.endpoint,
+                                          "region": args.region, "path_style": args.path_style}.items() if v is not None})
+        if args.anonymous:
+            config["anonymous"] = True
+    else:
+        config["url"] = args.url
+    if args.credentials_env:
+        pairs = [item.split("=", 1) for item in args.credentials_env.split(",") if item]
+        if any(len(p) != 2 or not p[0] or not p[1] for p in pairs):
+            raise InvalidArgument("credentials-env", "use NAME=ENV_VAR[,NAME=ENV_VAR...]")
+        config["credentials"] = {"env": dict(pairs)}
+    elif args.credentials_dir:
+        config["credentials"] = {"dir": args.credentials_dir}
+    if args.no_verify_tls:
+        config["verify_tls"] = False
+    if args.ca_file:
+        config["ca_file"] = args.ca_file
+    if args.include:
+        config["include"] = args.include
+    if args.exclude:
+        config["exclude"] = args.exclude
+    if args.protocol == "s3":
+        from kdbl_worker.connectors.s3 import parse_config
+
+        parse_config(config)
+    elif args.protocol in ("webdav", "http"):
+        from kdbl_worker.connectors.webdav import parse_config
+
+        parse_config(config)
+    return config
+
+
 def _dispatch(args: argparse.Namespace, settings: Settings, engine: Any, admin: Any) -> int:
     cmd, action = args.command, getattr(args, "action", None)
     if cmd == "tenant" and action == "create":
@@ -224,8 +281,9 @@ def _dispatch(args: argparse.Namespace, settings: Settings, engine: Any, admin: 
         _print(args, admin.list_tenants(engine), ["name", "display_name", "sources", "files", "hybrid_enabled",
                                                   "managed_by"])
     elif cmd == "source" and action == "add":
-        source = admin.add_source(engine, args.tenant, protocol=args.protocol, config={"root": args.path},
-                                  name=args.name, restricted=args.restricted, hybrid=not args.no_hybrid)
+        source = admin.add_source(engine, args.tenant, protocol=args.protocol, config=source_config(args),
+                                  name=args.name, restricted=args.restricted, hybrid=not args.no_hybrid,
+                                  schedule=args.schedule)
         print(source.id)
     elif cmd == "source":
         _print(args, admin.list_sources(engine, args.tenant), ["id", "tenant", "name", "protocol", "enabled",

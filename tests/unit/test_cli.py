@@ -1,0 +1,43 @@
+"""kdbl-control argument handling: source configs hold references, never secrets; bad input names the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from kdbl_control.cli import build_parser, parse_expiry, source_config
+from kdbl_core.errors import InvalidArgument
+
+
+def _cfg(*argv: str) -> dict:
+    return source_config(build_parser().parse_args(["source", "add", "--tenant", "t", *argv]))
+
+
+def test_s3_source_config_keeps_only_a_credentials_reference():
+    cfg = _cfg("--protocol", "s3", "--bucket", "docs", "--prefix", "team", "--endpoint", "http://minio:9000",
+               "--credentials-env", "access_key_id=AK_VAR,secret_access_key=SK_VAR", "--exclude", "*.tmp")
+    assert cfg == {"bucket": "docs", "prefix": "team", "endpoint_url": "http://minio:9000",
+                   "credentials": {"env": {"access_key_id": "AK_VAR", "secret_access_key": "SK_VAR"}},
+                   "exclude": ["*.tmp"]}
+
+
+@pytest.mark.parametrize("argv, field", [
+    (("--protocol", "s3"), "bucket"),
+    (("--protocol", "webdav", "--url", "ftp://host/x"), "url"),
+    (("--protocol", "http", "--url", "https://user:pw@host/x"), "url"),
+    (("--protocol", "fs"), "path"),
+    (("--protocol", "s3", "--bucket", "b", "--credentials-env", "oops"), "credentials-env"),
+])
+def test_bad_source_options_name_the_field(argv, field):
+    with pytest.raises(InvalidArgument) as err:
+        _cfg(*argv)
+    assert err.value.field == field
+
+
+def test_global_options_are_accepted_after_the_subcommand():
+    args = build_parser().parse_args(["up", "docs", "--data-dir", "/tmp/x", "--port", "9"])
+    assert str(args.data_dir) == "/tmp/x" and args.port == 9
+
+
+def test_expiry_accepts_durations_and_timestamps():
+    assert parse_expiry("2030-01-01T00:00:00").year == 2030
+    assert (parse_expiry("30d") - parse_expiry("29d")).days == 1
