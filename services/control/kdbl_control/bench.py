@@ -10,7 +10,6 @@ process (kdbl_api role, auth, RLS, audit), then measures with raw JSON-RPC POSTs
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -21,14 +20,12 @@ from typing import Any
 
 import httpx
 
-from kdbl_control import admin
-from kdbl_core.db.engine import async_engine, rls_transaction, sync_engine
+from kdbl_control.beir import ensure_indexed, load_queries, materialise_beir
+from kdbl_core.db.engine import async_engine, rls_transaction
 from kdbl_core.db.urls import for_role
 from kdbl_core.principal import Principal
 from kdbl_core.search import lexical
 from kdbl_core.search.windows import HitRef, expand_hits
-from kdbl_core.settings import Settings
-from kdbl_worker.pipeline import Indexer, load_sources
 
 TENANT = "bench-search"
 
@@ -36,49 +33,6 @@ TENANT = "bench-search"
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], 2)
-
-
-def materialise_beir(dataset: Path, out: Path) -> int:
-    """Write corpus.jsonl documents as text files (title + abstract), once."""
-    out.mkdir(parents=True, exist_ok=True)
-    count = 0
-    with open(dataset / "corpus.jsonl") as handle:
-        for line in handle:
-            doc = json.loads(line)
-            target = out / f"{doc['_id']}.txt"
-            if not target.exists():
-                target.write_text(f"{doc.get('title', '')}\n\n{doc.get('text', '')}")
-            count += 1
-    return count
-
-
-def load_queries(dataset: Path, limit: int) -> list[str]:
-    queries = []
-    with open(dataset / "queries.jsonl") as handle:
-        for line in handle:
-            queries.append(json.loads(line)["text"])
-            if len(queries) >= limit:
-                break
-    return queries
-
-
-def ensure_indexed(owner_url: str, docs: Path) -> dict[str, Any]:
-    owner = sync_engine(owner_url)
-    tenant = admin.create_tenant(owner, TENANT, exist_ok=True)
-    admin.add_source(owner, TENANT, protocol="fs", config={"root": str(docs)}, name="corpus", exist_ok=True)
-    token, _ = admin.create_token(owner, tenant_name=TENANT, name="bench")
-    worker = sync_engine(for_role(owner_url, "kdbl_worker"))
-    [source] = load_sources(worker, tenant=TENANT)
-    stats = Indexer(worker, Settings()).crawl(source)
-    with owner.connect() as conn:
-        from sqlalchemy import text
-
-        chunks = conn.execute(text("SELECT count(*) FROM chunks WHERE tenant_id = :t"), {"t": tenant.id}).scalar()
-    owner.dispose()
-    worker.dispose()
-    return {"tenant_id": tenant.id, "token": token, "chunks": chunks, "crawl": {
-        "files": stats.listed, "indexed": stats.indexed, "seconds": round(stats.seconds, 2),
-        "files_per_s": round(stats.indexed / stats.seconds, 1) if stats.indexed else None}}
 
 
 async def floor(owner_url: str, tenant_id, queries: list[str]) -> dict[str, float]:
@@ -164,7 +118,7 @@ def run_search_bench(owner_url: str, dataset: Path, work_dir: Path, *, clients: 
                      n_queries: int) -> dict[str, Any]:
     docs = work_dir / "bench-docs"
     n_docs = materialise_beir(dataset, docs)
-    indexed = ensure_indexed(owner_url, docs)
+    indexed = ensure_indexed(owner_url, docs, TENANT)
     queries = load_queries(dataset, n_queries)
     port = _free_port()
     api = start_api(owner_url, port)

@@ -149,6 +149,18 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--seconds", type=float, default=20.0)
     bs.add_argument("--queries", type=int, default=300)
     bs.add_argument("--work-dir", type=Path, help="where documents and the embedded database go")
+    ev = sub.add_parser("eval", help="retrieval quality on a BEIR folder (nDCG, recall, MRR, latency)")
+    ev.add_argument("dataset", type=Path, help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv")
+    ev.add_argument("--split", default="train", help="qrels/<split>.tsv to score against (default: train)")
+    ev.add_argument("--mode", action="append", choices=["lexical", "vector", "hybrid"],
+                    help="repeatable; default: all three (vector and hybrid need an embedding model)")
+    ev.add_argument("--max-queries", type=int, help="only the first N judged queries")
+    ev.add_argument("--model", type=Path, help="GGUF embedding model (default: KDBL_EMBED_MODEL_PATH, else the "
+                    "cached default model if present)")
+    ev.add_argument("--work-dir", type=Path, help="documents and embedded database (default: /tmp/kdbl-eval)")
+    ev.add_argument("--limit", type=int, default=100, help="search_content limit, chunks per query (1-100)")
+    ev.add_argument("--no-references", action="store_true", help="skip the bm25s and exact dense references")
+    ev.add_argument("--plot", type=Path, help="also write a PNG bar chart (needs matplotlib installed)")
     for leaf in _leaves(p):
         if leaf is not p:
             _add_common(leaf, top=False)
@@ -189,6 +201,10 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.command == "bench":
         return _bench(args, settings)
+    if args.command == "eval":
+        from kdbl_control.evaluate import cli_eval
+
+        return cli_eval(args, settings)
 
     from kdbl_control import admin
     from kdbl_control.target import owner_url

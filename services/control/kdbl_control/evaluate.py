@@ -1,0 +1,538 @@
+"""`kdbl-control eval`: retrieval quality of search_content on a BEIR data set, beside reference systems.
+
+The corpus is indexed through the real crawl pipeline into a tenant of its own (one text file per
+document: title, blank line, text; see kdbl_control.beir), chunk embeddings are filled in by the worker's
+own code when a model is given, and every judged query runs through the same handler the MCP tool calls
+(`kdbl_api.tools.search.search_content`, inside an RLS transaction as the kdbl_api role). Chunk hits
+become a document ranking (document id = file key without ".txt", first occurrence wins) and are scored
+with kdbl_core.metrics (BEIR / trec_eval conventions).
+
+References, measured in the same run over the same documents:
+  bm25s        — bm25s (Lucene BM25, k1=1.5, b=0.75) over title + text of whole documents, English
+                 stop words, Snowball English stemmer (PyStemmer) when installed;
+  dense_exact  — exact cosine search in numpy over the chunk embeddings stored in the database,
+                 document score = max over its chunks; queries embedded by the same model.
+
+Caveat: search_content returns at most `limit` (<= 100) *chunks*, so our modes rank fewer than 100
+documents per query (docs_per_query says how many); the references rank up to `limit` documents.
+recall@100 therefore favours the references slightly; nDCG@10, recall@10 and MRR@10 do not care.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import os
+import platform
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kdbl_control.beir import (doc_id_of_key, doc_text, ensure_indexed, iter_corpus, load_qrels,
+                               load_query_map, materialise_beir)
+from kdbl_core import metrics
+from kdbl_core.errors import ConfigError, KdblError
+from kdbl_core.settings import Settings
+
+MODES = ("lexical", "vector", "hybrid")
+MEASURES = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
+DEFAULT_MODEL_NAME = "all-minilm-l6-v2.f16.gguf"
+BM25S_PARAMS = {"k1": 1.5, "b": 0.75, "method": "lucene"}
+
+Log = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- defaults
+
+
+def default_model_path(settings: Settings | None = None) -> Path | None:
+    """KDBL_EMBED_MODEL_PATH when set, else the cached default GGUF (airgap/model/build_model.py), if any."""
+    settings = settings or Settings()
+    if settings.embed_model_path:
+        return Path(settings.embed_model_path).expanduser()
+    model_dir = Path(os.environ.get("KDBL_MODEL_DIR") or "~/.cache/kdbl/models").expanduser()
+    cached = model_dir / DEFAULT_MODEL_NAME
+    return cached if cached.is_file() else None
+
+
+def _slug(value: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", value.lower()).strip("-")[:24] or "data"
+
+
+def scratch_names(dataset: Path, work_dir: Path) -> tuple[Path, str]:
+    """Where the documents go and the tenant they are indexed into, stable per (dataset, work dir)."""
+    digest = hashlib.sha256(f"{dataset.resolve()}\0{work_dir.resolve()}".encode()).hexdigest()[:10]
+    slug = _slug(dataset.resolve().name)
+    return work_dir / "eval-docs" / f"{slug}-{digest}", f"eval-{slug}-{digest}"
+
+
+# --------------------------------------------------------------------------- our modes
+
+
+def _mode_unavailable(reason: str) -> dict[str, Any]:
+    return {"unavailable": reason}
+
+
+async def _search_runs(owner_url: str, tenant_id: Any, tenant: str, queries: list[tuple[str, str]],
+                       modes: Sequence[str], embedder: Any, no_vector_reason: str, limit: int,
+                       settings: Settings, log: Log) -> dict[str, dict[str, Any]]:
+    """Run every query through search_content per mode; {mode: {"run", "latencies", ...} | unavailable}."""
+    from pydantic import ValidationError
+
+    from kdbl_api.tools.context import Services, ToolContext
+    from kdbl_api.tools.models import SearchContentArgs
+    from kdbl_api.tools.search import search_content
+    from kdbl_core.db import reads
+    from kdbl_core.db.engine import async_engine, rls_transaction
+    from kdbl_core.db.urls import for_role
+    from kdbl_core.principal import ALL_SCOPES, Principal
+    from kdbl_core.signing import CursorCodec
+
+    engine = async_engine(for_role(owner_url, "kdbl_api"), pool_size=2)
+    principal = Principal(tenant_id=tenant_id, tenant_name=tenant, subject="user:eval",
+                          scopes=frozenset(ALL_SCOPES))
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        async with engine.begin() as conn:
+            cursors = CursorCodec(await reads.server_key(conn, "cursor"))
+        services = Services(settings=settings, cursors=cursors, downloads=None)
+        if embedder is not None:
+            try:
+                services = Services(settings=settings, cursors=cursors, downloads=None, embedder=embedder)
+            except TypeError:
+                log("eval: this build's Services takes no embedder; hybrid will be served as lexical")
+
+        for mode in modes:
+            if mode in ("vector", "hybrid") and embedder is None:
+                out[mode] = _mode_unavailable(no_vector_reason)
+                continue
+            try:
+                SearchContentArgs(query="probe", mode=mode, limit=limit)
+            except ValidationError as exc:
+                out[mode] = _mode_unavailable(f"search_content does not accept mode={mode!r} in this build: "
+                                              f"{exc.errors()[0]['msg']}")
+                continue
+
+            async def one(query: str, mode: str = mode) -> tuple[list[str], float, str, str | None]:
+                args = SearchContentArgs(query=query, mode=mode, limit=limit)
+                start = time.perf_counter()
+                async with rls_transaction(engine, principal) as conn:
+                    ctx = ToolContext(conn=conn, principal=principal, services=services)
+                    result = await search_content(ctx, args)
+                elapsed = (time.perf_counter() - start) * 1000
+                ranking = metrics.dedupe(doc_id_of_key(hit["key"]) for hit in result["hits"])
+                return ranking, elapsed, result.get("mode", mode), result.get("degraded_reason")
+
+            await one(queries[0][1])  # warm the pool, prepared statements, caches of the server
+            run: dict[str, list[str]] = {}
+            latencies: list[float] = []
+            served: dict[str, int] = {}
+            degraded: set[str] = set()
+            errors: list[str] = []
+            started = time.monotonic()
+            for i, (qid, query) in enumerate(queries, 1):
+                try:
+                    ranking, elapsed, served_as, reason = await one(query)
+                except KdblError as exc:
+                    errors.append(f"{qid}: {exc}")
+                    run[qid] = []
+                    continue
+                run[qid] = ranking
+                latencies.append(elapsed)
+                served[served_as] = served.get(served_as, 0) + 1
+                if reason:
+                    degraded.add(reason)
+                if i % 200 == 0:
+                    log(f"eval: {mode}: {i}/{len(queries)} queries, {time.monotonic() - started:.0f} s")
+            out[mode] = {"run": run, "latencies": latencies, "served": served, "errors": errors,
+                         "degraded_reasons": sorted(degraded)}
+    finally:
+        await engine.dispose()
+    return out
+
+
+def _embed_chunks(owner_url: str, tenant_id: Any, embedder: Any, batch: int, log: Log) -> dict[str, Any]:
+    """Fill missing chunk embeddings of the scratch tenant with the worker's own code."""
+    try:
+        from kdbl_worker.embedding import embed_pending
+    except ImportError as exc:
+        return {"unavailable": f"kdbl_worker.embedding is not in this build ({exc})"}
+    from kdbl_core.db.engine import sync_engine
+    from kdbl_core.db.urls import for_role
+
+    # report progress every ~20 batches where embed_pending can stop early (it loops until done otherwise)
+    steps = {"max_batches": 20} if "max_batches" in inspect.signature(embed_pending).parameters else {}
+    worker = sync_engine(for_role(owner_url, "kdbl_worker"))
+    total, started = 0, time.monotonic()
+    try:
+        while True:
+            done = embed_pending(worker, embedder, tenant_id=tenant_id, batch=batch, **steps)
+            if not done:
+                break
+            total += done
+            elapsed = time.monotonic() - started
+            log(f"eval: embedded {total} chunks, {total / elapsed:.1f} chunks/s")
+    finally:
+        worker.dispose()
+    seconds = time.monotonic() - started
+    return {"embedded": total, "seconds": round(seconds, 1),
+            "chunks_per_s": round(total / seconds, 1) if total and seconds > 0 else None}
+
+
+# --------------------------------------------------------------------------- references
+
+
+def _bm25s_reference(dataset: Path, queries: list[tuple[str, str]], limit: int) -> dict[str, Any]:
+    try:
+        import bm25s
+    except ImportError:
+        return {"unavailable": "bm25s is not installed (pip install bm25s)"}
+    try:
+        import Stemmer
+
+        stemmer = Stemmer.Stemmer("english")
+        stemmer_name = "PyStemmer Snowball english"
+    except ImportError:
+        stemmer, stemmer_name = None, "none (PyStemmer not installed)"
+
+    ids, texts = [], []
+    for doc in iter_corpus(dataset):
+        ids.append(doc["_id"])
+        texts.append(doc_text(doc))
+    started = time.perf_counter()
+    retriever = bm25s.BM25(**BM25S_PARAMS)
+    retriever.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False),
+                    show_progress=False)
+    index_s = time.perf_counter() - started
+    k = min(limit, len(ids))
+    run: dict[str, list[str]] = {}
+    latencies = []
+    for qid, query in queries:
+        start = time.perf_counter()
+        tokens = bm25s.tokenize([query], stopwords="en", stemmer=stemmer, return_ids=False,
+                                show_progress=False)
+        docs, scores = retriever.retrieve(tokens, k=k, show_progress=False, n_threads=1)
+        latencies.append((time.perf_counter() - start) * 1000)
+        # bm25s returns k documents even when they share no term with the query: those are not retrieved
+        run[qid] = [ids[d] for d, s in zip(docs[0], scores[0], strict=True) if s > 0]
+    from importlib.metadata import version
+
+    return {"run": run, "latencies": latencies, "index_s": round(index_s, 2),
+            "config": {"package": f"bm25s {version('bm25s')}", **BM25S_PARAMS, "stopwords": "bm25s 'en' list",
+                       "stemmer": stemmer_name,
+                       "token_pattern": "bm25s default (?u)\\b\\w\\w+\\b, lower-cased",
+                       "text": "title + blank line + text, whole document"}}
+
+
+def _dense_reference(owner_url: str, tenant_id: Any, embedder: Any, queries: list[tuple[str, str]],
+                     limit: int) -> dict[str, Any]:
+    import numpy as np
+    from sqlalchemy import text
+
+    from kdbl_core.db.engine import sync_engine
+
+    owner = sync_engine(owner_url)
+    try:
+        with owner.connect() as conn:
+            rows = conn.execute(text(
+                "SELECT f.key, c.embedding::real[] AS e FROM chunks c JOIN files f ON f.id = c.file_id "
+                "WHERE c.tenant_id = :t AND c.embedding IS NOT NULL AND c.embedding_model = :m "
+                "ORDER BY f.key, c.seq"),
+                {"t": tenant_id, "m": embedder.model_id}).all()
+    finally:
+        owner.dispose()
+    if not rows:
+        return {"unavailable": f"no chunk embeddings of {embedder.model_id} in the database"}
+    matrix = np.asarray([r.e for r in rows], dtype=np.float32)
+    matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
+    keys = [r.key for r in rows]
+    starts = [0] + [i for i in range(1, len(keys)) if keys[i] != keys[i - 1]]  # rows are ordered by key
+    doc_ids = [doc_id_of_key(keys[i]) for i in starts]
+    starts_arr = np.asarray(starts)
+    k = min(limit, len(doc_ids))
+    run: dict[str, list[str]] = {}
+    latencies = []
+    embedder.embed([queries[0][1]])  # warm-up, as the search modes get one
+    for qid, query in queries:
+        start = time.perf_counter()
+        q = np.asarray(embedder.embed([query])[0], dtype=np.float32)
+        q /= max(float(np.linalg.norm(q)), 1e-12)
+        doc_scores = np.maximum.reduceat(matrix @ q, starts_arr)
+        top = np.argpartition(-doc_scores, k - 1)[:k] if k < len(doc_ids) else np.arange(len(doc_ids))
+        top = top[np.argsort(-doc_scores[top], kind="stable")]
+        latencies.append((time.perf_counter() - start) * 1000)
+        run[qid] = [doc_ids[i] for i in top]
+    return {"run": run, "latencies": latencies, "config": {
+        "chunks": len(rows), "documents": len(doc_ids), "similarity": "cosine (vectors re-normalised)",
+        "doc_score": "max over the document's chunks", "search": "exact, numpy float32 matmul"}}
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+def _score(run: dict[str, list[str]], latencies: list[float],
+           qrels: dict[str, dict[str, int]]) -> dict[str, Any]:
+    measured = metrics.evaluate(run, qrels, MEASURES)
+    out: dict[str, Any] = {m: round(measured[m], 5) for m in MEASURES}
+    out["latency_ms"] = ({"p50": round(metrics.percentile(latencies, 50), 2),
+                          "p95": round(metrics.percentile(latencies, 95), 2)} if latencies else None)
+    out["docs_per_query"] = round(sum(len(r) for r in run.values()) / len(run), 1) if run else 0.0
+    return out
+
+
+def _machine() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info: dict[str, Any] = {"cpus": os.cpu_count(), "cpu": cpu, "python": sys.version.split()[0],
+                            "platform": platform.platform()}
+    try:
+        info["cpus_usable"] = len(os.sched_getaffinity(0))
+        info["loadavg_1m_at_start"] = round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        pass
+    return info
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def run_eval(owner_url: str, dataset: Path, *, split: str = "train", modes: Sequence[str] = MODES,
+             model_path: Path | None, work_dir: Path, max_queries: int | None = None, limit: int = 100,
+             tenant: str | None = None, references: bool = True, log: Log = _stderr) -> dict[str, Any]:
+    """Index `dataset` into a scratch tenant, run its judged queries per mode, score them; JSON-able dict.
+
+    `tenant` overrides the scratch tenant's name (default: derived from dataset and work dir, so a re-run
+    over the same database reuses the index and the embeddings). Modes that cannot run in this build or
+    without a model are reported as {"unavailable": reason}."""
+    dataset = dataset.expanduser().resolve()
+    if not (dataset / "corpus.jsonl").is_file() or not (dataset / "queries.jsonl").is_file():
+        raise ConfigError(f"{dataset} is not a BEIR folder (corpus.jsonl and queries.jsonl expected)")
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise ConfigError(f"unknown mode(s) {unknown or '(none)'}; choose from {', '.join(MODES)}")
+    if not 1 <= limit <= 100:
+        raise ConfigError(f"limit must lie in [1, 100] (search_content's maximum), got {limit}")
+    modes = list(dict.fromkeys(modes))
+    settings = Settings()
+    machine = _machine()
+
+    qrels_all = load_qrels(dataset, split)
+    query_map = load_query_map(dataset)
+    judged = [(qid, text) for qid, text in query_map.items()
+              if any(g > 0 for g in qrels_all.get(qid, {}).values())]
+    if max_queries is not None:
+        judged = judged[:max_queries]
+    if not judged:
+        raise ConfigError(f"no query in queries.jsonl has a relevant document in qrels/{split}.tsv")
+    qrels = {qid: qrels_all[qid] for qid, _ in judged}
+    missing_queries = sorted(set(qrels_all) - set(query_map))
+
+    work_dir = work_dir.expanduser().resolve()
+    docs, default_tenant = scratch_names(dataset, work_dir)
+    tenant = tenant or default_tenant
+    log(f"eval: materialising {dataset.name} into {docs}")
+    n_docs = materialise_beir(dataset, docs)
+    log(f"eval: indexing {n_docs} documents into tenant {tenant}")
+    indexed = ensure_indexed(owner_url, docs, tenant, token_name=None)
+    log(f"eval: {indexed['chunks']} chunks ({indexed['crawl']})")
+    if not indexed["chunks"]:
+        raise ConfigError(f"indexing {docs} produced no chunks (crawl: {indexed['crawl']})")
+    if indexed["files_with_chunks"] < n_docs:
+        log(f"eval: warning: only {indexed['files_with_chunks']} of {n_docs} documents have chunks "
+            "(empty documents, or extraction failures: see the crawl stats)")
+
+    wants_vectors = any(m in ("vector", "hybrid") for m in modes)
+    embedder, embedding = None, None
+    no_vector_reason = "no embedding model (give --model or build the default GGUF)"
+    if model_path is not None and wants_vectors:
+        from kdbl_core.embed import Embedder
+
+        # no query cache: every query pays for its embedding, as a first-seen agent query does
+        embedder = Embedder(model_path, n_threads=settings.embed_threads,
+                            max_tokens=settings.embed_max_tokens, query_cache_size=0)
+        log(f"eval: embedding model {embedder.model_id}")
+        embedding = _embed_chunks(owner_url, indexed["tenant_id"], embedder, settings.embed_batch, log)
+        if "unavailable" in embedding:
+            no_vector_reason = embedding["unavailable"]
+            log(f"eval: {no_vector_reason}")
+    try:
+        usable = embedder if embedding is not None and "unavailable" not in embedding else None
+        runs = asyncio.run(_search_runs(owner_url, indexed["tenant_id"], tenant, judged, modes, usable,
+                                        no_vector_reason, limit, settings, log))
+        refs: dict[str, Any] = {}
+        if references:
+            log("eval: reference bm25s")
+            refs["bm25s"] = _bm25s_reference(dataset, judged, limit)
+            if not wants_vectors:
+                refs["dense_exact"] = _mode_unavailable("not run: no vector or hybrid mode requested")
+            elif usable is None:
+                refs["dense_exact"] = _mode_unavailable(no_vector_reason)
+            else:
+                log("eval: reference dense_exact")
+                refs["dense_exact"] = _dense_reference(owner_url, indexed["tenant_id"], embedder, judged,
+                                                       limit)
+    finally:
+        if embedder is not None:
+            embedder.close()
+
+    result_modes: dict[str, Any] = {}
+    for mode in modes:
+        data = runs[mode]
+        if "unavailable" in data:
+            result_modes[mode] = data
+            continue
+        scored = _score(data["run"], data["latencies"], qrels)
+        served = {m: n for m, n in data["served"].items() if m != mode}
+        if served:
+            scored["served_as"] = served  # e.g. hybrid degraded to lexical
+            scored["degraded_reasons"] = data["degraded_reasons"]
+        if data["errors"]:
+            scored["errors"] = data["errors"][:20]
+            scored["error_count"] = len(data["errors"])
+        result_modes[mode] = scored
+    result_refs: dict[str, Any] = {}
+    for name, data in refs.items():
+        if "unavailable" in data:
+            result_refs[name] = data
+            continue
+        scored = _score(data["run"], data["latencies"], qrels)
+        scored["config"] = data["config"]
+        if name == "bm25s":
+            scored["index_s"] = data["index_s"]
+        else:
+            scored["latency_note"] = "query embedding + exact matmul, per query"
+        result_refs[name] = scored
+
+    from kdbl_core.search import lexical
+
+    return {
+        "dataset": str(dataset), "split": split, "queries": len(judged), "documents": n_docs,
+        "chunks": indexed["chunks"], "documents_with_chunks": indexed["files_with_chunks"],
+        "modes": result_modes, "references": result_refs,
+        "machine": machine, "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "settings": {
+            "tenant": tenant, "limit_chunks": limit, "max_queries": max_queries,
+            "qrels_queries_without_text": len(missing_queries),
+            "crawl": indexed["crawl"], "embedding": embedding,
+            "chunking": {"target_chars": settings.chunk_target_chars, "max_chars": settings.chunk_max_chars},
+            "lexical": {"bm25": {"k1": lexical.K1, "b": lexical.B}, "ts_config": settings.text_search_config,
+                        "unit": "chunk"},
+            "model": {"path": str(model_path), "id": embedder.model_id if embedder else None,
+                      "threads": settings.embed_threads, "max_tokens": settings.embed_max_tokens,
+                      "batch": settings.embed_batch, "query_cache": "off"} if model_path else None,
+            "hybrid": {name.removeprefix("hybrid_"): value for name, value in settings.model_dump().items()
+                       if name.startswith("hybrid_")},
+            "ranking": "chunk hits -> documents, first occurrence wins (key minus .txt)",
+            "metrics": "BEIR/trec_eval: linear-gain nDCG, log2(rank+1); unjudged queries skipped",
+            "latency": "per query, wall clock: RLS transaction + search_content (+ query embedding)",
+        },
+    }
+
+
+# --------------------------------------------------------------------------- output
+
+
+def summarise(result: dict[str, Any]) -> str:
+    title = (f"{Path(result['dataset']).name} ({result['split']}): {result['queries']} queries, "
+             f"{result['documents']} documents, {result['chunks']} chunks — {result['date']}, "
+             f"{result['machine'].get('cpus')} CPUs")
+    lines = [title]
+    head = (f"{'system':22}" + "".join(f"{m:>11}" for m in MEASURES)
+            + f"{'p50 ms':>9}{'p95 ms':>9}{'docs/q':>8}")
+    lines += [head, "-" * len(head)]
+
+    def row(name: str, data: dict[str, Any]) -> str:
+        if "unavailable" in data:
+            return f"{name:22}  unavailable: {data['unavailable']}"
+        lat = data.get("latency_ms") or {}
+        text = (f"{name:22}" + "".join(f"{data[m]:>11.4f}" for m in MEASURES)
+                + f"{lat.get('p50', float('nan')):>9.1f}{lat.get('p95', float('nan')):>9.1f}"
+                + f"{data.get('docs_per_query', 0):>8.1f}")
+        if data.get("served_as"):
+            text += f"  served as {data['served_as']}"
+        if data.get("error_count"):
+            text += f"  errors {data['error_count']}"
+        return text
+
+    for mode, data in result["modes"].items():
+        lines.append(row(mode, data))
+    for name, data in result.get("references", {}).items():
+        lines.append(row(f"ref: {name}", data))
+    emb = (result.get("settings") or {}).get("embedding")
+    if emb and "embedded" in emb:
+        lines.append(f"embedding: {emb['embedded']} chunks embedded in this run, "
+                     f"{emb['chunks_per_s']} chunks/s")
+    lines.append("our modes rank at most 100 chunks (docs/q < 100), so recall@100 favours the references")
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: Path) -> Path:
+    """A grouped bar chart of the quality measures per system (needs matplotlib, not a dependency)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError("--plot needs matplotlib, which is not installed in this environment") from None
+    systems = [(m, d) for m, d in result["modes"].items() if "unavailable" not in d]
+    systems += [(f"ref: {n}", d) for n, d in result.get("references", {}).items() if "unavailable" not in d]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    width = 0.8 / max(1, len(systems))
+    for i, (name, data) in enumerate(systems):
+        xs = [j + (i - (len(systems) - 1) / 2) * width for j in range(len(MEASURES))]
+        ax.bar(xs, [data[m] for m in MEASURES], width, label=name)
+    ax.set_xticks(range(len(MEASURES)), MEASURES)
+    ax.set_ylim(0, 1)
+    ax.set_title(f"{Path(result['dataset']).name} ({result['split']}, {result['queries']} queries)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def cli_eval(args: Any, settings: Settings) -> int:
+    """What `kdbl-control eval` runs: embedded Postgres under the work dir unless KDBL_DATABASE_URL is set
+    (and --data-dir is not given). Expects args.dataset, split, mode (list or None), json, max_queries,
+    model, work_dir, data_dir, plot, limit (optional), no_references (optional)."""
+    from kdbl_core.db.embedded import EmbeddedDatabase
+
+    work = Path(args.work_dir or Path(os.environ.get("TMPDIR", "/tmp")) / "kdbl-eval").expanduser().resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    model = args.model or default_model_path(settings)
+    if model is not None and not Path(model).is_file():
+        raise ConfigError(f"embedding model not found: {model}")
+    options = {"split": args.split, "modes": args.mode or list(MODES), "model_path": model, "work_dir": work,
+               "max_queries": args.max_queries, "limit": getattr(args, "limit", None) or 100,
+               "references": not getattr(args, "no_references", False)}
+    if settings.database_url is not None and args.data_dir is None:
+        result = run_eval(settings.database_url.get_secret_value(), args.dataset, **options)
+    else:
+        with EmbeddedDatabase(args.data_dir or work / "db") as db:
+            result = run_eval(db.owner_url, args.dataset, **options)
+    if getattr(args, "plot", None):
+        plot(result, args.plot)
+        _stderr(f"eval: plot written to {args.plot}")
+    import json
+
+    print(json.dumps(result, indent=2, default=str) if args.json else summarise(result))
+    return 0
+
+
+__all__ = ["MEASURES", "MODES", "cli_eval", "default_model_path", "plot", "run_eval", "summarise"]
