@@ -32,8 +32,8 @@ def _tenant(session: Session, name: str) -> Tenant:
     return tenant
 
 
-def _guard(row: Tenant | Source, force: bool) -> None:
-    if row.managed_by == "operator" and not force:
+def _guard(row: Tenant | Source | Token | None, force: bool) -> None:
+    if row is not None and row.managed_by == "operator" and not force:
         raise Conflict(f"'{row.name}' is managed by the kdbl operator (edit its custom resource, or use --force)")
 
 
@@ -69,7 +69,7 @@ def list_tenants(engine: Engine) -> list[dict[str, Any]]:
 
 def add_source(engine: Engine, tenant_name: str, *, protocol: str, config: dict[str, Any], name: str | None,
                restricted: bool = False, hybrid: bool = True, exist_ok: bool = False,
-               schedule: str | None = None) -> Source:
+               schedule: str | None = None, force: bool = False) -> Source:
     if protocol == "fs":
         root = Path(config["root"]).expanduser().resolve()
         if not root.is_dir():
@@ -90,6 +90,7 @@ def add_source(engine: Engine, tenant_name: str, *, protocol: str, config: dict[
                 session.expunge(existing)
                 return existing
             raise Conflict(f"tenant '{tenant_name}' already has a source named '{name}' (pick --name)")
+        _guard(tenant, force)
         source = Source(tenant_id=tenant.id, name=name, protocol=protocol, config=config,
                         acl_mode="restricted" if restricted else "tenant", hybrid_enabled=hybrid,
                         schedule=schedule)
@@ -146,13 +147,17 @@ def list_tokens(engine: Engine, tenant_name: str | None = None) -> list[dict[str
         return [dict(r) for r in conn.execute(text(sql + " ORDER BY k.created_at"), params).mappings()]
 
 
-def revoke_token(engine: Engine, ident: str) -> int:
+def revoke_token(engine: Engine, ident: str, *, force: bool = False) -> int:
     """Revoke by token id, lookup id, or the token itself."""
     lookup = pat.parse(ident).lookup_id if pat.looks_like_pat(ident) else ident
     try:
         as_uuid: uuid.UUID | None = uuid.UUID(ident)
     except ValueError:
         as_uuid = None
+    with Session(engine) as session:
+        for token in session.scalars(select(Token).where(
+                Token.revoked_at.is_(None), (Token.lookup_id == lookup) | (Token.id == as_uuid))):
+            _guard(token, force)
     with engine.begin() as conn:
         count = conn.execute(
             text("UPDATE tokens SET revoked_at = now() WHERE revoked_at IS NULL "
@@ -162,13 +167,16 @@ def revoke_token(engine: Engine, ident: str) -> int:
     return count
 
 
-def add_grant(engine: Engine, *, source_id: uuid.UUID, subject: str, file_key: str | None = None) -> Grant:
+def add_grant(engine: Engine, *, source_id: uuid.UUID, subject: str, file_key: str | None = None,
+              force: bool = False) -> Grant:
     if not subject.startswith(("user:", "group:")) or subject.endswith(":"):
         raise InvalidArgument("subject", "use user:<name> or group:<name>")
     with Session(engine) as session, session.begin():
         source = session.get(Source, source_id)
         if source is None:
             raise NotFound(f"no source {source_id}")
+        if file_key is None:  # the operator manages whole-source grants; per-file grants stay free
+            _guard(source, force)
         grant = Grant(tenant_id=source.tenant_id, source_id=source_id, file_key=file_key, subject=subject)
         session.add(grant)
         try:
@@ -198,11 +206,13 @@ def list_grants(engine: Engine, source_id: uuid.UUID | None = None) -> list[dict
                 for g in session.scalars(query)]
 
 
-def revoke_grant(engine: Engine, grant_id: int) -> None:
+def revoke_grant(engine: Engine, grant_id: int, *, force: bool = False) -> None:
     with Session(engine) as session, session.begin():
         grant = session.get(Grant, grant_id)
         if grant is None:
             raise NotFound(f"no grant {grant_id}")
+        if grant.file_key is None:
+            _guard(session.get(Source, grant.source_id), force)
         session.delete(grant)
 
 

@@ -94,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--name")
     sa.add_argument("--restricted", action="store_true", help="only granted principals see it")
     sa.add_argument("--no-hybrid", action="store_true")
+    sa.add_argument("--force", action="store_true", help="even in a tenant the operator manages")
     sl = source.add_parser("list")
     sl.add_argument("--tenant")
 
@@ -115,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     tl.add_argument("--tenant")
     tr = token.add_parser("revoke")
     tr.add_argument("token", help="token id, lookup id, or the token itself")
+    tr.add_argument("--force", action="store_true", help="even an operator-managed token")
 
     grant = sub.add_parser("grant", help="per-source / per-file access for a user or group")
     gsub = grant.add_subparsers(dest="action", required=True)
@@ -124,10 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     who = ga.add_mutually_exclusive_group(required=True)
     who.add_argument("--user")
     who.add_argument("--group")
+    ga.add_argument("--force", action="store_true", help="even on an operator-managed source")
     gl = gsub.add_parser("list")
     gl.add_argument("--source", type=uuid.UUID)
     gr = gsub.add_parser("revoke")
     gr.add_argument("id", type=int)
+    gr.add_argument("--force", action="store_true", help="even an operator-managed grant")
     gm = gsub.add_parser("restrict", help="make a source visible only to granted principals")
     gm.add_argument("--source", type=uuid.UUID, required=True)
     gm.add_argument("--open", action="store_true", help="the reverse: visible to the whole tenant")
@@ -299,7 +303,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings, engine: Any, admin: 
     elif cmd == "source" and action == "add":
         source = admin.add_source(engine, args.tenant, protocol=args.protocol, config=source_config(args),
                                   name=args.name, restricted=args.restricted, hybrid=not args.no_hybrid,
-                                  schedule=args.schedule)
+                                  schedule=args.schedule, force=args.force)
         print(source.id)
     elif cmd == "source":
         _print(args, admin.list_sources(engine, args.tenant), ["id", "tenant", "name", "protocol", "enabled",
@@ -327,16 +331,16 @@ def _dispatch(args: argparse.Namespace, settings: Settings, engine: Any, admin: 
         _print(args, admin.list_tokens(engine, args.tenant), ["id", "tenant", "name", "subject", "scopes",
                                                               "expires_at", "revoked_at"])
     elif cmd == "token":
-        admin.revoke_token(engine, args.token)
+        admin.revoke_token(engine, args.token, force=args.force)
         print("revoked")
     elif cmd == "grant" and action == "add":
         subject = f"user:{args.user}" if args.user else f"group:{args.group}"
-        grant = admin.add_grant(engine, source_id=args.source, subject=subject, file_key=args.key)
+        grant = admin.add_grant(engine, source_id=args.source, subject=subject, file_key=args.key, force=args.force)
         print(grant.id)
     elif cmd == "grant" and action == "list":
         _print(args, admin.list_grants(engine, args.source))
     elif cmd == "grant" and action == "revoke":
-        admin.revoke_grant(engine, args.id)
+        admin.revoke_grant(engine, args.id, force=args.force)
         print("revoked")
     elif cmd == "grant":
         admin.set_source_acl(engine, args.source, restricted=not args.open, force=args.force)

@@ -1,0 +1,327 @@
+"""kopf handlers for Tenant and Source: thin functions around `desired` (what), `reconcile` (database)
+and `k8s` (Secrets, Events).
+
+Level-triggered: create, update and resume run one idempotent reconcile; a timer re-runs it every
+KDBL_OPERATOR_RESYNC_SECONDS to correct drift made behind the operator's back. Status conditions
+(Ready / Reconciling / Degraded) say what happened; Events are posted on transitions and corrections.
+An invalid spec never crashes anything: it sets Degraded with a precise reason, then either retries
+with backoff (it depends on another object: a Tenant, a Secret, a namespace) or stops until the spec
+changes (kopf.PermanentError). Finalizers delete a Source's / Tenant's rows in bounded batches.
+
+Run by `kdbl-operator` (leader election, health endpoint), or directly for tests and development:
+`kopf run --standalone -A -m kdbl_operator.handlers`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from kdbl_core.auth import pat
+from kdbl_core.db.engine import sync_engine
+from kdbl_core.errors import ConfigError, TemporaryError
+
+from kdbl_operator import desired, k8s, reconcile
+from kdbl_operator.config import OperatorSettings
+from kdbl_operator.desired import GROUP, VERSION, InvalidSpec, Outcome
+
+log = logging.getLogger(__name__)
+
+KOPF_PREFIX = "kopf.kdbl.io"  # kopf's own bookkeeping annotations (kept apart from kdbl.io/ ones users set)
+FINALIZER = "kdbl.io/cleanup"
+_RESYNC = OperatorSettings().operator_resync_seconds  # the timers' interval is fixed at import
+
+
+# ------------------------------------------------------------------------------------------------
+# operator lifecycle
+# ------------------------------------------------------------------------------------------------
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=KOPF_PREFIX, key="last-handled-configuration")
+    settings.persistence.finalizer = FINALIZER
+    settings.posting.loggers = False  # Events are explicit (k8s.event); handler logs stay in the log
+    # A resync timer caught mid-run at shutdown or deletion finishes its short transaction instead of
+    # being orphaned (with its database connection and API session) after a few event-loop cycles.
+    settings.background.instant_exit_timeout = 2.0
+    cfg = OperatorSettings()
+    try:
+        url = cfg.require_database_url()
+        k8s.configure()
+    except ConfigError as exc:
+        raise kopf.PermanentError(exc.message) from None
+    memo.cfg = cfg
+    memo.engine = sync_engine(url, pool_size=cfg.operator_db_pool_size)
+    # Database work runs on its own threads, so that shutdown can wait for what is in flight.
+    memo.db_threads = ThreadPoolExecutor(max_workers=cfg.operator_db_pool_size * 2, thread_name_prefix="kdbl-db")
+    memo.locks = defaultdict(asyncio.Lock)
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    threads: ThreadPoolExecutor | None = getattr(memo, "db_threads", None)
+    if threads is not None:  # a handler cancelled at shutdown may still finish its transaction
+        await asyncio.to_thread(threads.shutdown, wait=True)
+    engine = getattr(memo, "engine", None)
+    if engine is not None:
+        engine.dispose()
+    k8s.close()
+
+
+async def _db(memo: kopf.Memo, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run one synchronous reconcile step (its own transaction) on the database threads."""
+    return await asyncio.get_running_loop().run_in_executor(memo.db_threads, functools.partial(fn, *args, **kwargs))
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo:
+    return k8s.login(**kwargs)
+
+
+# ------------------------------------------------------------------------------------------------
+# shared pieces
+# ------------------------------------------------------------------------------------------------
+def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
+    return copy.deepcopy({k: body[k] for k in body})
+
+
+def _stamp(value: datetime | None = None) -> str:
+    return (value or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _lock(memo: kopf.Memo, raw: Mapping[str, Any]) -> asyncio.Lock:
+    meta = raw.get("metadata") or {}
+    return memo.locks[(raw.get("kind"), meta.get("namespace") or "", meta.get("name"))]
+
+
+def _unavailable(exc: TemporaryError) -> InvalidSpec:
+    reason = desired.KUBERNETES_UNAVAILABLE if isinstance(exc, k8s.KubernetesUnavailable) else desired.DATABASE_UNAVAILABLE
+    return InvalidSpec(reason, exc.message)
+
+
+def _finish(raw: dict[str, Any], patch: kopf.Patch, new: dict[str, Any], outcome: Outcome, *, raise_errors: bool,
+            retry: int, cfg: OperatorSettings) -> None:
+    """Write the status delta, post an Event on a transition, and tell kopf whether to retry."""
+    status = dict(raw.get("status") or {})
+    generation = (raw.get("metadata") or {}).get("generation")
+    if generation is not None:
+        new["observedGeneration"] = generation
+    new["conditions"] = desired.conditions(status.get("conditions"), outcome, generation=generation,
+                                           now=datetime.now(UTC))
+    new["phase"] = desired.phase(outcome)
+    new["message"] = outcome.degraded.message if outcome.degraded else outcome.message
+    for key, value in desired.status_patch(status, new).items():
+        patch.status[key] = value
+    event = desired.transition(status.get("conditions"), outcome)
+    if event is not None:
+        k8s.event(raw, type=event[0], reason=event[1], message=event[2])
+    if outcome.degraded is not None:
+        log.warning("%s %s degraded: %s", raw.get("kind"), (raw.get("metadata") or {}).get("name"),
+                    outcome.degraded)
+        if raise_errors and outcome.degraded.retryable:
+            raise kopf.TemporaryError(outcome.degraded.message, delay=cfg.backoff(retry))
+        if raise_errors:
+            raise kopf.PermanentError(outcome.degraded.message)
+
+
+def _deleting(raw: dict[str, Any], patch: kopf.Patch, message: str) -> None:
+    status = dict(raw.get("status") or {})
+    outcome = Outcome(deleting=True, message=message)
+    new = {"phase": "Deleting", "message": message,
+           "conditions": desired.conditions(status.get("conditions"), outcome,
+                                            generation=(raw.get("metadata") or {}).get("generation"),
+                                            now=datetime.now(UTC))}
+    for key, value in desired.status_patch(status, new).items():
+        patch.status[key] = value
+
+
+# ------------------------------------------------------------------------------------------------
+# Tenant
+# ------------------------------------------------------------------------------------------------
+async def _bootstrap(raw: dict[str, Any], want: desired.DesiredTenant, tenant_id: Any,
+                     memo: kopf.Memo) -> dict[str, Any]:
+    """Keep exactly one live bootstrap token whose plaintext sits in the tenant's Secret."""
+    boot, engine = want.bootstrap, memo.engine
+    status = dict(raw.get("status") or {})
+    if not boot.enabled:
+        if await _db(memo, reconcile.revoke_all_bootstrap, engine, tenant_id):
+            k8s.event(raw, type="Normal", reason="BootstrapTokenRevoked",
+                      message="spec.bootstrapToken.enabled is false")
+        return {"bootstrapSecretRef": None, "bootstrapToken": None}
+    where = f"{boot.namespace}/{boot.secret_name}"
+    secret = await k8s.read_secret(boot.namespace, boot.secret_name)
+    if secret is not None and (not secret.managed_by_operator
+                               or secret.labels.get(desired.LABEL_TENANT, want.name) != want.name):
+        raise InvalidSpec(desired.NAME_CONFLICT, f"Secret {where} exists and is not this tenant's bootstrap Secret; "
+                                                 "delete it or set spec.bootstrapToken.secretName")
+    active = [t["lookup_id"] for t in await _db(memo, reconcile.active_bootstrap_tokens, engine, tenant_id)]
+    token_status = dict(status.get("bootstrapToken") or {})
+    rotate_to = ((raw.get("metadata") or {}).get("annotations") or {}).get(desired.ANNOTATION_ROTATE) or None
+    plan = desired.plan_bootstrap(
+        secret_lookup_id=secret.annotations.get(desired.ANNOTATION_LOOKUP_ID) if secret else None,
+        secret_has_token=secret is not None and "token" in secret.keys, active_lookup_ids=active,
+        rotate_to=rotate_to, rotated=token_status.get("rotation"))
+    if plan.action == "mint":
+        new = await asyncio.to_thread(pat.generate)
+        body = k8s.secret_body(
+            namespace=boot.namespace, name=boot.secret_name, data={"token": new.token, "tenant": want.name},
+            labels={desired.LABEL_MANAGED_BY: desired.MANAGER, desired.LABEL_TENANT: want.name},
+            annotations={desired.ANNOTATION_LOOKUP_ID: new.lookup_id}, owner=raw)
+        try:
+            await k8s.write_secret(body)  # the plaintext goes to the Secret and nowhere else
+        except k8s.NamespaceMissing:
+            raise InvalidSpec(desired.NAMESPACE_NOT_FOUND, f"namespace '{boot.namespace}' for the bootstrap "
+                                                           "Secret does not exist") from None
+        del body
+        await _db(memo, reconcile.record_bootstrap, engine, tenant_id, boot, new=(new.lookup_id, new.hash),
+                  keep=None, revoke=plan.revoke)
+        reason = "BootstrapTokenRotated" if plan.why == "rotation" else "BootstrapTokenIssued"
+        k8s.event(raw, type="Normal", reason=reason,
+                  message=f"wrote a new token (lookup id {new.lookup_id}) to Secret {where}"
+                          + (f"; revoked {len(plan.revoke)} previous" if plan.revoke else ""))
+        token_status = {"lookupId": new.lookup_id, "issuedAt": _stamp(),
+                        "rotation": rotate_to or token_status.get("rotation") or ""}
+    else:
+        await _db(memo, reconcile.record_bootstrap, engine, tenant_id, boot, new=None,
+                  keep=plan.keep_lookup_id, revoke=plan.revoke)
+        token_status["lookupId"] = plan.keep_lookup_id
+    return {"bootstrapSecretRef": {"name": boot.secret_name, "namespace": boot.namespace},
+            "bootstrapToken": token_status}
+
+
+async def _reconcile_tenant(body: Mapping[str, Any], patch: kopf.Patch, memo: kopf.Memo, *, retry: int,
+                            resync: bool) -> None:
+    raw, cfg = _plain(body), memo.cfg
+    new: dict[str, Any] = {}
+    async with _lock(memo, raw):
+        try:
+            want = desired.tenant(raw, operator_namespace=cfg.operator_namespace)
+            done = await _db(memo, reconcile.converge_tenant, memo.engine, want)
+            new.update(tenantId=str(done.row_id), counts=done.counts)
+            if done.action == "adopt":
+                k8s.event(raw, type="Normal", reason="Adopted",
+                          message=f"took over tenant '{want.name}' from kdbl-control")
+            elif resync and done.changed:
+                k8s.event(raw, type="Normal", reason="DriftCorrected",
+                          message=f"reset {', '.join(done.changed)} of tenant '{want.name}' to the spec")
+            new.update(await _bootstrap(raw, want, done.row_id, memo))
+            outcome = Outcome()
+        except InvalidSpec as exc:
+            outcome = Outcome(degraded=exc)
+        except TemporaryError as exc:
+            outcome = Outcome(degraded=_unavailable(exc))
+        except Exception as exc:  # a bug must not stop the loop: logged, reported, retried
+            log.exception("reconciling %s %s failed", raw.get("kind"), (raw.get("metadata") or {}).get("name"))
+            outcome = Outcome(degraded=InvalidSpec(desired.INTERNAL_ERROR, f"{type(exc).__name__} (see the operator log)"))
+    _finish(raw, patch, new, outcome, raise_errors=not resync, retry=retry, cfg=cfg)
+
+
+@kopf.on.resume(GROUP, VERSION, "tenants")
+@kopf.on.create(GROUP, VERSION, "tenants")
+@kopf.on.update(GROUP, VERSION, "tenants")
+async def tenant_changed(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, **_: Any) -> None:
+    await _reconcile_tenant(body, patch, memo, retry=retry, resync=False)
+
+
+@kopf.timer(GROUP, VERSION, "tenants", interval=_RESYNC, initial_delay=_RESYNC)
+async def tenant_resync(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, stopped: Any, **_: Any) -> None:
+    if stopped or (body.get("metadata") or {}).get("deletionTimestamp"):
+        return
+    await _reconcile_tenant(body, patch, memo, retry=0, resync=True)
+
+
+@kopf.on.delete(GROUP, VERSION, "tenants")
+async def tenant_deleted(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, **_: Any) -> None:
+    raw, cfg = _plain(body), memo.cfg
+    name = (raw.get("metadata") or {}).get("name") or ""
+    async with _lock(memo, raw):
+        try:
+            left = await _db(memo, reconcile.delete_tenant, memo.engine, name, desired.owner_marker(raw),
+                                           batch=cfg.operator_delete_batch,
+                                           max_batches=cfg.operator_delete_batches_per_pass)
+        except TemporaryError as exc:
+            raise kopf.TemporaryError(exc.message, delay=cfg.backoff(retry)) from None
+    if left:
+        _deleting(raw, patch, f"deleting tenant data: {left} files left")
+        raise kopf.TemporaryError(f"{left} files left to delete", delay=min(1.0, cfg.operator_retry_base_seconds))
+    memo.locks.pop((raw.get("kind"), "", name), None)
+    log.info("tenant %s deleted from the database", name)
+
+
+# ------------------------------------------------------------------------------------------------
+# Source
+# ------------------------------------------------------------------------------------------------
+async def _reconcile_source(body: Mapping[str, Any], patch: kopf.Patch, memo: kopf.Memo, *, retry: int,
+                            resync: bool) -> None:
+    raw, cfg = _plain(body), memo.cfg
+    new: dict[str, Any] = {}
+    async with _lock(memo, raw):
+        try:
+            want = desired.source(raw, credentials_root=cfg.operator_credentials_root)
+            for ref in (want.credentials, want.ca_secret):
+                if ref is not None:
+                    info = await k8s.read_secret(ref.namespace, ref.name)
+                    desired.check_secret(ref, info.keys if info is not None else None)
+            done = await _db(memo, reconcile.converge_source, memo.engine, want)
+            counts = done.counts
+            new.update(
+                sourceId=str(done.row_id), tenantId=str(done.tenant_id), files=counts["files"],
+                failedFiles=counts["failed_files"], chunks=counts["chunks"], embeddedChunks=counts["embedded_chunks"],
+                embeddingProgress=desired.embedding_progress(counts["embedded_chunks"], counts["chunks"]),
+                lastIndexedAt=_stamp(counts["last_indexed_at"]) if counts["last_indexed_at"] else None)
+            if done.action == "adopt":
+                k8s.event(raw, type="Normal", reason="Adopted",
+                          message=f"took over source '{want.name}' of tenant '{want.tenant}' from kdbl-control")
+            elif resync and done.changed:
+                k8s.event(raw, type="Normal", reason="DriftCorrected",
+                          message=f"reset {', '.join(done.changed)} of source '{want.name}' to the spec")
+            outcome = Outcome()
+        except InvalidSpec as exc:
+            outcome = Outcome(degraded=exc)
+        except TemporaryError as exc:
+            outcome = Outcome(degraded=_unavailable(exc))
+        except Exception as exc:  # a bug must not stop the loop: logged, reported, retried
+            log.exception("reconciling %s %s failed", raw.get("kind"), (raw.get("metadata") or {}).get("name"))
+            outcome = Outcome(degraded=InvalidSpec(desired.INTERNAL_ERROR, f"{type(exc).__name__} (see the operator log)"))
+    _finish(raw, patch, new, outcome, raise_errors=not resync, retry=retry, cfg=cfg)
+
+
+@kopf.on.resume(GROUP, VERSION, "sources")
+@kopf.on.create(GROUP, VERSION, "sources")
+@kopf.on.update(GROUP, VERSION, "sources")
+async def source_changed(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, **_: Any) -> None:
+    await _reconcile_source(body, patch, memo, retry=retry, resync=False)
+
+
+@kopf.timer(GROUP, VERSION, "sources", interval=_RESYNC, initial_delay=_RESYNC)
+async def source_resync(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, stopped: Any, **_: Any) -> None:
+    if stopped or (body.get("metadata") or {}).get("deletionTimestamp"):
+        return
+    await _reconcile_source(body, patch, memo, retry=0, resync=True)
+
+
+@kopf.on.delete(GROUP, VERSION, "sources")
+async def source_deleted(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, **_: Any) -> None:
+    raw, cfg = _plain(body), memo.cfg
+    async with _lock(memo, raw):
+        try:
+            left = await _db(memo, reconcile.delete_source, memo.engine, desired.owner_marker(raw),
+                                           batch=cfg.operator_delete_batch,
+                                           max_batches=cfg.operator_delete_batches_per_pass)
+        except TemporaryError as exc:
+            raise kopf.TemporaryError(exc.message, delay=cfg.backoff(retry)) from None
+    if left:
+        _deleting(raw, patch, f"deleting source data: {left} files left")
+        raise kopf.TemporaryError(f"{left} files left to delete", delay=min(1.0, cfg.operator_retry_base_seconds))
+    meta = raw.get("metadata") or {}
+    memo.locks.pop((raw.get("kind"), meta.get("namespace") or "", meta.get("name")), None)
+    log.info("source %s/%s deleted from the database", meta.get("namespace"), meta.get("name"))
