@@ -33,7 +33,7 @@ def test_notes_explain_secrets_tenants_tokens_and_the_mcp_endpoint(chart: Chart)
                 "download-signing-secret", "api-db-password", "worker-db-password"):  # fmt: skip
         assert f"--from-literal={key}=" in notes
     assert "kind: Tenant" in notes and "apiVersion: kdbl.io/v1alpha1" in notes
-    assert "kubectl -n kdbl exec deploy/kdbl-api -- kdbl-control tenant create acme" in notes
+    assert "kubectl -n kdbl exec deploy/kdbl-operator -- kdbl-control tenant create acme" in notes
     assert "bootstrapSecretRef" in notes
     assert "http://kdbl-api.kdbl.svc.cluster.local/mcp" in notes
 
