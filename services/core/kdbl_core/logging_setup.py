@@ -26,11 +26,24 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False)
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is at the time of the write (not the object at configure time),
+    so records emitted at interpreter exit never hit a stream someone already closed."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def configure(level: str = "INFO", fmt: str = "json") -> None:
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
