@@ -102,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     group = crawl.add_mutually_exclusive_group()
     group.add_argument("--tenant")
     group.add_argument("--source", type=uuid.UUID)
+    crawl.add_argument("--queue", action="store_true", help="queue runs for the kdbl-worker replicas")
+    crawl.add_argument("--no-wait", action="store_true", help="with --queue: print run ids and return")
+    crawl.add_argument("--timeout", type=float, help="with --queue: stop waiting after SECONDS")
 
     token = sub.add_parser("token").add_subparsers(dest="action", required=True)
     tk = token.add_parser("create", help="mint a PAT (printed once)")
@@ -277,6 +280,13 @@ def source_config(args: argparse.Namespace) -> dict[str, Any]:
         config["verify_tls"] = False
     if args.ca_file:
         config["ca_file"] = args.ca_file
+    if args.schedule:
+        from kdbl_worker.schedule import parse as parse_schedule
+
+        try:
+            parse_schedule(args.schedule)
+        except ValueError as exc:
+            raise InvalidArgument("schedule", str(exc)) from None
     if args.include:
         config["include"] = args.include
     if args.exclude:
@@ -290,6 +300,40 @@ def source_config(args: argparse.Namespace) -> dict[str, Any]:
 
         parse_config(config)
     return config
+
+
+def _crawl(args: argparse.Namespace, settings: Settings, engine: Any) -> int:
+    from kdbl_worker.pipeline import Indexer, load_sources
+
+    sources = load_sources(engine, tenant=args.tenant, source_id=args.source)
+    if not sources:
+        raise ConfigError("no matching source")
+    if args.queue:
+        from kdbl_worker.queue import enqueue, wait_for
+
+        ids = enqueue(engine, [s.id for s in sources])
+        print(" ".join(map(str, ids)))
+        if args.no_wait:
+            return 0
+        try:
+            statuses = wait_for(engine, ids, timeout_s=args.timeout, poll_s=1.0)
+        except TimeoutError as exc:
+            print(f"kdbl-control: {exc}", file=sys.stderr)
+            return 3
+        for st in statuses.values():
+            print(f"run {st.id} (source {st.source_id}): {st.state}, {st.listed} listed, {st.indexed} indexed, "
+                  f"{st.unchanged} unchanged, {st.deleted} deleted, {st.failed} failed"
+                  + (f": {st.last_error}" if st.last_error else ""), file=sys.stderr)
+        return 1 if any(st.state == "failed" for st in statuses.values()) else 0
+    from kdbl_control.progress import crawl_with_progress
+
+    indexer = Indexer(engine, settings)
+    try:
+        for source in sources:
+            crawl_with_progress(indexer, source)
+    finally:
+        indexer.close()
+    return 0
 
 
 def _dispatch(args: argparse.Namespace, settings: Settings, engine: Any, admin: Any) -> int:
@@ -309,15 +353,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings, engine: Any, admin: 
         _print(args, admin.list_sources(engine, args.tenant), ["id", "tenant", "name", "protocol", "enabled",
                                                                "acl_mode", "files", "last_indexed_at"])
     elif cmd == "crawl":
-        from kdbl_control.progress import crawl_with_progress
-        from kdbl_worker.pipeline import Indexer, load_sources
-
-        sources = load_sources(engine, tenant=args.tenant, source_id=args.source)
-        if not sources:
-            raise ConfigError("no matching source")
-        indexer = Indexer(engine, settings)
-        for source in sources:
-            crawl_with_progress(indexer, source)
+        return _crawl(args, settings, engine)
     elif cmd == "token" and action == "create":
         if args.admin == bool(args.tenant):
             raise ConfigError("token create needs exactly one of --tenant NAME or --admin")

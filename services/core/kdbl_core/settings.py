@@ -67,6 +67,15 @@ class Settings(BaseSettings):
 
     # --- worker ------------------------------------------------------------------------
     max_file_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
+    extract_timeout_s: float = Field(default=120.0, gt=0, description="Per file; the child is killed after it.")
+    extract_memory_mb: int | None = Field(default=2048, ge=64, description="Address-space cap of an extractor child.")
+    extract_processes: int | None = Field(default=None, ge=0, le=64,
+                                          description="Extractor children (default by cores; 0 = in-process).")
+    write_connections: int = Field(default=2, ge=1, le=32)
+    job_lease_s: float = Field(default=60.0, ge=5)
+    durable_file_commits: bool = Field(
+        default=False, description="Wait for the WAL flush on every file commit. Off: a Postgres crash may lose "
+        "the last ~0.6 s of indexed files (each still all-or-nothing; their queue items are redone).")
     chunk_target_chars: int = Field(default=800, ge=100, le=8000)
     chunk_max_chars: int = Field(default=1200, ge=200, le=16000)
 

@@ -1,12 +1,17 @@
-"""`kdbl-worker`: crawl every enabled source periodically, as the non-owner kdbl_worker role.
+"""`kdbl-worker`: serve the crawl queue as the non-owner kdbl_worker role, plus the internal fetch endpoint.
+
+Any number of replicas share the queue (kdbl_worker.queue): each queues scheduled runs that are due
+(kdbl_worker.schedule), lists sources, and indexes changed files one transaction each, holding leases
+that a heartbeat renews. SIGTERM/SIGINT stop it gracefully: the file being written is finished, the
+leases it holds on unstarted work are handed back at once, and the process exits.
 
 It also serves the internal fetch endpoint (KDBL_FETCH_PORT, default 8081) that the API's signed
-downloads read original bytes from. This slice crawls sources one after another on a fixed interval;
-the lease-based job queue shared by many replicas comes with the worker issue.
+downloads read original bytes from (`--no-fetch` to leave it out, e.g. several workers on one host).
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import signal
 import sys
@@ -16,29 +21,81 @@ import uvicorn
 
 from kdbl_core import logging_setup
 from kdbl_core.db.engine import assert_runtime_role_sync, sync_engine
-from kdbl_core.errors import ConfigError, KdblError
+from kdbl_core.errors import ConfigError
 from kdbl_core.settings import Settings
+from kdbl_worker import sandbox
+from kdbl_core.embed import Embedder
+from kdbl_worker.embedding import embed_pending
 from kdbl_worker.fetch import create_fetch_app
-from kdbl_worker.pipeline import Indexer, load_sources
+from kdbl_worker.pipeline import Indexer, limits_from
+from kdbl_worker.queue import QueueOptions, QueueRunner, make_holder
 
 log = logging.getLogger("kdbl_worker")
-INTERVAL_SECONDS = 60.0
 
 
-def run_forever(settings: Settings, stop: threading.Event) -> None:
+EMBED_POLL_SECONDS = 10.0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kdbl-worker", description=__doc__.split("\n")[0])
+    parser.add_argument("--tenant", action="append", dest="tenants", metavar="NAME",
+                        help="serve only these tenants' sources (repeatable; default: every tenant)")
+    parser.add_argument("--no-scheduler", action="store_true",
+                        help="do not queue scheduled runs (only serve the queue)")
+    parser.add_argument("--lease-seconds", type=float, default=None, help="claim lease (default 60)")
+    parser.add_argument("--batch", type=int, default=16, help="items claimed at a time (default 16)")
+    parser.add_argument("--extract-processes", type=int, default=None,
+                        help="extraction child processes (default: cores/2, 1..4; 0 = in-process, no limits)")
+    parser.add_argument("--idle-poll", type=float, default=1.0, help="seconds between polls when idle")
+    parser.add_argument("--exit-when-idle", action="store_true", help="exit once no run is open (benchmarks)")
+    parser.add_argument("--no-fetch", action="store_true", help="do not serve the internal fetch endpoint")
+    return parser
+
+
+def run_forever(settings: Settings, stop: threading.Event, args: argparse.Namespace | None = None) -> None:
+    args = args or build_parser().parse_args([])
     engine = sync_engine(settings.require_database_url())
     assert_runtime_role_sync(engine, allow_privileged=settings.allow_privileged_db_role)
-    indexer = Indexer(engine, settings)
-    while not stop.is_set():
-        for source in load_sources(engine):
-            if stop.is_set() or not source.enabled:
-                continue
+    processes = args.extract_processes if args.extract_processes is not None else \
+        getattr(settings, "extract_processes", None)
+    box = sandbox.Sandbox(processes, limits_from(settings))
+    box.start()
+    indexer = Indexer(engine, settings, box=box, lease_s=args.lease_seconds)
+    options = QueueOptions(lease_s=indexer.lease_s, batch=max(1, args.batch), idle_poll_s=args.idle_poll,
+                           scheduler=not args.no_scheduler,
+                           tenants=tuple(args.tenants) if args.tenants else None)
+    runner = QueueRunner(engine, indexer, holder=make_holder(), options=options)
+    log.info("worker started", extra={"holder": runner.holder, "lease_s": options.lease_s,
+                                      "extract_processes": box.processes})
+    embedding = None
+    if settings.embed_model_path:  # lexical first: vectors fill in behind the crawl, on their own thread
+        embedding = threading.Thread(target=_embed_loop, args=(engine, settings, stop), name="embed", daemon=True)
+        embedding.start()
+    try:
+        runner.run(stop, exit_when_idle=args.exit_when_idle)
+    finally:
+        if embedding is not None:
+            stop.set()
+            embedding.join(timeout=30)
+        indexer.close()
+        box.close()
+        engine.dispose()
+        log.info("worker stopped", extra={"holder": runner.holder})
+
+
+def _embed_loop(engine, settings: Settings, stop: threading.Event) -> None:
+    """Embed pending chunks of hybrid-enabled sources; poll every EMBED_POLL_SECONDS when idle."""
+    embedder = Embedder(settings.embed_model_path, n_threads=settings.embed_threads,
+                        max_tokens=settings.embed_max_tokens)
+    try:
+        while not stop.is_set():
             try:
-                indexer.crawl(source)
-            except KdblError as exc:
-                log.warning("crawl failed", extra={"source_id": str(source.id), "error": exc.message})
-        stop.wait(INTERVAL_SECONDS)
-    engine.dispose()
+                embed_pending(engine, embedder, batch=settings.embed_batch, stop=stop)
+            except Exception:  # noqa: BLE001 - keep the worker crawling; retry on the next poll
+                log.exception("embedding pass failed")
+            stop.wait(EMBED_POLL_SECONDS)
+    finally:
+        embedder.close()
 
 
 def serve_fetch(settings: Settings) -> uvicorn.Server:
@@ -49,16 +106,18 @@ def serve_fetch(settings: Settings) -> uvicorn.Server:
     return server
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     settings = Settings()
     logging_setup.configure(settings.log_level, settings.log_format)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        fetch = serve_fetch(settings)
-        run_forever(settings, stop)
-        fetch.should_exit = True
+        fetch = None if args.no_fetch else serve_fetch(settings)
+        run_forever(settings, stop, args)
+        if fetch is not None:
+            fetch.should_exit = True
     except ConfigError as exc:
         print(f"kdbl-worker: {exc.message}", file=sys.stderr)
         sys.exit(2)

@@ -1,29 +1,51 @@
-"""Crawl one source: list, skip unchanged files, extract + chunk + index changed ones, drop deleted ones.
+"""Crawl sources through the job queue: list a source into items, index items one transaction each.
 
-Each file is written in its own transaction. Problems with single files become that file's status;
-a source that cannot be listed at all aborts the crawl *without* deleting anything.
+- Listing (`Indexer.list_job`, one worker per run): the connector lists the source (stat only); keys
+  outside the source's include/exclude globs are ignored; files whose size+mtime (or etag) match the
+  stored row are skipped; the others become queue items. When the listing is complete, keys indexed
+  before but not listed now are deleted, in the transaction that ends the listing. A root that cannot
+  be listed fails the run *without* deleting anything (an unmounted share must not wipe the index).
+- Processing (`Indexer.process_items`, any number of workers): each item is opened, extracted and
+  chunked in the extraction sandbox (time and memory limits), then written in ONE transaction that
+  also completes the item, fenced by its lease: a crash at any moment leaves the old file or the new
+  one, and a file is never written twice for one run.
+- `Indexer.crawl(source)` queues an on-demand run and works on it in this process until it is finished
+  (workers running elsewhere may share the work); it returns the run's statistics.
+
+Problems with single files become that file's status (ok / partial / failed / skipped with a reason).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import closing
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, text
 
-from kdbl_core.db import content
+from kdbl_core.db import content, jobs
 from kdbl_core.db.engine import tenant_transaction
 from kdbl_core.settings import Settings
-from kdbl_worker import extract
-from kdbl_worker.chunking import chunk_blocks
+from kdbl_worker import extract, sandbox
 from kdbl_worker.connectors import Connector, RemoteFile, connector_for
+from kdbl_worker.connectors.fs import FsConnector
+from kdbl_worker.globs import Selection
+from kdbl_worker.queue import QueueOptions, QueueRunner, make_holder
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[["CrawlStats", str], None]
+
+ITEM_BATCH = 500  # listed items queued per statement
+INLINE_BYTES = 32 * 1024  # remote files up to this size travel to the sandbox in its pipe; larger are spooled
 
 
 @dataclass(slots=True)
@@ -38,6 +60,7 @@ class CrawlStats:
     bytes: int = 0
     seconds: float = 0.0
     problems: list[tuple[str, str]] = field(default_factory=list)
+    excluded: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +72,8 @@ class SourceRow:
     enabled: bool
 
 
-def load_sources(engine: Engine, *, tenant: str | None = None, source_id: uuid.UUID | None = None) -> list[SourceRow]:
+def load_sources(engine: Engine, *, tenant: str | None = None,
+                 source_id: uuid.UUID | None = None) -> list[SourceRow]:
     sql = ("SELECT s.id, s.tenant_id, s.protocol, s.config, s.enabled FROM sources s "
            "JOIN tenants t ON t.id = s.tenant_id WHERE true")
     params: dict = {}
@@ -65,14 +89,7 @@ def load_sources(engine: Engine, *, tenant: str | None = None, source_id: uuid.U
 
 
 def _clean(value: str) -> str:
-    """Postgres text holds neither NUL nor lone surrogates; keep offsets by mapping 1:1."""
-    if "\x00" in value:
-        value = value.replace("\x00", "\ufffd")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        value = value.encode("utf-8", "replace").decode("utf-8")
-    return value
+    return sandbox.clean(value)
 
 
 def _unchanged(state: content.FileState | None, remote: RemoteFile) -> bool:
@@ -83,76 +100,318 @@ def _unchanged(state: content.FileState | None, remote: RemoteFile) -> bool:
     return remote.size == state.size and remote.mtime == state.mtime
 
 
-class Indexer:
-    """Turns files of one source into rows, one transaction per file."""
+def limits_from(settings: Settings) -> sandbox.Limits:
+    """Extraction limits. `extract_timeout_s` / `extract_memory_mb` are read when Settings has them."""
+    return sandbox.Limits(
+        timeout_s=float(getattr(settings, "extract_timeout_s", sandbox.DEFAULT_TIMEOUT_S)),
+        memory_mb=getattr(settings, "extract_memory_mb", sandbox.DEFAULT_MEMORY_MB),
+        chunk_target=settings.chunk_target_chars, chunk_max=settings.chunk_max_chars,
+    )
 
-    def __init__(self, engine: Engine, settings: Settings) -> None:
+
+@dataclass(slots=True)
+class _SourceContext:
+    row: SourceRow
+    connector: Connector
+    max_bytes: int
+
+
+class Indexer:
+    """Lists sources into queue items and turns items into rows, one transaction per file."""
+
+    def __init__(self, engine: Engine, settings: Settings, *, box: sandbox.Sandbox | None = None,
+                 durable_commits: bool | None = None, lease_s: float | None = None,
+                 writers: int | None = None) -> None:
         self.engine = engine
         self.settings = settings
+        self.box = box or sandbox.shared(getattr(settings, "extract_processes", None), limits_from(settings))
+        # See content.FileWriter.write: per-file commits need not wait for the WAL flush.
+        self.durable = bool(getattr(settings, "durable_file_commits", False)) if durable_commits is None \
+            else durable_commits
+        self.lease_s = float(lease_s or getattr(settings, "job_lease_s", 60.0))
+        # Concurrent file transactions (each its own connection): Postgres tokenises and indexes one file
+        # on each core while this process feeds the sandbox.
+        self.writers = max(1, int(writers or getattr(settings, "write_connections", 2)))
+        self.max_attempts = 5
+        self._writer_pool: ThreadPoolExecutor | None = None
+        self._thread_writer = threading.local()
+        self._file_writers: list[content.FileWriter] = []
+        self._progress: Progress | None = None
+        self._local: CrawlStats | None = None
 
-    def index_file(self, source: SourceRow, connector: Connector, remote: RemoteFile) -> tuple[str, int]:
-        content_type, _ = extract.detect(remote.key)
-        if remote.size > self.settings.max_file_bytes:
-            result = extract.Extraction.skipped(
-                f"file too large ({remote.size} bytes > limit {self.settings.max_file_bytes})", content_type
-            )
-        else:
-            try:
-                with connector.open(remote.key) as stream:
-                    result = extract.extract(extract.Source(stream, remote.key, remote.size, content_type))
-            except OSError as exc:
-                result = extract.Extraction.failed(f"cannot read file: {exc.strerror or exc}", content_type)
-        for block in result.blocks:
-            block.text = _clean(block.text)
-        full_text, chunks = chunk_blocks(
-            result.blocks, target=self.settings.chunk_target_chars, max_chars=self.settings.chunk_max_chars
-        )
-        meta = content.FileMeta(
-            key=remote.key, size=remote.size, mtime=remote.mtime, etag=remote.etag,
-            content_type=result.content_type or content_type, storage_class=remote.storage_class,
-            owner=remote.owner, mode=remote.mode, uid=remote.uid, gid=remote.gid,
-        )
-        rows = [content.ChunkRow(c.seq, c.text, c.char_start, c.char_end, c.page_no, c.ts_start_ms, c.ts_end_ms)
-                for c in chunks]
-        with tenant_transaction(self.engine, source.tenant_id) as conn:
-            content.write_file(
-                conn, tenant_id=source.tenant_id, source_id=source.id, meta=meta, status=result.status,
-                status_reason=result.reason, title=_clean(result.title) if result.title else None,
-                chunks=rows, text_chars=len(full_text), ts_config=self.settings.text_search_config,
-            )
-        return result.status, len(rows)
-
+    # -- on-demand crawl ------------------------------------------------------------------------------
     def crawl(self, source: SourceRow, progress: Progress | None = None) -> CrawlStats:
+        """Queue a run of `source` and work on it here until it is finished; its statistics."""
         started = time.monotonic()
-        stats = CrawlStats(source_id=source.id)
-        connector = connector_for(source.protocol, source.config)
-        with tenant_transaction(self.engine, source.tenant_id) as conn:
-            known = content.load_file_states(conn, source.id)
-        listed: set[str] = set()
-        for remote in connector.walk():
-            listed.add(remote.key)
-            stats.listed += 1
-            if _unchanged(known.get(remote.key), remote):
-                stats.unchanged += 1
-            else:
-                status, n_chunks = self.index_file(source, connector, remote)
-                stats.indexed += 1
-                stats.chunks += n_chunks
-                stats.bytes += remote.size
-                if status == "failed":
-                    stats.failed += 1
-            if progress is not None:
-                progress(stats, remote.key)
-        gone = set(known) - listed
-        with tenant_transaction(self.engine, source.tenant_id) as conn:
-            if gone:
-                stats.deleted = content.delete_files(conn, source.tenant_id, source.id, sorted(gone))
-            content.mark_source_indexed(conn, source.id)
-        stats.problems = list(connector.problems.items)
-        stats.seconds = time.monotonic() - started
+        with self.engine.begin() as conn:
+            job_id = jobs.enqueue(conn, source.id)
+        runner = QueueRunner(self.engine, self, holder=make_holder("crawl"), options=QueueOptions(
+            lease_s=self.lease_s, scheduler=False, source_id=source.id))
+        self._progress, self._local = progress, CrawlStats(source_id=source.id)
+        try:
+            status = runner.run_until_done(job_id)
+        finally:
+            self._progress = self._local = None
+            self.close()
+        stats = CrawlStats(
+            source_id=source.id, listed=status.listed, indexed=status.indexed, unchanged=status.unchanged,
+            deleted=status.deleted, failed=status.failed, chunks=status.chunks, bytes=status.bytes,
+            seconds=time.monotonic() - started, problems=status.problems, excluded=status.excluded)
         log.info("crawl finished", extra={
-            "source_id": str(source.id), "listed": stats.listed, "indexed": stats.indexed,
+            "source_id": str(source.id), "job_id": job_id, "listed": stats.listed, "indexed": stats.indexed,
             "unchanged": stats.unchanged, "deleted": stats.deleted, "failed": stats.failed,
             "seconds": round(stats.seconds, 3),
         })
         return stats
+
+    def _report(self, key: str, **add: int) -> None:
+        if self._local is None:
+            return
+        for name, value in add.items():
+            setattr(self._local, name, getattr(self._local, name) + value)
+        if self._progress is not None:
+            self._progress(self._local, key)
+
+    # -- listing ----------------------------------------------------------------------------------------
+    def list_job(self, job: jobs.JobClaim, stop: threading.Event) -> None:
+        [source] = load_sources(self.engine, source_id=job.source_id) or [None]
+        connector = None
+        try:
+            if source is None:
+                raise LookupError(f"source {job.source_id} no longer exists")
+            if not source.enabled and job.reason == "schedule":
+                raise LookupError("source is disabled")
+            connector = connector_for(source.protocol, source.config)
+            selection = Selection.from_config(source.config)
+            with tenant_transaction(self.engine, job.tenant_id) as conn:
+                known = content.load_file_states(conn, job.source_id)
+            listed: set[str] = set()
+            excluded = unchanged = 0
+            batch: list[jobs.ItemRow] = []
+            for remote in connector.walk():
+                if stop.is_set():
+                    with self.engine.begin() as conn:
+                        jobs.release_listing(conn, job.id, job.lease)
+                    return
+                if not selection(remote.key):
+                    excluded += 1
+                    continue
+                listed.add(remote.key)
+                state = known.get(remote.key)
+                if _unchanged(state, remote):
+                    unchanged += 1
+                    self._report(remote.key, listed=1, unchanged=1)
+                    continue
+                batch.append(jobs.ItemRow(remote.key, remote.size, remote.mtime, remote.etag,
+                                          remote.storage_class, remote.owner, remote.mode, remote.uid,
+                                          remote.gid, had_file=state is not None))
+                self._report(remote.key, listed=1)
+                if len(batch) >= ITEM_BATCH:
+                    self._queue(job, batch)
+            self._queue(job, batch)
+            gone = sorted(set(known) - listed)
+            with tenant_transaction(self.engine, job.tenant_id) as conn:
+                jobs.lock_listing(conn, job.id, job.lease)
+                deleted = content.delete_files(conn, job.tenant_id, job.source_id, gone) if gone else 0
+                jobs.finish_listing(conn, job.id, job.lease, listed=len(listed), excluded=excluded,
+                                    unchanged=unchanged, deleted=deleted,
+                                    problems=list(connector.problems.items))
+            self._report("", deleted=deleted)
+        except content.FenceLost:
+            log.warning("listing lease lost; another worker lists again", extra={"job_id": job.id})
+        except Exception as exc:
+            message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+            problems = list(connector.problems.items) if connector is not None else []
+            with self.engine.begin() as conn:
+                jobs.fail_listing(conn, job.id, job.lease, message, problems)
+            raise
+
+    def _queue(self, job: jobs.JobClaim, batch: list[jobs.ItemRow]) -> None:
+        if batch:
+            with self.engine.begin() as conn:
+                jobs.add_items(conn, job.id, job.lease, batch)
+            batch.clear()
+
+    # -- processing -------------------------------------------------------------------------------------
+    def process_items(self, items: list[jobs.ItemClaim], stop: threading.Event,
+                      more: Callable[[], list[jobs.ItemClaim]] | None = None) -> None:
+        """Index claimed items, and then those `more()` claims, until it claims nothing (or `stop`).
+
+        The next batch is claimed when the sandbox is ready for its first file, while the previous
+        batch is still being extracted and written: no pause between batches, and a busy worker
+        always holds leases (so its death is always visible as leases to take over).
+        """
+        items = list(items)
+        contexts: dict[uuid.UUID, _SourceContext | None] = {}
+        finished: set[int] = set()
+        direct: list[tuple[jobs.ItemClaim, sandbox.Outcome]] = []
+        errors: list[tuple[jobs.ItemClaim, str]] = []
+        spooled: dict[int, str] = {}
+
+        def claimed() -> Iterator[jobs.ItemClaim]:
+            batch = list(items)
+            while batch:
+                yield from batch
+                if stop.is_set() or more is None:
+                    return
+                batch = more()
+                items.extend(batch)
+
+        def tasks() -> Iterator[sandbox.Task]:
+            for item in claimed():
+                if stop.is_set():
+                    return
+                try:
+                    task = self._task(item, contexts, spooled)
+                except Exception as exc:  # noqa: BLE001 - e.g. a throttled remote: retried later
+                    errors.append((item, getattr(exc, "message", None) or repr(exc)[:500]))
+                    continue
+                if isinstance(task, sandbox.Outcome):
+                    direct.append((item, task))
+                else:
+                    yield task
+
+        def results() -> Iterator[tuple[jobs.ItemClaim, sandbox.Outcome]]:
+            with closing(self.box.run(tasks())) as outcomes:
+                for task, outcome in outcomes:
+                    while direct:
+                        yield direct.pop()
+                    yield task.ref, outcome
+            while direct:
+                yield direct.pop()
+
+        inflight: dict[Future, jobs.ItemClaim] = {}
+
+        def collect(block: bool) -> None:
+            if not inflight:
+                return
+            done, _ = wait(list(inflight), timeout=None if block else 0, return_when=FIRST_COMPLETED)
+            for future in done:
+                item = inflight.pop(future)
+                path = spooled.pop(item.id, None)
+                if path:
+                    os.unlink(path)
+                try:
+                    written = future.result()
+                except Exception as exc:  # noqa: BLE001 - unreleased: its lease expires, it is retried
+                    log.error("file write crashed", extra={"key": item.key, "error": repr(exc)[:500]})
+                    continue
+                if written is not None:
+                    self._report(item.key, indexed=1, chunks=written[0], bytes=item.size, failed=written[1])
+
+        gen = results()
+        try:
+            for item, outcome in gen:
+                while len(inflight) >= 2 * self.writers:
+                    collect(block=True)
+                inflight[self._pool().submit(self._finish, item, outcome)] = item
+                finished.add(item.id)
+                collect(block=False)
+                if stop.is_set():
+                    break
+        finally:
+            gen.close()
+            while inflight:  # a stopping worker finishes the files it is writing
+                collect(block=True)
+            for path in spooled.values():
+                os.unlink(path)
+            for item, error in errors:
+                finished.add(item.id)
+                with self.engine.begin() as conn:
+                    jobs.release_item(conn, item.id, item.lease, error=error,
+                                      give_up=item.lease.attempt >= self.max_attempts)
+            left = [i for i in items if i.id not in finished]
+            if left:
+                with self.engine.begin() as conn:
+                    jobs.release_unstarted(conn, left)
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._writer_pool is None:
+            self._writer_pool = ThreadPoolExecutor(self.writers, thread_name_prefix="kdbl-write")
+        return self._writer_pool
+
+    def _file_writer(self) -> content.FileWriter:
+        """This writer thread's own connection."""
+        writer = getattr(self._thread_writer, "writer", None)
+        if writer is None:
+            writer = self._thread_writer.writer = content.FileWriter(self.engine)
+            self._file_writers.append(writer)
+        return writer
+
+    def close(self) -> None:
+        """Stop the writer threads and return their connections (the shared sandbox closes at exit)."""
+        if self._writer_pool is not None:
+            self._writer_pool.shutdown(wait=True)
+            self._writer_pool = None
+        for writer in self._file_writers:
+            writer.close()
+        self._file_writers.clear()
+        self._thread_writer = threading.local()
+
+    def _context(self, item: jobs.ItemClaim, contexts: dict) -> _SourceContext | None:
+        if item.source_id not in contexts:
+            rows = load_sources(self.engine, source_id=item.source_id)
+            if not rows:
+                contexts[item.source_id] = None
+            else:
+                row = rows[0]
+                limit = row.config.get("max_file_bytes")
+                max_bytes = limit if isinstance(limit, int) and limit > 0 else self.settings.max_file_bytes
+                connector = connector_for(row.protocol, row.config)
+                contexts[item.source_id] = _SourceContext(row, connector, max_bytes)
+        return contexts[item.source_id]
+
+    def _task(self, item: jobs.ItemClaim, contexts: dict,
+              spooled: dict[int, str]) -> sandbox.Task | sandbox.Outcome:
+        ctx = self._context(item, contexts)
+        content_type, _ = extract.detect(item.key)
+        if ctx is None:
+            raise LookupError(f"source {item.source_id} no longer exists")
+        if item.size > ctx.max_bytes:
+            return sandbox.Outcome("skipped", f"file too large ({item.size} bytes > limit {ctx.max_bytes})",
+                                   None, content_type, 0, [])
+        if isinstance(ctx.connector, FsConnector):
+            try:
+                return sandbox.Task(item, item.key, item.size, path=str(ctx.connector.resolve(item.key)))
+            except OSError as exc:
+                return sandbox.Outcome.failed(f"cannot read file: {exc.strerror or exc}", content_type)
+        try:
+            with ctx.connector.open(item.key) as stream:
+                if item.size <= INLINE_BYTES:
+                    return sandbox.Task(item, item.key, item.size, data=stream.read(INLINE_BYTES + 1))
+                fd, path = tempfile.mkstemp(prefix="kdbl-spool-")
+                spooled[item.id] = path
+                with os.fdopen(fd, "wb") as out:
+                    shutil.copyfileobj(stream, out, 1024 * 1024)
+                return sandbox.Task(item, item.key, item.size, path=path)
+        except OSError as exc:
+            return sandbox.Outcome.failed(f"cannot read file: {exc.strerror or exc}", content_type)
+
+    def _finish(self, item: jobs.ItemClaim, outcome: sandbox.Outcome) -> tuple[int, int] | None:
+        """Write one file and complete its item in one transaction (a writer thread). (chunks, failed) or
+        None when the item was not completed here (lease lost, or released after an error)."""
+        meta = content.FileMeta(
+            key=item.key, size=item.size, mtime=item.mtime, etag=item.etag, content_type=outcome.content_type,
+            storage_class=item.storage_class, owner=item.owner, mode=item.mode, uid=item.uid, gid=item.gid,
+        )
+        rows = [content.ChunkRow(*c) for c in outcome.chunks]
+        try:
+            self._file_writer().write(
+                tenant_id=item.tenant_id, source_id=item.source_id, meta=meta,
+                status=outcome.status, status_reason=outcome.reason, title=outcome.title, chunks=rows,
+                text_chars=outcome.text_chars, ts_config=self.settings.text_search_config,
+                replace=item.had_file, durable=self.durable,
+                then=[jobs.complete_item_statement(item.id, item.lease, status=outcome.status,
+                                                   chunks=len(rows))],
+            )
+        except content.FenceLost:
+            log.warning("item lease lost; another worker indexes it",
+                        extra={"key": item.key, "item_id": item.id})
+            return None
+        except Exception as exc:  # noqa: BLE001 - the item is retried (another attempt, maybe elsewhere)
+            log.warning("writing a file failed", extra={"key": item.key, "error": repr(exc)[:500]})
+            with self.engine.begin() as conn:
+                jobs.release_item(conn, item.id, item.lease, error=repr(exc)[:2000],
+                                  give_up=item.lease.attempt >= self.max_attempts)
+            return None
+        return len(rows), 1 if outcome.status == "failed" else 0

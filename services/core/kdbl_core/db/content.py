@@ -1,6 +1,7 @@
 """The write path of indexed content: one file's rows replaced atomically, BM25 statistics kept exact.
 
-Callers run these inside `tenant_transaction` (the worker role sees one tenant at a time).
+Callers run these inside `tenant_transaction` (the worker role sees one tenant at a time);
+`FileWriter.write` runs its own transaction and sends it with its COMMIT in one round trip.
 A file is written in one transaction: its old chunks, postings and statistics go out and the new
 ones come in together, so a crash at any moment leaves either the old file or the new one.
 """
@@ -12,7 +13,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, text
+import psycopg
+from sqlalchemy import Connection, Engine, TextClause, text
+from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 
 # Statistics counters are sharded by backend so concurrent writers rarely touch the same row.
 _SHARD = "(pg_backend_pid() % 16)::smallint"
@@ -51,70 +54,214 @@ class FileState:
     status: str
 
 
-_UPSERT_FILE = text("""
-INSERT INTO files (tenant_id, source_id, key, size, mtime, etag, content_type, storage_class, owner,
-                   mode, uid, gid, status, status_reason, title, chunk_count, text_chars, indexed_at, seen_at)
-VALUES (:tenant_id, :source_id, :key, :size, :mtime, :etag, :content_type, :storage_class, :owner,
-        :mode, :uid, :gid, :status, :status_reason, :title, :chunk_count, :text_chars, now(), now())
-ON CONFLICT (source_id, key) DO UPDATE SET
-    size = EXCLUDED.size, mtime = EXCLUDED.mtime, etag = EXCLUDED.etag,
-    content_type = EXCLUDED.content_type, storage_class = EXCLUDED.storage_class,
-    owner = EXCLUDED.owner, mode = EXCLUDED.mode, uid = EXCLUDED.uid, gid = EXCLUDED.gid,
-    status = EXCLUDED.status, status_reason = EXCLUDED.status_reason, title = EXCLUDED.title,
-    chunk_count = EXCLUDED.chunk_count, text_chars = EXCLUDED.text_chars,
-    indexed_at = now(), seen_at = now()
-RETURNING id
-""")
-
-_OLD_SIZE = text(
-    "SELECT count(*) AS n, coalesce(sum(token_count), 0) AS len FROM chunks WHERE file_id = ANY(:ids)"
+# Dropping a file's indexed content, in one statement: its chunks and postings go, and the statistics
+# they contributed are subtracted (term order: two writers never deadlock on term_stats rows).
+_DROP_TEMPLATE = f"""
+WITH old AS ({{old}}),
+gone_chunks AS (DELETE FROM chunks WHERE file_id IN (SELECT id FROM old) RETURNING token_count),
+gone AS (DELETE FROM postings WHERE file_id IN (SELECT id FROM old) RETURNING term),
+df AS (
+    INSERT INTO term_stats (tenant_id, term, shard, df)
+    SELECT :tenant_id, term, {_SHARD}, -count(*) FROM gone GROUP BY term ORDER BY term
+    ON CONFLICT (tenant_id, term, shard) DO UPDATE SET df = term_stats.df + EXCLUDED.df
+), cs AS (
+    INSERT INTO corpus_stats (tenant_id, shard, n_chunks, total_len)
+    SELECT :tenant_id, {_SHARD}, -count(*), -coalesce(sum(token_count), 0)
+      FROM gone_chunks HAVING count(*) > 0
+    ON CONFLICT (tenant_id, shard) DO UPDATE SET
+        n_chunks = corpus_stats.n_chunks + EXCLUDED.n_chunks,
+        total_len = corpus_stats.total_len + EXCLUDED.total_len
 )
+SELECT count(*) FROM gone_chunks
+"""
+_DROP_BY_KEY = text(_DROP_TEMPLATE.format(
+    old="SELECT id FROM files WHERE source_id = :source_id AND key = :key"))
+_DROP_BY_IDS = text(_DROP_TEMPLATE.format(old="SELECT unnest(CAST(:ids AS bigint[])) AS id"))
 
-_DROP_POSTINGS = text(f"""
-WITH gone AS (DELETE FROM postings WHERE file_id = ANY(:ids) RETURNING term)
-INSERT INTO term_stats (tenant_id, term, shard, df)
-SELECT :tenant_id, term, {_SHARD}, -count(*) FROM gone GROUP BY term ORDER BY term
-ON CONFLICT (tenant_id, term, shard) DO UPDATE SET df = term_stats.df + EXCLUDED.df
-""")
-
-_CORPUS_DELTA = text(f"""
-INSERT INTO corpus_stats (tenant_id, shard, n_chunks, total_len)
-VALUES (:tenant_id, {_SHARD}, :n, :len)
-ON CONFLICT (tenant_id, shard) DO UPDATE SET
-    n_chunks = corpus_stats.n_chunks + EXCLUDED.n_chunks,
-    total_len = corpus_stats.total_len + EXCLUDED.total_len
-""")
-
-_INSERT_CHUNK = text("""
-INSERT INTO chunks (tenant_id, source_id, file_id, seq, text, page_no, char_start, char_end,
-                    ts_start_ms, ts_end_ms)
-VALUES (:tenant_id, :source_id, :file_id, :seq, :text, :page_no, :char_start, :char_end,
-        :ts_start_ms, :ts_end_ms)
-""")
-
-# Tokenise in Postgres (the same text-search configuration the query side uses), write one
-# posting per (term, chunk) with tf and the chunk length, and add the document frequencies.
-_INDEX_FILE = text(f"""
-WITH lex AS (
-    SELECT c.id AS chunk_id, t.lexeme AS term, coalesce(array_length(t.positions, 1), 1) AS tf
-      FROM chunks c, unnest(to_tsvector(CAST(:cfg AS regconfig), c.text)) AS t
-     WHERE c.file_id = :file_id
+# Writing a file, in one statement: upsert its row, insert its chunks, tokenise them in Postgres (the
+# same text-search configuration the query side uses), write one posting per (term, chunk) with tf and
+# the chunk length, and add the document frequencies and corpus counters.
+# The statement writes nothing when the file still has chunks (the `old` guard): then the caller drops
+# them first and runs it again. So it is correct whatever the caller believed about the file.
+_WRITE_TEMPLATE = f"""
+WITH old AS (
+    SELECT count(*) AS n FROM chunks c JOIN files f ON f.id = c.file_id
+     WHERE f.source_id = :source_id AND f.key = :key
+), f AS (
+    INSERT INTO files (tenant_id, source_id, key, size, mtime, etag, content_type, storage_class, owner,
+                       mode, uid, gid, status, status_reason, title, chunk_count, text_chars, index_runs,
+                       indexed_at, seen_at)
+    SELECT :tenant_id, :source_id, :key, :size, :mtime, :etag, :content_type, :storage_class, :owner,
+           :mode, :uid, :gid, :status, :status_reason, :title, :chunk_count, :text_chars, 1, now(), now()
+      FROM old WHERE old.n = 0
+    ON CONFLICT (source_id, key) DO UPDATE SET
+        size = EXCLUDED.size, mtime = EXCLUDED.mtime, etag = EXCLUDED.etag,
+        content_type = EXCLUDED.content_type, storage_class = EXCLUDED.storage_class,
+        owner = EXCLUDED.owner, mode = EXCLUDED.mode, uid = EXCLUDED.uid, gid = EXCLUDED.gid,
+        status = EXCLUDED.status, status_reason = EXCLUDED.status_reason, title = EXCLUDED.title,
+        chunk_count = EXCLUDED.chunk_count, text_chars = EXCLUDED.text_chars,
+        index_runs = files.index_runs + 1, indexed_at = now(), seen_at = now()
+    RETURNING id
+), input AS (
+    SELECT * FROM unnest(CAST(:seqs AS int[]), CAST(:bodies AS text[]), CAST(:pages AS int[]),
+                         CAST(:starts AS int[]), CAST(:ends AS int[]), CAST(:ts_starts AS bigint[]),
+                         CAST(:ts_ends AS bigint[]))
+                AS u(seq, body, page_no, char_start, char_end, ts_start_ms, ts_end_ms)
+), lex AS (
+    SELECT i.seq, t.lexeme AS term, coalesce(array_length(t.positions, 1), 1) AS tf
+      FROM input i, unnest(to_tsvector(CAST(:cfg AS regconfig), i.body)) AS t
 ), dl AS (
-    SELECT chunk_id, sum(tf)::int AS dl FROM lex GROUP BY chunk_id
-), upd AS (
-    UPDATE chunks c SET token_count = dl.dl FROM dl WHERE c.id = dl.chunk_id RETURNING dl.dl
+    SELECT seq, sum(tf)::int AS dl FROM lex GROUP BY seq
+), ch AS (
+    INSERT INTO chunks (tenant_id, source_id, file_id, seq, text, page_no, char_start, char_end,
+                        ts_start_ms, ts_end_ms, token_count)
+    SELECT :tenant_id, :source_id, f.id, i.seq, i.body, i.page_no, i.char_start, i.char_end,
+           i.ts_start_ms, i.ts_end_ms, coalesce(dl.dl, 0)
+      FROM f CROSS JOIN input i LEFT JOIN dl ON dl.seq = i.seq
+    RETURNING id, seq, file_id, token_count
 ), ins AS (
     INSERT INTO postings (tenant_id, term, chunk_id, source_id, file_id, tf, dl)
-    SELECT :tenant_id, lex.term, lex.chunk_id, :source_id, :file_id, least(lex.tf, 32767), dl.dl
-      FROM lex JOIN dl USING (chunk_id)
+    SELECT :tenant_id, lex.term, ch.id, :source_id, ch.file_id, least(lex.tf, 32767), ch.token_count
+      FROM lex JOIN ch ON ch.seq = lex.seq
     RETURNING term
 ), df AS (
     INSERT INTO term_stats (tenant_id, term, shard, df)
     SELECT :tenant_id, term, {_SHARD}, count(*) FROM ins GROUP BY term ORDER BY term
     ON CONFLICT (tenant_id, term, shard) DO UPDATE SET df = term_stats.df + EXCLUDED.df
+), cs AS (
+    INSERT INTO corpus_stats (tenant_id, shard, n_chunks, total_len)
+    SELECT :tenant_id, {_SHARD}, count(*), coalesce(sum(token_count), 0) FROM ch HAVING count(*) > 0
+    ON CONFLICT (tenant_id, shard) DO UPDATE SET
+        n_chunks = corpus_stats.n_chunks + EXCLUDED.n_chunks,
+        total_len = corpus_stats.total_len + EXCLUDED.total_len
 )
-SELECT coalesce(sum(dl), 0) FROM upd
-""")
+SELECT (SELECT id FROM f) AS file_id, (SELECT n FROM old) AS old_chunks{{check}}
+"""
+_WRITE = text(_WRITE_TEMPLATE.format(check=""))
+# For a pipeline (the COMMIT is already on its way): a file that still has content aborts the transaction.
+_WRITE_CHECKED = text(_WRITE_TEMPLATE.format(
+    check=",\n       kdbl_check((SELECT n FROM old) = 0, 'KL002', 'the file still has indexed content')"))
+
+HAS_CONTENT = "KL002"
+FENCE_LOST = "KL001"
+
+
+class FenceLost(Exception):
+    """A statement of the transaction vetoed its commit (kdbl_check with SQLSTATE KL001)."""
+
+
+# Principal and commit mode of a file transaction, in one round trip.
+_FILE_TX = text(
+    "SELECT set_config('kdbl.tenant_id', :tenant, true), set_config('kdbl.subjects', '', true), "
+    "set_config('synchronous_commit', :sync, true)"
+)
+
+
+_DIALECT = psycopg_dialect.dialect()
+_NATIVE: dict[int, tuple[TextClause, str]] = {}
+
+
+def native_sql(stmt: TextClause) -> str:
+    """The statement in the driver's own paramstyle (`%(name)s`), compiled once."""
+    hit = _NATIVE.get(id(stmt))
+    if hit is None or hit[0] is not stmt:
+        hit = _NATIVE[id(stmt)] = (stmt, str(stmt.compile(dialect=_DIALECT)))
+    return hit[1]
+
+
+class FileWriter:
+    """Pipelined file transactions over one connection, held across files (one per writer thread).
+
+    Holding it saves the pool's checkout and liveness ping per file and keeps psycopg's prepared
+    statements warm. A broken connection is thrown away and the next call takes a fresh one.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._pooled = None
+
+    def close(self) -> None:
+        if self._pooled is not None:
+            self._pooled.close()
+            self._pooled = None
+
+    def run(self, statements: Sequence[tuple[TextClause, dict]]) -> None:
+        """Run statements and COMMIT as one transaction in ONE round trip (psycopg pipeline mode).
+
+        A statement that fails (kdbl_check included) aborts the transaction: the COMMIT becomes a rollback.
+        """
+        if self._pooled is None:
+            self._pooled = self.engine.raw_connection()
+        raw = self._pooled.driver_connection
+        try:
+            with raw.pipeline(), raw.cursor() as cur:
+                for stmt, params in statements:
+                    cur.execute(native_sql(stmt), params)
+                raw.commit()
+        except BaseException:
+            if raw.closed or raw.broken:
+                self._pooled.invalidate()
+                self._pooled = None
+            else:
+                raw.rollback()
+            raise
+
+    def write(
+        self,
+        *,
+        tenant_id: uuid.UUID,
+        source_id: uuid.UUID,
+        meta: FileMeta,
+        status: str,
+        status_reason: str | None,
+        title: str | None,
+        chunks: Sequence[ChunkRow],
+        text_chars: int,
+        ts_config: str,
+        replace: bool = True,
+        durable: bool = True,
+        then: Sequence[tuple[TextClause, dict]] = (),
+    ) -> None:
+        """`write_file` in its own transaction, sent with its COMMIT in one round trip.
+
+        `then`: more statements for the same transaction (a queue item's completion); one that aborts
+        with SQLSTATE KL001 (`kdbl_check`) raises FenceLost and nothing is written.
+
+        durable=False commits without waiting for the WAL flush (`synchronous_commit = off` for this
+        transaction only). Atomicity is unchanged: a crash of the *database server* may forget the last
+        few such commits (never part of one), which leaves those files as they were before; a queue item
+        completed in the same transaction is forgotten with it, so the file is simply indexed again. A
+        worker crash loses nothing. Any later durable commit (end of a listing, of a run) flushes them.
+        """
+        params = _file_params(tenant_id, source_id, meta, status, status_reason, title, chunks, text_chars,
+                              ts_config)
+        setup = (_FILE_TX, {"tenant": str(tenant_id), "sync": "on" if durable else "off"})
+        for drop in ((True,) if replace else (False, True)):
+            statements = [setup, *([(_DROP_BY_KEY, params)] if drop else []), (_WRITE_CHECKED, params), *then]
+            try:
+                self.run(statements)
+                return
+            except psycopg.Error as exc:
+                if exc.sqlstate == FENCE_LOST:
+                    raise FenceLost(str(exc.diag.message_primary or exc)) from None
+                if exc.sqlstate != HAS_CONTENT or drop:
+                    raise
+
+
+def _file_params(tenant_id: uuid.UUID, source_id: uuid.UUID, meta: FileMeta, status: str,
+                 status_reason: str | None, title: str | None, chunks: Sequence[ChunkRow], text_chars: int,
+                 ts_config: str) -> dict:
+    return {
+        "tenant_id": tenant_id, "source_id": source_id, "key": meta.key, "size": meta.size,
+        "mtime": meta.mtime, "etag": meta.etag, "content_type": meta.content_type,
+        "storage_class": meta.storage_class, "owner": meta.owner, "mode": meta.mode, "uid": meta.uid,
+        "gid": meta.gid, "status": status, "status_reason": status_reason, "title": title,
+        "chunk_count": len(chunks), "text_chars": text_chars, "cfg": ts_config,
+        "seqs": [c.seq for c in chunks], "bodies": [c.text for c in chunks],
+        "pages": [c.page_no for c in chunks], "starts": [c.char_start for c in chunks],
+        "ends": [c.char_end for c in chunks], "ts_starts": [c.ts_start_ms for c in chunks],
+        "ts_ends": [c.ts_end_ms for c in chunks],
+    }
 
 
 def load_file_states(conn: Connection, source_id: uuid.UUID) -> dict[str, FileState]:
@@ -125,12 +272,7 @@ def load_file_states(conn: Connection, source_id: uuid.UUID) -> dict[str, FileSt
 
 
 def _drop_content(conn: Connection, tenant_id: uuid.UUID, file_ids: Sequence[int]) -> None:
-    old = conn.execute(_OLD_SIZE, {"ids": list(file_ids)}).one()
-    if old.n == 0:
-        return
-    conn.execute(_DROP_POSTINGS, {"ids": list(file_ids), "tenant_id": tenant_id})
-    conn.execute(_CORPUS_DELTA, {"tenant_id": tenant_id, "n": -old.n, "len": -old.len})
-    conn.execute(text("DELETE FROM chunks WHERE file_id = ANY(:ids)"), {"ids": list(file_ids)})
+    conn.execute(_DROP_BY_IDS, {"ids": list(file_ids), "tenant_id": tenant_id})
 
 
 def write_file(
@@ -145,27 +287,22 @@ def write_file(
     chunks: Sequence[ChunkRow],
     text_chars: int,
     ts_config: str,
+    replace: bool = True,
 ) -> int:
-    """Replace one file's metadata, chunks and keyword index. Returns the file id."""
-    file_id = conn.execute(_UPSERT_FILE, {
-        "tenant_id": tenant_id, "source_id": source_id, "key": meta.key, "size": meta.size,
-        "mtime": meta.mtime, "etag": meta.etag, "content_type": meta.content_type,
-        "storage_class": meta.storage_class, "owner": meta.owner, "mode": meta.mode, "uid": meta.uid,
-        "gid": meta.gid, "status": status, "status_reason": status_reason, "title": title,
-        "chunk_count": len(chunks), "text_chars": text_chars,
-    }).scalar_one()
-    _drop_content(conn, tenant_id, [file_id])
-    if chunks:
-        conn.execute(_INSERT_CHUNK, [{
-            "tenant_id": tenant_id, "source_id": source_id, "file_id": file_id, "seq": c.seq,
-            "text": c.text, "page_no": c.page_no, "char_start": c.char_start, "char_end": c.char_end,
-            "ts_start_ms": c.ts_start_ms, "ts_end_ms": c.ts_end_ms,
-        } for c in chunks])
-        total_len = conn.execute(_INDEX_FILE, {
-            "cfg": ts_config, "file_id": file_id, "tenant_id": tenant_id, "source_id": source_id,
-        }).scalar_one()
-        conn.execute(_CORPUS_DELTA, {"tenant_id": tenant_id, "n": len(chunks), "len": total_len})
-    return file_id
+    """Replace one file's metadata, chunks and keyword index. Returns the file id.
+
+    `replace=False` is a hint that the file has no indexed content yet (first crawl): it saves the drop
+    statement. A wrong hint costs one more statement, never correctness.
+    """
+    params = _file_params(tenant_id, source_id, meta, status, status_reason, title, chunks, text_chars,
+                          ts_config)
+    if replace:
+        conn.execute(_DROP_BY_KEY, params)
+    row = conn.execute(_WRITE, params).one()
+    if row.file_id is None:  # it had content after all: drop it, then write
+        conn.execute(_DROP_BY_KEY, params)
+        row = conn.execute(_WRITE, params).one()
+    return row.file_id
 
 
 def delete_files(conn: Connection, tenant_id: uuid.UUID, source_id: uuid.UUID, keys: Iterable[str]) -> int:

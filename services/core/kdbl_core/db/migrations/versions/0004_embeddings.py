@@ -1,7 +1,7 @@
 """Embedding model per chunk, per-dimension HNSW indexes, progress (see ../sql/0004_embeddings.sql).
 
 Revision ID: 0004
-Revises: 0002
+Revises: 0003
 """
 
 from pathlib import Path
@@ -9,7 +9,7 @@ from pathlib import Path
 from alembic import op
 
 revision = "0004"
-down_revision = "0002"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,553 @@
+"""The crawl job queue (tables from migration 0003): enqueue, claim with leases, heartbeat, complete.
+
+A *job* is one crawl run of a source; its changed files become *items*. Workers claim with
+`FOR UPDATE SKIP LOCKED`, so replicas never block on or duplicate each other's claims. Every claim
+increments `attempts`; (leased_by, attempts) is the fencing token a holder presents when it completes
+or releases a row, so a worker whose lease expired and was taken over changes nothing.
+
+Claims, heartbeats and finalisation run outside any tenant (the worker serves every tenant); an item
+is completed inside the tenant transaction that writes its file (`complete_item`).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, TextClause, text
+
+from kdbl_core.db.content import FenceLost
+
+OPEN_JOB_STATES = ("queued", "listing", "running")
+
+
+class LeaseLost(FenceLost):
+    """The row's lease was taken over by another worker (ours expired): do not commit."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Who holds a claim: the worker id and the attempt number the claim produced (the fence)."""
+
+    holder: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobClaim:
+    id: int
+    tenant_id: uuid.UUID
+    source_id: uuid.UUID
+    reason: str
+    lease: Lease
+
+
+@dataclass(frozen=True, slots=True)
+class ItemClaim:
+    id: int
+    job_id: int
+    tenant_id: uuid.UUID
+    source_id: uuid.UUID
+    key: str
+    size: int
+    mtime: datetime | None
+    etag: str | None
+    storage_class: str | None
+    owner: str | None
+    mode: int | None
+    uid: int | None
+    gid: int | None
+    had_file: bool
+    lease: Lease
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRow:
+    """What a listing queues for one changed file."""
+
+    key: str
+    size: int
+    mtime: datetime | None = None
+    etag: str | None = None
+    storage_class: str | None = None
+    owner: str | None = None
+    mode: int | None = None
+    uid: int | None = None
+    gid: int | None = None
+    had_file: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    id: int
+    source_id: uuid.UUID
+    state: str
+    attempts: int
+    last_error: str | None
+    listed: int
+    excluded: int
+    unchanged: int
+    deleted: int
+    queued_files: int
+    indexed: int
+    failed: int
+    chunks: int
+    bytes: int
+    problems: list[tuple[str, str]]
+    pending: int
+
+
+def _lease_secs(seconds: float) -> float:
+    return max(float(seconds), 0.1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Enqueue
+# ---------------------------------------------------------------------------------------------
+_ENQUEUE = text("""
+INSERT INTO crawl_jobs (tenant_id, source_id, reason)
+SELECT s.tenant_id, s.id, 'manual' FROM sources s WHERE s.id = :sid
+ON CONFLICT DO NOTHING
+RETURNING id
+""")
+_QUEUED_FOR = text("SELECT id FROM crawl_jobs WHERE source_id = :sid AND state = 'queued'")
+
+
+def enqueue(conn: Connection, source_id: uuid.UUID) -> int:
+    """Queue an on-demand crawl of a source, or join the one already queued (not yet started) for it.
+
+    A run that is already listing or running may have missed recent changes, so a new one is queued
+    behind it. Returns the job id.
+    """
+    for _ in range(5):
+        job_id = conn.execute(_ENQUEUE, {"sid": source_id}).scalar()
+        if job_id is None:
+            job_id = conn.execute(_QUEUED_FOR, {"sid": source_id}).scalar()
+        if job_id is not None:
+            return job_id
+        if conn.execute(text("SELECT 1 FROM sources WHERE id = :sid"), {"sid": source_id}).first() is None:
+            raise LookupError(f"no source {source_id}")
+    raise RuntimeError(f"could not queue a crawl of source {source_id}")  # pragma: no cover - a claim race
+
+
+_SCHEDULE_INPUT = text("""
+SELECT now() AS now, s.id, s.schedule FROM sources s
+ WHERE s.enabled AND (CAST(:tenants AS text[]) IS NULL
+                      OR s.tenant_id IN (SELECT t.id FROM tenants t
+                                          WHERE t.name = ANY (CAST(:tenants AS text[]))))
+""")
+
+# One run per schedule slot and source. A run created at or after the slot (an on-demand one too)
+# already serves it; the unique index on (source_id, scheduled_for) settles two schedulers racing.
+_ENQUEUE_DUE = text("""
+INSERT INTO crawl_jobs (tenant_id, source_id, reason, scheduled_for)
+SELECT s.tenant_id, s.id, 'schedule', d.slot
+  FROM unnest(CAST(:sids AS uuid[]), CAST(:slots AS timestamptz[])) AS d(sid, slot)
+  JOIN sources s ON s.id = d.sid AND s.enabled
+ WHERE NOT EXISTS (SELECT 1 FROM crawl_jobs j
+                    WHERE j.source_id = d.sid AND (j.created_at >= d.slot OR j.scheduled_for >= d.slot))
+ON CONFLICT DO NOTHING
+RETURNING id
+""")
+
+
+def schedule_input(conn: Connection, tenants: Sequence[str] | None = None) -> tuple[datetime, list[tuple]]:
+    """(database time, [(source id, schedule text)]) for the enabled sources (optionally of some tenants)."""
+    rows = conn.execute(_SCHEDULE_INPUT, {"tenants": list(tenants) if tenants else None}).all()
+    if not rows:
+        return conn.execute(text("SELECT now()")).scalar_one(), []
+    return rows[0].now, [(r.id, r.schedule) for r in rows]
+
+
+def enqueue_due(conn: Connection, slots: Sequence[tuple[uuid.UUID, datetime]]) -> list[int]:
+    """Queue one scheduled run per (source, slot) unless a run at or after that slot exists."""
+    if not slots:
+        return []
+    params = {"sids": [s for s, _ in slots], "slots": [t for _, t in slots]}
+    return list(conn.execute(_ENQUEUE_DUE, params).scalars())
+
+
+# ---------------------------------------------------------------------------------------------
+# Jobs: claim the listing, finish it, fail it
+# ---------------------------------------------------------------------------------------------
+_CLAIM_JOB = text("""
+UPDATE crawl_jobs j
+   SET state = 'listing', leased_by = :holder, lease_expires_at = now() + make_interval(secs => :lease),
+       attempts = j.attempts + 1, started_at = coalesce(j.started_at, now())
+ WHERE j.id = (
+       SELECT c.id FROM crawl_jobs c
+        WHERE c.state IN ('queued', 'listing')
+          AND ((c.state = 'queued' AND c.run_after <= now()
+                AND NOT EXISTS (SELECT 1 FROM crawl_jobs a
+                                 WHERE a.source_id = c.source_id AND a.state IN ('listing', 'running')))
+               OR (c.state = 'listing' AND c.lease_expires_at < now() AND c.attempts < :max_attempts))
+          AND (CAST(:source AS uuid) IS NULL OR c.source_id = CAST(:source AS uuid))
+          AND (CAST(:tenants AS text[]) IS NULL
+               OR c.tenant_id IN (SELECT t.id FROM tenants t WHERE t.name = ANY (CAST(:tenants AS text[]))))
+        ORDER BY c.run_after, c.id
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED)
+RETURNING j.id, j.tenant_id, j.source_id, j.reason, j.attempts
+""")
+
+
+def claim_job(conn: Connection, holder: str, *, lease_s: float, max_attempts: int,
+              source_id: uuid.UUID | None = None, tenants: Sequence[str] | None = None) -> JobClaim | None:
+    """Take the listing of the oldest due job (or of one whose lister's lease expired)."""
+    row = conn.execute(_CLAIM_JOB, {
+        "holder": holder, "lease": _lease_secs(lease_s), "max_attempts": max_attempts, "source": source_id,
+        "tenants": list(tenants) if tenants else None,
+    }).first()
+    if row is None:
+        return None
+    return JobClaim(row.id, row.tenant_id, row.source_id, row.reason, Lease(holder, row.attempts))
+
+
+_FENCE_JOB = "id = :id AND state = 'listing' AND leased_by = :holder AND attempts = :attempt"
+
+_INSERT_ITEMS = text("""
+INSERT INTO crawl_items (job_id, tenant_id, source_id, key, size, mtime, etag, storage_class, owner, mode,
+                         uid, gid, had_file)
+SELECT j.id, j.tenant_id, j.source_id, u.key, u.size, u.mtime, u.etag, u.storage_class, u.owner, u.mode,
+       u.uid, u.gid, u.had_file
+  FROM crawl_jobs j,
+       unnest(CAST(:keys AS text[]), CAST(:sizes AS bigint[]), CAST(:mtimes AS timestamptz[]),
+              CAST(:etags AS text[]), CAST(:classes AS text[]), CAST(:owners AS text[]),
+              CAST(:modes AS int[]), CAST(:uids AS int[]), CAST(:gids AS int[]), CAST(:had AS boolean[]))
+         AS u(key, size, mtime, etag, storage_class, owner, mode, uid, gid, had_file)
+ WHERE j.id = :id AND j.state = 'listing' AND j.leased_by = :holder AND j.attempts = :attempt
+ON CONFLICT (job_id, key) DO NOTHING
+""")
+
+
+def _fence_ok(conn: Connection, job_id: int, lease: Lease) -> bool:
+    return conn.execute(text(f"SELECT 1 FROM crawl_jobs WHERE {_FENCE_JOB}"),
+                        {"id": job_id, "holder": lease.holder, "attempt": lease.attempt}).first() is not None
+
+
+def add_items(conn: Connection, job_id: int, lease: Lease, items: Sequence[ItemRow]) -> int:
+    """Queue changed files of a listing (idempotent per key: a re-listing after a takeover adds no twins)."""
+    if not items:
+        return 0
+    result = conn.execute(_INSERT_ITEMS, {
+        "id": job_id, "holder": lease.holder, "attempt": lease.attempt,
+        "keys": [i.key for i in items], "sizes": [i.size for i in items], "mtimes": [i.mtime for i in items],
+        "etags": [i.etag for i in items], "classes": [i.storage_class for i in items],
+        "owners": [i.owner for i in items], "modes": [i.mode for i in items], "uids": [i.uid for i in items],
+        "gids": [i.gid for i in items], "had": [i.had_file for i in items],
+    })
+    if result.rowcount == 0 and not _fence_ok(conn, job_id, lease):
+        raise LeaseLost(f"job {job_id}: listing lease lost")
+    return result.rowcount
+
+
+_FINISH_LISTING = text(f"""
+UPDATE crawl_jobs
+   SET state = 'running', listed_at = now(), leased_by = NULL, lease_expires_at = NULL, last_error = NULL,
+       listed = :listed, excluded = :excluded, unchanged = :unchanged, deleted = :deleted,
+       queued_files = (SELECT count(*) FROM crawl_items WHERE job_id = :id),
+       problems = CAST(:problems AS jsonb)
+ WHERE {_FENCE_JOB}
+RETURNING id
+""")
+
+
+def lock_listing(conn: Connection, job_id: int, lease: Lease) -> None:
+    """Lock the job row for the transaction that ends its listing; LeaseLost if it is no longer ours."""
+    row = conn.execute(text(f"SELECT id FROM crawl_jobs WHERE {_FENCE_JOB} FOR UPDATE"),
+                       {"id": job_id, "holder": lease.holder, "attempt": lease.attempt}).first()
+    if row is None:
+        raise LeaseLost(f"job {job_id}: listing lease lost")
+
+
+def finish_listing(conn: Connection, job_id: int, lease: Lease, *, listed: int, excluded: int, unchanged: int,
+                   deleted: int, problems: Sequence[tuple[str, str]]) -> None:
+    """The listing is complete: the job's items are all queued; from now on any worker may finish it."""
+    row = conn.execute(_FINISH_LISTING, {
+        "id": job_id, "holder": lease.holder, "attempt": lease.attempt, "listed": listed,
+        "excluded": excluded, "unchanged": unchanged, "deleted": deleted,
+        "problems": json.dumps([list(p) for p in problems[:1000]]),
+    }).first()
+    if row is None:
+        raise LeaseLost(f"job {job_id}: listing lease lost")
+
+
+_FAIL_JOB = text(f"""
+WITH j AS (
+    UPDATE crawl_jobs SET state = 'failed', finished_at = now(), leased_by = NULL, lease_expires_at = NULL,
+                          last_error = :error, problems = CAST(:problems AS jsonb)
+     WHERE {_FENCE_JOB}
+    RETURNING id
+)
+UPDATE crawl_items SET state = 'failed', last_error = 'crawl aborted: ' || :error, finished_at = now()
+ WHERE job_id IN (SELECT id FROM j) AND state = 'queued'
+""")
+
+
+def fail_listing(conn: Connection, job_id: int, lease: Lease, error: str,
+                 problems: Sequence[tuple[str, str]] = ()) -> None:
+    """The source could not be listed: the run fails, nothing is deleted, its unstarted items are dropped."""
+    problems_json = json.dumps([list(p) for p in problems[:1000]])
+    conn.execute(_FAIL_JOB, {"id": job_id, "holder": lease.holder, "attempt": lease.attempt,
+                             "error": error[:2000], "problems": problems_json})
+
+
+_RELEASE_LISTING = text(
+    f"UPDATE crawl_jobs SET lease_expires_at = now() - interval '1 second' WHERE {_FENCE_JOB}")
+
+
+def release_listing(conn: Connection, job_id: int, lease: Lease) -> None:
+    """Give the listing up (graceful stop): its lease expires now, so another worker lists again at once."""
+    conn.execute(_RELEASE_LISTING, {"id": job_id, "holder": lease.holder, "attempt": lease.attempt})
+
+
+# ---------------------------------------------------------------------------------------------
+# Items: claim, complete (inside the file's transaction), release
+# ---------------------------------------------------------------------------------------------
+_CLAIM_ITEMS = text("""
+UPDATE crawl_items i
+   SET state = 'running', leased_by = :holder, lease_expires_at = now() + make_interval(secs => :lease),
+       attempts = i.attempts + 1
+  FROM (SELECT c.id FROM crawl_items c
+         WHERE c.state IN ('queued', 'running')
+           AND (c.state = 'queued' OR (c.lease_expires_at < now() AND c.attempts < :max_attempts))
+           AND (CAST(:source AS uuid) IS NULL OR c.source_id = CAST(:source AS uuid))
+           AND (CAST(:tenants AS text[]) IS NULL
+                OR c.tenant_id IN (SELECT t.id FROM tenants t WHERE t.name = ANY (CAST(:tenants AS text[]))))
+         ORDER BY c.id
+         LIMIT :n
+         FOR UPDATE SKIP LOCKED) picked
+ WHERE i.id = picked.id
+RETURNING i.id, i.job_id, i.tenant_id, i.source_id, i.key, i.size, i.mtime, i.etag, i.storage_class, i.owner,
+          i.mode, i.uid, i.gid, i.had_file, i.attempts
+""")
+
+
+def claim_items(conn: Connection, holder: str, *, n: int, lease_s: float, max_attempts: int,
+                source_id: uuid.UUID | None = None, tenants: Sequence[str] | None = None) -> list[ItemClaim]:
+    rows = conn.execute(_CLAIM_ITEMS, {
+        "holder": holder, "lease": _lease_secs(lease_s), "max_attempts": max_attempts, "n": n,
+        "source": source_id, "tenants": list(tenants) if tenants else None,
+    }).all()
+    return sorted((ItemClaim(r.id, r.job_id, r.tenant_id, r.source_id, r.key, r.size, r.mtime, r.etag,
+                             r.storage_class, r.owner, r.mode, r.uid, r.gid, r.had_file,
+                             Lease(holder, r.attempts))
+                   for r in rows), key=lambda c: c.id)
+
+
+_FENCE_ITEM = "id = :id AND state = 'running' AND leased_by = :holder AND attempts = :attempt"
+
+_COMPLETE_ITEM = text(f"""
+UPDATE crawl_items SET state = 'done', finished_at = now(), lease_expires_at = NULL, last_error = NULL,
+                       file_status = :status, chunk_count = :chunks
+ WHERE {_FENCE_ITEM}
+""")
+
+
+def complete_item(conn: Connection, item_id: int, lease: Lease, *, status: str, chunks: int) -> None:
+    """Mark an item done in the transaction that writes its file; LeaseLost (roll back) if not ours."""
+    result = conn.execute(_COMPLETE_ITEM, {"id": item_id, "holder": lease.holder, "attempt": lease.attempt,
+                                           "status": status, "chunks": chunks})
+    if result.rowcount != 1:
+        raise LeaseLost(f"item {item_id}: lease lost")
+
+
+# The same, as a statement that aborts its transaction (SQLSTATE KL001) when the fence does not hold:
+# for a pipelined file transaction whose COMMIT is sent before this result is read.
+_COMPLETE_ITEM_CHECKED = text(f"""
+WITH done AS (
+    UPDATE crawl_items SET state = 'done', finished_at = now(), lease_expires_at = NULL, last_error = NULL,
+                           file_status = :status, chunk_count = :chunks
+     WHERE {_FENCE_ITEM}
+    RETURNING 1
+)
+SELECT kdbl_check((SELECT count(*) FROM done) = 1, 'KL001', 'lease lost on queue item ' || :id)
+""")
+
+
+def complete_item_statement(item_id: int, lease: Lease, *, status: str,
+                            chunks: int) -> tuple[TextClause, dict]:
+    """`complete_item` for `content.FileWriter.write(then=...)`: a lost lease raises FenceLost there."""
+    return _COMPLETE_ITEM_CHECKED, {"id": item_id, "holder": lease.holder, "attempt": lease.attempt,
+                                    "status": status, "chunks": chunks}
+
+
+_RELEASE_ITEM = text(f"""
+UPDATE crawl_items
+   SET state = CASE WHEN :give_up THEN 'failed' ELSE 'queued' END, leased_by = NULL, lease_expires_at = NULL,
+       attempts = attempts - CASE WHEN :unstarted THEN 1 ELSE 0 END,
+       last_error = coalesce(:error, last_error),
+       finished_at = CASE WHEN :give_up THEN now() END
+ WHERE {_FENCE_ITEM}
+""")
+
+
+def release_item(conn: Connection, item_id: int, lease: Lease, *, error: str | None = None,
+                 give_up: bool = False, unstarted: bool = False) -> None:
+    """Hand an item back: unstarted (graceful stop, the attempt does not count), after an error (retried
+    by any worker), or give up on it (state failed)."""
+    conn.execute(_RELEASE_ITEM, {"id": item_id, "holder": lease.holder, "attempt": lease.attempt,
+                                 "error": error[:2000] if error else None, "give_up": give_up,
+                                 "unstarted": unstarted})
+
+
+_RELEASE_UNSTARTED = text("""
+UPDATE crawl_items SET state = 'queued', leased_by = NULL, lease_expires_at = NULL, attempts = attempts - 1
+ WHERE state = 'running' AND leased_by = :holder
+   AND (id, attempts) IN (SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS int[])))
+""")
+
+
+def release_unstarted(conn: Connection, claims: Sequence[ItemClaim]) -> None:
+    """Hand back items this worker claimed but did not start (graceful stop): the claim does not count."""
+    if claims:
+        conn.execute(_RELEASE_UNSTARTED, {"holder": claims[0].lease.holder, "ids": [c.id for c in claims],
+                                          "attempts": [c.lease.attempt for c in claims]})
+
+
+# ---------------------------------------------------------------------------------------------
+# Heartbeat, finalisation, housekeeping
+# ---------------------------------------------------------------------------------------------
+# SKIP LOCKED: a row locked by its holder's own file transaction is being completed right now; the
+# heartbeat must never wait behind it (or behind anything).
+_HEARTBEAT = text("""
+WITH items AS (
+    UPDATE crawl_items SET lease_expires_at = now() + make_interval(secs => :lease)
+     WHERE id IN (SELECT id FROM crawl_items WHERE state = 'running' AND leased_by = :holder
+                  FOR UPDATE SKIP LOCKED)
+    RETURNING 1
+), jobs AS (
+    UPDATE crawl_jobs SET lease_expires_at = now() + make_interval(secs => :lease)
+     WHERE id IN (SELECT id FROM crawl_jobs WHERE state = 'listing' AND leased_by = :holder
+                  FOR UPDATE SKIP LOCKED)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM items) + (SELECT count(*) FROM jobs)
+""")
+
+
+def heartbeat(conn: Connection, holder: str, *, lease_s: float) -> int:
+    """Extend every lease `holder` has; returns how many rows it renewed."""
+    return conn.execute(_HEARTBEAT, {"holder": holder, "lease": _lease_secs(lease_s)}).scalar_one()
+
+
+_FINALIZE = text("""
+WITH cand AS (
+    SELECT j.id FROM crawl_jobs j
+     WHERE j.state = 'running'
+       AND (CAST(:source AS uuid) IS NULL OR j.source_id = CAST(:source AS uuid))
+       AND NOT EXISTS (SELECT 1 FROM crawl_items i WHERE i.job_id = j.id AND i.state IN ('queued', 'running'))
+     FOR UPDATE SKIP LOCKED
+), agg AS (
+    SELECT i.job_id,
+           count(*) FILTER (WHERE i.state = 'done') AS indexed,
+           count(*) FILTER (WHERE i.state = 'failed' OR i.file_status = 'failed') AS failed,
+           coalesce(sum(i.chunk_count) FILTER (WHERE i.state = 'done'), 0) AS chunks,
+           coalesce(sum(i.size) FILTER (WHERE i.state = 'done'), 0) AS bytes
+      FROM crawl_items i WHERE i.job_id IN (SELECT id FROM cand) GROUP BY i.job_id
+), done AS (
+    UPDATE crawl_jobs j
+       SET state = 'done', finished_at = now(), indexed = coalesce(agg.indexed, 0),
+           failed = coalesce(agg.failed, 0), chunks = coalesce(agg.chunks, 0), bytes = coalesce(agg.bytes, 0)
+      FROM cand LEFT JOIN agg ON agg.job_id = cand.id
+     WHERE j.id = cand.id
+    RETURNING j.id, j.source_id
+), marked AS (
+    UPDATE sources SET last_indexed_at = now() WHERE id IN (SELECT source_id FROM done) RETURNING id
+)
+SELECT id FROM done
+""")
+
+
+def finalize(conn: Connection, source_id: uuid.UUID | None = None) -> list[int]:
+    """Close every running job whose items are all finished (and stamp its source's last_indexed_at)."""
+    return list(conn.execute(_FINALIZE, {"source": source_id}).scalars())
+
+
+_SWEEP = text("""
+WITH items AS (
+    UPDATE crawl_items
+       SET state = 'failed', finished_at = now(), leased_by = NULL, lease_expires_at = NULL,
+           last_error = coalesce(last_error || '; ', '') || 'gave up after ' || attempts || ' expired leases'
+     WHERE id IN (SELECT id FROM crawl_items WHERE state = 'running' AND lease_expires_at < now()
+                     AND attempts >= :max_attempts FOR UPDATE SKIP LOCKED)
+    RETURNING 1
+), jobs AS (
+    UPDATE crawl_jobs
+       SET state = 'failed', finished_at = now(), leased_by = NULL, lease_expires_at = NULL,
+           last_error = coalesce(last_error || '; ', '')
+                        || 'listing abandoned after ' || attempts || ' attempts'
+     WHERE id IN (SELECT id FROM crawl_jobs WHERE state = 'listing' AND lease_expires_at < now()
+                     AND attempts >= :max_attempts FOR UPDATE SKIP LOCKED)
+    RETURNING id
+), dropped AS (
+    UPDATE crawl_items SET state = 'failed', finished_at = now(), last_error = 'crawl aborted'
+     WHERE job_id IN (SELECT id FROM jobs) AND state = 'queued'
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM items) + (SELECT count(*) FROM jobs)
+""")
+
+
+def sweep(conn: Connection, *, max_attempts: int) -> int:
+    """Give up on rows whose lease expired `max_attempts` times (poison files, listings that kill workers)."""
+    return conn.execute(_SWEEP, {"max_attempts": max_attempts}).scalar_one()
+
+
+# Finished runs are kept for `days` (their items for a day), but never a source's newest run: it is
+# what tells the scheduler that the current slot is served.
+_PRUNE = text("""
+WITH old_items AS (
+    DELETE FROM crawl_items WHERE id IN (
+        SELECT i.id FROM crawl_items i JOIN crawl_jobs j ON j.id = i.job_id
+         WHERE j.state IN ('done', 'failed') AND j.finished_at < now() - interval '1 day' LIMIT 10000)
+    RETURNING 1
+), old_jobs AS (
+    DELETE FROM crawl_jobs j WHERE j.id IN (
+        SELECT o.id FROM crawl_jobs o
+         WHERE o.state IN ('done', 'failed') AND o.finished_at < now() - make_interval(days => :days)
+           AND EXISTS (SELECT 1 FROM crawl_jobs n
+                        WHERE n.source_id = o.source_id AND n.created_at > o.created_at)
+         LIMIT 1000)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM old_items) + (SELECT count(*) FROM old_jobs)
+""")
+
+
+def prune(conn: Connection, *, days: int = 7) -> int:
+    return conn.execute(_PRUNE, {"days": days}).scalar_one()
+
+
+_OPEN_RUNS = text("""
+SELECT EXISTS (SELECT 1 FROM crawl_jobs c WHERE c.state IN ('queued', 'listing', 'running')
+                  AND (CAST(:tenants AS text[]) IS NULL
+                       OR c.tenant_id IN (SELECT t.id FROM tenants t
+                                           WHERE t.name = ANY (CAST(:tenants AS text[])))))
+""")
+
+
+def has_open_runs(conn: Connection, tenants: Sequence[str] | None = None) -> bool:
+    return bool(conn.execute(_OPEN_RUNS, {"tenants": list(tenants) if tenants else None}).scalar())
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a job (kdbl-control crawl waits on it)
+# ---------------------------------------------------------------------------------------------
+_STATUS = text("""
+SELECT j.id, j.source_id, j.state, j.attempts, j.last_error, j.listed, j.excluded, j.unchanged, j.deleted,
+       j.queued_files, j.indexed, j.failed, j.chunks, j.bytes, j.problems,
+       (SELECT count(*) FROM crawl_items i
+         WHERE i.job_id = j.id AND i.state IN ('queued', 'running')) AS pending
+  FROM crawl_jobs j WHERE j.id = ANY (CAST(:ids AS bigint[]))
+""")
+
+
+def job_status(conn: Connection, job_ids: Sequence[int]) -> dict[int, JobStatus]:
+    rows = conn.execute(_STATUS, {"ids": list(job_ids)}).all()
+    return {r.id: JobStatus(r.id, r.source_id, r.state, r.attempts, r.last_error, r.listed, r.excluded,
+                            r.unchanged, r.deleted, r.queued_files, r.indexed, r.failed, r.chunks, r.bytes,
+                            [tuple(p) for p in r.problems], r.pending) for r in rows}

@@ -1,0 +1,252 @@
+"""The worker's side of the crawl queue: claim → list / process → complete, with a heartbeat.
+
+One loop serves both the long-running `kdbl-worker` (every tenant, scheduler on) and an on-demand
+crawl (`Indexer.crawl`, `kdbl-control crawl`: one source, until its run is finished). The SQL lives in
+`kdbl_core.db.jobs`; what listing and processing mean lives in `kdbl_worker.pipeline`.
+
+Timing (defaults): a claim holds a lease of `lease_s` = 60 s; the heartbeat thread renews all of this
+worker's leases every `lease_s / 3`, so a live worker never loses one, while a crashed worker's
+leases are claimable by another within `lease_s` of its death. Items are claimed `batch` (16) at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from kdbl_core.db import jobs
+from kdbl_core.errors import TemporaryError
+from kdbl_worker import schedule
+
+log = logging.getLogger(__name__)
+
+
+class Work(Protocol):
+    def list_job(self, job: jobs.JobClaim, stop: threading.Event) -> None: ...
+
+    def process_items(self, items: list[jobs.ItemClaim], stop: threading.Event,
+                      more: Callable[[], list[jobs.ItemClaim]] | None = None) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOptions:
+    lease_s: float = 60.0
+    max_attempts: int = 5
+    batch: int = 16
+    idle_poll_s: float = 1.0
+    schedule_every_s: float = 15.0
+    scheduler: bool = True
+    tenants: tuple[str, ...] | None = None
+    source_id: uuid.UUID | None = None
+
+
+def make_holder(kind: str = "worker") -> str:
+    """A worker id unique across hosts, processes and restarts: host:pid:kind-random."""
+    return f"{socket.gethostname()}:{os.getpid()}:{kind}-{secrets.token_hex(3)}"
+
+
+class Heartbeat:
+    """Renews every lease of `holder` every `lease_s / 3` seconds, on its own connection."""
+
+    def __init__(self, engine: Engine, holder: str, lease_s: float) -> None:
+        self.engine, self.holder, self.lease_s = engine, holder, lease_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kdbl-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            try:
+                with self.engine.begin() as conn:
+                    jobs.heartbeat(conn, self.holder, lease_s=self.lease_s)
+            except Exception as exc:  # noqa: BLE001 - keep beating; the next beat may reach the database
+                log.warning("heartbeat failed", extra={"holder": self.holder, "error": repr(exc)[:300]})
+
+
+class QueueRunner:
+    def __init__(self, engine: Engine, work: Work, *, holder: str | None = None,
+                 options: QueueOptions | None = None) -> None:
+        self.engine = engine
+        self.work = work
+        self.holder = holder or make_holder()
+        self.options = options or QueueOptions()
+        self._next_schedule = 0.0
+        self._bad_schedules: set[tuple[uuid.UUID, str]] = set()
+
+    # -- one round --------------------------------------------------------------------------------
+    def step(self, stop: threading.Event, *, raise_for_job: int | None = None) -> bool:
+        """Do one unit of work. Returns whether there was any (so the caller may idle when not)."""
+        self._tick()
+        items = self._claim_items()
+        if items:
+            self.work.process_items(items, stop, self._more)
+            self._finalize()
+            return True
+        job = self._claim_job()
+        if job is not None:
+            try:
+                self.work.list_job(job, stop)
+            except Exception as exc:  # one failed run must not stop the worker
+                if raise_for_job == job.id:
+                    raise
+                log.warning("crawl failed", extra={"job_id": job.id, "source_id": str(job.source_id),
+                                                   "error": getattr(exc, "message", None) or repr(exc)[:500]})
+            self._finalize()  # a listing that queued nothing is finished right away
+            return True
+        return bool(self._finalize())
+
+    def _tick(self) -> None:
+        if self.options.scheduler and time.monotonic() >= self._next_schedule:
+            self._next_schedule = time.monotonic() + self.options.schedule_every_s
+            self.schedule_due()
+            self.housekeeping()
+
+    def _claim_items(self) -> list[jobs.ItemClaim]:
+        opts = self.options
+        with self.engine.begin() as conn:
+            return jobs.claim_items(conn, self.holder, n=opts.batch, lease_s=opts.lease_s,
+                                    max_attempts=opts.max_attempts, source_id=opts.source_id,
+                                    tenants=opts.tenants)
+
+    def _more(self) -> list[jobs.ItemClaim]:
+        """The next batch, while the last one is still in progress (runs finished meanwhile are closed)."""
+        self._finalize()
+        self._tick()
+        return self._claim_items()
+
+    def _claim_job(self) -> jobs.JobClaim | None:
+        opts = self.options
+        try:
+            with self.engine.begin() as conn:
+                return jobs.claim_job(conn, self.holder, lease_s=opts.lease_s, max_attempts=opts.max_attempts,
+                                      source_id=opts.source_id, tenants=opts.tenants)
+        except IntegrityError:  # a run of that source became active meanwhile; try again next round
+            return None
+
+    def _finalize(self) -> list[int]:
+        with self.engine.begin() as conn:
+            done = jobs.finalize(conn, self.options.source_id)
+        for job_id in done:
+            log.info("crawl run finished", extra={"job_id": job_id})
+        return done
+
+    # -- scheduling and housekeeping ----------------------------------------------------------------
+    def schedule_due(self, now: datetime | None = None) -> list[int]:
+        """Queue a run for every enabled source whose latest schedule slot no run serves yet."""
+        with self.engine.begin() as conn:
+            db_now, sources = jobs.schedule_input(conn, self.options.tenants)
+            slots = []
+            for source_id, expr in sources:
+                try:
+                    slot = schedule.latest_slot(expr, now or db_now)
+                except schedule.ScheduleError as exc:
+                    if (source_id, expr) not in self._bad_schedules:
+                        self._bad_schedules.add((source_id, expr))
+                        log.warning("bad schedule; source not scheduled",
+                                    extra={"source_id": str(source_id), "error": str(exc)})
+                    continue
+                if slot is not None:
+                    slots.append((source_id, slot))
+            queued = jobs.enqueue_due(conn, slots)
+        if queued:
+            log.info("scheduled crawl runs queued", extra={"jobs": queued})
+        return queued
+
+    def housekeeping(self) -> None:
+        with self.engine.begin() as conn:
+            jobs.sweep(conn, max_attempts=self.options.max_attempts)
+            jobs.prune(conn)
+
+    # -- loops ---------------------------------------------------------------------------------------
+    def run(self, stop: threading.Event, *, exit_when_idle: bool = False) -> None:
+        """Serve the queue until `stop` is set (or, with exit_when_idle, until there is nothing to do)."""
+        with Heartbeat(self.engine, self.holder, self.options.lease_s):
+            while not stop.is_set():
+                try:
+                    busy = self.step(stop)
+                except OperationalError as exc:  # database unreachable: wait and retry
+                    log.warning("queue round failed", extra={"error": repr(exc)[:300]})
+                    busy = False
+                except Exception:  # a bug must not stop every tenant's crawling; claims expire and retry
+                    log.exception("queue round failed")
+                    busy = False
+                if not busy:
+                    if exit_when_idle and not self._open_work():
+                        return
+                    stop.wait(self.options.idle_poll_s)
+
+    def run_until_done(self, job_id: int, stop: threading.Event | None = None) -> jobs.JobStatus:
+        """Work (on this runner's source only) until run `job_id` is finished; returns its status.
+
+        Raises the listing error when this runner listed the run and the listing failed, and a
+        TemporaryError when another worker's listing of it failed.
+        """
+        stop = stop or threading.Event()
+        idle = 0.02
+        self.housekeeping()  # on-demand crawls (kdbl-control crawl, up) prune old runs too
+        with Heartbeat(self.engine, self.holder, self.options.lease_s):
+            while True:
+                busy = self.step(stop, raise_for_job=job_id)
+                with self.engine.begin() as conn:
+                    status = jobs.job_status(conn, [job_id]).get(job_id)
+                if status is None:
+                    raise TemporaryError(f"crawl run {job_id} disappeared (its source was deleted?)")
+                if status.state == "failed":
+                    raise TemporaryError(f"crawl failed: {status.last_error}")
+                if status.state == "done" or stop.is_set():
+                    return status
+                if busy:
+                    idle = 0.02
+                else:  # others hold the remaining leases: poll, backing off to 0.5 s
+                    stop.wait(idle)
+                    idle = min(idle * 2, 0.5)
+
+    def _open_work(self) -> bool:
+        with self.engine.begin() as conn:
+            return jobs.has_open_runs(conn, self.options.tenants)
+
+
+# ---------------------------------------------------------------------------------------------
+# For kdbl-control: enqueue and wait for the workers
+# ---------------------------------------------------------------------------------------------
+def enqueue(engine: Engine, source_ids: Sequence[uuid.UUID]) -> list[int]:
+    """Queue an on-demand run per source (joining one already queued); returns the job ids."""
+    with engine.begin() as conn:
+        return [jobs.enqueue(conn, sid) for sid in source_ids]
+
+
+def wait_for(engine: Engine, job_ids: Sequence[int], *, timeout_s: float | None = None, poll_s: float = 1.0,
+             on_progress: Callable[[dict[int, jobs.JobStatus]], None] | None = None,
+             ) -> dict[int, jobs.JobStatus]:
+    """Poll until every run is done or failed (or the timeout passes); returns the last statuses."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        with engine.begin() as conn:
+            statuses = jobs.job_status(conn, job_ids)
+        if on_progress is not None:
+            on_progress(statuses)
+        if all(s.state in ("done", "failed") for s in statuses.values()):
+            return statuses
+        if deadline is not None and time.monotonic() >= deadline:
+            still = sorted(i for i, s in statuses.items() if s.state not in ("done", "failed"))
+            raise TimeoutError(f"crawl runs still open after {timeout_s:g} s: {still}")
+        time.sleep(poll_s)

@@ -1,0 +1,384 @@
+"""Extraction in child processes: a per-file time limit, a memory cap, and crashes that stay contained.
+
+Parsers written in C (pdfium, lxml, …) can spin on a pathological file, allocate without bound or
+crash the interpreter; pdfium is not thread-safe either. So files are opened, extracted and chunked
+in a few long-lived child processes (`python -c …`, independent of the worker's own modules and
+threads; they exit within a second of the worker's death), never in the worker itself:
+
+- each child caps its address space with `RLIMIT_AS` (`memory_mb`); a MemoryError becomes the file's
+  status "failed: extraction ran out of memory (limit N MB)" and the child is replaced;
+- a file still running after `timeout_s` gets the child killed (SIGKILL) and the status
+  "failed: extraction timed out after N s"; a child that dies otherwise gives "extraction crashed …";
+- a child is replaced after `max_tasks_per_child` files (slow leaks in native libraries stay bounded);
+- a child's environment holds no secret (no database URL, tokens or source credentials);
+- every child has the next file waiting in its pipe (`depth`), so it extracts file n+1 while the
+  worker writes file n: on the common small text file the process hop costs little wall time.
+
+`processes=0` extracts in the calling process (no limits; for debugging and tools).
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import logging
+import os
+import pickle
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from types import SimpleNamespace
+from typing import Any, BinaryIO
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 120.0
+DEFAULT_MEMORY_MB = 2048
+DEFAULT_MAX_TASKS = 1000
+STARTUP_TIMEOUT_S = 120.0
+
+
+def default_processes() -> int:
+    return max(1, min(4, (os.cpu_count() or 2) // 2))
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    memory_mb: int | None = DEFAULT_MEMORY_MB
+    chunk_target: int = 800
+    chunk_max: int = 1200
+
+
+@dataclass(slots=True)
+class Task:
+    """One file to extract: a local `path` to open, or its bytes in `data`. `ref` is the caller's."""
+
+    ref: Any
+    name: str
+    size: int
+    path: str | None = None
+    data: bytes | None = None
+
+
+@dataclass(slots=True)
+class Outcome:
+    status: str
+    reason: str | None
+    title: str | None
+    content_type: str | None
+    text_chars: int
+    # (seq, text, char_start, char_end, page_no, ts_start_ms, ts_end_ms)
+    chunks: list[tuple] = field(default_factory=list)
+    recycle: bool = False
+
+    @classmethod
+    def failed(cls, reason: str, content_type: str | None = None) -> Outcome:
+        return cls("failed", reason, None, content_type, 0, [])
+
+
+def clean(value: str) -> str:
+    """Postgres text holds neither NUL nor lone surrogates; keep offsets by mapping 1:1."""
+    if "\x00" in value:
+        value = value.replace("\x00", "\ufffd")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        value = value.encode("utf-8", "replace").decode("utf-8")
+    return value
+
+
+def extract_and_chunk(name: str, size: int, stream: BinaryIO, limits: Limits) -> Outcome:
+    """Extract one file and cut it into chunks (what a child does; also the in-process path)."""
+    from kdbl_worker import extract
+    from kdbl_worker.chunking import chunk_blocks
+
+    content_type, _ = extract.detect(name)
+    try:
+        result = extract.extract(extract.Source(stream, name, size, content_type))
+        for block in result.blocks:
+            block.text = clean(block.text)
+        full_text, chunks = chunk_blocks(result.blocks, target=limits.chunk_target,
+                                         max_chars=limits.chunk_max)
+    except MemoryError:
+        return _out_of_memory(limits, content_type)
+    if result.status == "failed" and (result.reason or "").startswith("MemoryError"):
+        return _out_of_memory(limits, result.content_type or content_type)
+    return Outcome(result.status, result.reason, clean(result.title) if result.title else None,
+                   result.content_type or content_type, len(full_text),
+                   [(c.seq, c.text, c.char_start, c.char_end, c.page_no, c.ts_start_ms, c.ts_end_ms)
+                    for c in chunks])
+
+
+def _out_of_memory(limits: Limits, content_type: str | None) -> Outcome:
+    outcome = Outcome.failed(f"extraction ran out of memory (limit {limits.memory_mb} MB)", content_type)
+    outcome.recycle = True
+    return outcome
+
+
+def run_task(task: Task, limits: Limits) -> Outcome:
+    import io
+
+    from kdbl_worker import extract
+
+    if task.data is not None:
+        return extract_and_chunk(task.name, task.size, io.BytesIO(task.data), limits)
+    try:
+        stream = open(task.path or "", "rb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        return Outcome.failed(f"cannot read file: {exc.strerror or exc}", extract.detect(task.name)[0])
+    with stream:
+        return extract_and_chunk(task.name, task.size, stream, limits)
+
+
+def _child_main(conn: Connection, limits: Limits) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides when children stop
+    # imported before "ready": start-up time is no file's time
+    for module in ("kdbl_worker.chunking", "kdbl_worker.extract"):
+        importlib.import_module(module)
+
+    if limits.memory_mb:
+        cap = limits.memory_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    conn.send("ready")
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        outcome = run_task(task, limits)
+        conn.send((outcome, time.monotonic()))
+        if outcome.recycle:
+            return
+
+
+def _child_entry() -> None:
+    """`python -c "from kdbl_worker.sandbox import _child_entry; _child_entry()" FD_IN FD_OUT LIMITS`."""
+    parent = os.getppid()
+
+    def orphaned() -> None:  # die with the worker, whatever kills it (kill -9 included)
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.stack_size(256 * 1024)
+    threading.Thread(target=orphaned, name="orphan-watch", daemon=True).start()
+    tasks = Connection(int(sys.argv[1]), writable=False)
+    results = Connection(int(sys.argv[2]), readable=False)
+    limits = pickle.loads(bytes.fromhex(sys.argv[3]))
+
+    _child_main(SimpleNamespace(recv=tasks.recv, send=results.send), limits)  # type: ignore[arg-type]
+
+
+@dataclass(slots=True)
+class _Child:
+    proc: subprocess.Popen
+    tasks: Connection
+    conn: Connection  # results
+    queue: deque = field(default_factory=deque)  # tasks sent, oldest (running) first
+    head_started: float = 0.0
+    sent: int = 0
+
+
+class Sandbox:
+    def __init__(self, processes: int | None = None, limits: Limits | None = None, *,
+                 max_tasks_per_child: int = DEFAULT_MAX_TASKS, depth: int = 2) -> None:
+        self.processes = default_processes() if processes is None else processes
+        self.limits = limits or Limits()
+        self.max_tasks = max_tasks_per_child
+        self.depth = max(1, depth)
+        self._children: list[_Child] = []
+        self._lock = threading.Lock()
+
+    # -- children -------------------------------------------------------------------------------
+    def _spawn(self) -> _Child:
+        task_r, task_w = os.pipe()
+        result_r, result_w = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", "from kdbl_worker.sandbox import _child_entry; _child_entry()",
+                 str(task_r), str(result_w), pickle.dumps(self.limits).hex()],
+                pass_fds=(task_r, result_w), stdin=subprocess.DEVNULL, close_fds=True, env=_child_env())
+        finally:
+            os.close(task_r)
+            os.close(result_w)
+        child = _Child(proc, Connection(task_w, readable=False), Connection(result_r, writable=False))
+        try:
+            if not child.conn.poll(STARTUP_TIMEOUT_S) or child.conn.recv() != "ready":
+                raise OSError("no ready message")
+        except (OSError, EOFError) as exc:
+            self._retire(child, kill=True)
+            raise RuntimeError(f"extraction process did not start (exit code {proc.returncode})") from exc
+        return child
+
+    def _retire(self, child: _Child, *, kill: bool) -> None:
+        if child in self._children:
+            self._children.remove(child)
+        if kill:
+            child.proc.kill()
+        else:
+            try:
+                child.tasks.send(None)
+            except OSError:
+                pass
+        try:
+            child.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            child.proc.kill()
+            child.proc.wait(timeout=5)
+        child.tasks.close()
+        child.conn.close()
+
+    def start(self) -> None:
+        """Start the children now (otherwise the first file waits for them)."""
+        with self._lock:
+            while len(self._children) < self.processes:
+                self._children.append(self._spawn())
+
+    def close(self) -> None:
+        with self._lock:
+            for child in list(self._children):
+                self._retire(child, kill=bool(child.queue))
+
+    # -- running tasks ----------------------------------------------------------------------------
+    def run(self, tasks: Iterable[Task]) -> Iterator[tuple[Task, Outcome]]:
+        """Extract `tasks`, yielding (task, outcome) as they finish (not in order).
+
+        Tasks are taken from the iterable only as children have room, so the caller may produce them
+        lazily. Closing the generator early kills children that still hold tasks; tasks taken but not
+        yielded are the caller's to put back.
+        """
+        if not self.processes:
+            for task in tasks:
+                yield task, run_task(task, self.limits)
+            return
+        with self._lock:
+            yield from self._run(iter(tasks))
+
+    def _run(self, tasks: Iterator[Task]) -> Iterator[tuple[Task, Outcome]]:
+        backlog: deque[Task] = deque()
+        exhausted = False
+        try:
+            while True:
+                exhausted = self._dispatch(tasks, backlog, exhausted)
+                busy = [c for c in self._children if c.queue]
+                if not busy:
+                    if exhausted and not backlog:
+                        return
+                    continue
+                yield from self._collect(busy, backlog)
+        finally:
+            for child in [c for c in self._children if c.queue]:  # closed early: drop unfinished work
+                self._retire(child, kill=True)
+
+    def _dispatch(self, tasks: Iterator[Task], backlog: deque[Task], exhausted: bool) -> bool:
+        while len(self._children) < self.processes:
+            self._children.append(self._spawn())
+        for child in list(self._children):
+            while len(child.queue) < self.depth and child.sent < self.max_tasks:
+                if backlog:
+                    task = backlog.popleft()
+                elif exhausted:
+                    break
+                else:
+                    task = next(tasks, None)
+                    if task is None:
+                        exhausted = True
+                        break
+                try:
+                    child.tasks.send(task)
+                except OSError:  # the child is gone; its tasks go back to the backlog
+                    backlog.appendleft(task)
+                    backlog.extendleft(reversed(child.queue))
+                    self._retire(child, kill=True)
+                    break
+                if not child.queue:
+                    child.head_started = time.monotonic()
+                child.queue.append(task)
+                child.sent += 1
+            if child.sent >= self.max_tasks and not child.queue:
+                self._retire(child, kill=False)  # recycled; replaced on the next dispatch
+        return exhausted
+
+    def _collect(self, busy: list[_Child], backlog: deque[Task]) -> Iterator[tuple[Task, Outcome]]:
+        timeout = self.limits.timeout_s
+        now = time.monotonic()
+        wait_for = max(0.0, min(c.head_started + timeout for c in busy) - now)
+        ready = wait([c.conn for c in busy], timeout=wait_for)  # a dead child's pipe reads as EOF
+        for child in busy:
+            if child.conn in ready:
+                try:
+                    outcome, finished = child.conn.recv()
+                except (EOFError, OSError):
+                    yield from self._crashed(child, backlog)
+                    continue
+                task = child.queue.popleft()
+                child.head_started = finished
+                if outcome.recycle:
+                    backlog.extendleft(reversed(child.queue))
+                    child.queue.clear()
+                    self._retire(child, kill=False)
+                yield task, outcome
+            elif time.monotonic() >= child.head_started + timeout:
+                task = child.queue.popleft()
+                backlog.extendleft(reversed(child.queue))
+                child.queue.clear()
+                self._retire(child, kill=True)
+                log.warning("extraction timed out", extra={"file": task.name, "timeout_s": timeout})
+                reason = f"extraction timed out after {timeout:g} s"
+                yield task, Outcome.failed(reason, _content_type(task.name))
+
+    def _crashed(self, child: _Child, backlog: deque[Task]) -> Iterator[tuple[Task, Outcome]]:
+        task = child.queue.popleft()
+        backlog.extendleft(reversed(child.queue))
+        child.queue.clear()
+        self._retire(child, kill=True)
+        code = child.proc.returncode
+        how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+        log.warning("extraction crashed", extra={"file": task.name, "how": how})
+        yield task, Outcome.failed(f"extraction crashed ({how})", _content_type(task.name))
+
+
+# Children parse untrusted files: they get no database URL, tokens or source credentials.
+_ENV_KEPT = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP", "VIRTUAL_ENV")
+
+
+def _child_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items()
+            if k in _ENV_KEPT or k.startswith(("LC_", "PYTHON"))}
+
+
+def _content_type(name: str) -> str | None:
+    from kdbl_worker import extract
+
+    return extract.detect(name)[0]
+
+
+_shared: dict[tuple, Sandbox] = {}
+_shared_lock = threading.Lock()
+
+
+def shared(processes: int | None = None, limits: Limits | None = None) -> Sandbox:
+    """One sandbox per configuration and process, started on first use and closed at exit."""
+    limits = limits or Limits()
+    key = (default_processes() if processes is None else processes, limits)
+    with _shared_lock:
+        box = _shared.get(key)
+        if box is None:
+            box = _shared[key] = Sandbox(key[0], limits)
+        return box
+
+
+@atexit.register
+def _close_shared() -> None:
+    for box in list(_shared.values()):
+        box.close()
