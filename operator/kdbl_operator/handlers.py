@@ -215,14 +215,19 @@ async def _reconcile_tenant(body: Mapping[str, Any], patch: kopf.Patch, memo: ko
                           message=f"reset {', '.join(done.changed)} of tenant '{want.name}' to the spec")
             new.update(await _bootstrap(raw, want, done.row_id, memo))
             outcome = Outcome()
-        except InvalidSpec as exc:
-            outcome = Outcome(degraded=exc)
-        except TemporaryError as exc:
-            outcome = Outcome(degraded=_unavailable(exc))
-        except Exception as exc:  # a bug must not stop the loop: logged, reported, retried
-            log.exception("reconciling %s %s failed", raw.get("kind"), (raw.get("metadata") or {}).get("name"))
-            outcome = Outcome(degraded=InvalidSpec(desired.INTERNAL_ERROR, f"{type(exc).__name__} (see the operator log)"))
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a condition, never a dead loop
+            outcome = _failure(raw, exc)
     _finish(raw, patch, new, outcome, raise_errors=not resync, retry=retry, cfg=cfg)
+
+
+def _failure(raw: dict[str, Any], exc: Exception) -> Outcome:
+    """The Degraded outcome for a failed reconcile; an unexpected error is logged and reported as internal."""
+    if isinstance(exc, InvalidSpec):
+        return Outcome(degraded=exc)
+    if isinstance(exc, TemporaryError):
+        return Outcome(degraded=_unavailable(exc))
+    log.exception("reconciling %s %s failed", raw.get("kind"), (raw.get("metadata") or {}).get("name"))
+    return Outcome(degraded=InvalidSpec(desired.INTERNAL_ERROR, f"{type(exc).__name__} (see the operator log)"))
 
 
 @kopf.on.resume(GROUP, VERSION, "tenants")
@@ -285,13 +290,8 @@ async def _reconcile_source(body: Mapping[str, Any], patch: kopf.Patch, memo: ko
                 k8s.event(raw, type="Normal", reason="DriftCorrected",
                           message=f"reset {', '.join(done.changed)} of source '{want.name}' to the spec")
             outcome = Outcome()
-        except InvalidSpec as exc:
-            outcome = Outcome(degraded=exc)
-        except TemporaryError as exc:
-            outcome = Outcome(degraded=_unavailable(exc))
-        except Exception as exc:  # a bug must not stop the loop: logged, reported, retried
-            log.exception("reconciling %s %s failed", raw.get("kind"), (raw.get("metadata") or {}).get("name"))
-            outcome = Outcome(degraded=InvalidSpec(desired.INTERNAL_ERROR, f"{type(exc).__name__} (see the operator log)"))
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a condition, never a dead loop
+            outcome = _failure(raw, exc)
     _finish(raw, patch, new, outcome, raise_errors=not resync, retry=retry, cfg=cfg)
 
 

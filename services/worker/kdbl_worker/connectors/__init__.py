@@ -17,6 +17,23 @@ class SourceUnavailable(TemporaryError):
     """The source as a whole cannot be reached or listed; the crawl stops without deleting anything."""
 
 
+class ClosingConnector:
+    """Lifecycle plumbing for connectors holding a network client: `close()` releases it, and the
+    connector works as a context manager and closes itself when dropped (the pipeline drops them)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __enter__(self) -> "ClosingConnector":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 @dataclass(frozen=True, slots=True)
 class RemoteFile:
     key: str

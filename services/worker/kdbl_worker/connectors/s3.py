@@ -34,12 +34,18 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC
-from typing import Any, BinaryIO, Self
+from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 from kdbl_core.errors import InvalidArgument
 
-from kdbl_worker.connectors import ListingProblems, RemoteFile, SourceUnavailable, read_credentials
+from kdbl_worker.connectors import (
+    ClosingConnector,
+    ListingProblems,
+    RemoteFile,
+    SourceUnavailable,
+    read_credentials,
+)
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +186,7 @@ def _use_base_delay(client: Any, max_attempts: int, base_delay: float) -> None:
         log.warning("cannot tune S3 retry backoff; using botocore's", extra={"error": str(exc)})
 
 
-class S3Connector:
+class S3Connector(ClosingConnector):
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = parse_config(config)
         self.problems = ListingProblems()
@@ -234,15 +240,6 @@ class S3Connector:
         if getattr(self, "_s3", None) is not None:
             self._s3.close()
             self._s3 = None
-
-    def __del__(self) -> None:  # the pipeline drops connectors without closing them
-        self.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _unavailable(self, exc: Exception, doing: str) -> SourceUnavailable:
         from botocore.exceptions import (

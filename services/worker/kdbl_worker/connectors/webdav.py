@@ -35,13 +35,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from html.parser import HTMLParser
-from typing import Any, BinaryIO, Self
+from typing import Any, BinaryIO
 from urllib.parse import quote, unquote, urljoin, urlsplit
 
 import httpx
 from kdbl_core.errors import InvalidArgument
 
-from kdbl_worker.connectors import ListingProblems, RemoteFile, SourceUnavailable, read_credentials
+from kdbl_worker.connectors import (
+    ClosingConnector,
+    ListingProblems,
+    RemoteFile,
+    SourceUnavailable,
+    read_credentials,
+)
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +164,7 @@ class _Skip(Exception):
     """One folder cannot be listed: a problem to record, not a reason to stop."""
 
 
-class _HttpConnector:
+class _HttpConnector(ClosingConnector):
     kind = "http"
 
     def __init__(self, config: dict[str, Any]) -> None:
@@ -185,15 +191,6 @@ class _HttpConnector:
         if getattr(self, "_http", None) is not None:
             self._http.close()
             self._http = None
-
-    def __del__(self) -> None:  # the pipeline drops connectors without closing them
-        self.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     @property
     def _where(self) -> str:
