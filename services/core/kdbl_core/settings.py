@@ -78,6 +78,10 @@ class Settings(BaseSettings):
         "the last ~0.6 s of indexed files (each still all-or-nothing; their queue items are redone).")
     chunk_target_chars: int = Field(default=800, ge=100, le=8000)
     chunk_max_chars: int = Field(default=1200, ge=200, le=16000)
+    transcriber_model: str | None = Field(
+        default=None, description="Folder of a faster-whisper (CTranslate2) model, e.g. from the airgap "
+        "bundle: audio/video without subtitle sidecars is transcribed with it (needs the optional "
+        "faster-whisper package). Unset: such files are skipped.")
 
     # --- embeddings / hybrid retrieval ----------------------------------------------------
     embed_model_path: str | None = Field(

@@ -5,6 +5,8 @@
   stored row are skipped; the others become queue items. When the listing is complete, keys indexed
   before but not listed now are deleted, in the transaction that ends the listing. A root that cannot
   be listed fails the run *without* deleting anything (an unmounted share must not wipe the index).
+  Audio/video files are queued last, each with the subtitle file the listing pairs it with
+  (`kdbl_worker.sidecars`); their bytes are fetched only when a transcriber will read them.
 - Processing (`Indexer.process_items`, any number of workers): each item is opened, extracted and
   chunked in the extraction sandbox (time and memory limits), then written in ONE transaction that
   also completes the item, fenced by its lease: a crash at any moment leaves the old file or the new
@@ -37,8 +39,10 @@ from kdbl_core.settings import Settings
 from kdbl_worker import extract, sandbox
 from kdbl_worker.connectors import Connector, RemoteFile, connector_for
 from kdbl_worker.connectors.fs import FsConnector
+from kdbl_worker.extract import media
 from kdbl_worker.globs import Selection
 from kdbl_worker.queue import QueueOptions, QueueRunner, make_holder
+from kdbl_worker.sidecars import Sidecars, is_subtitle
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,7 @@ Progress = Callable[["CrawlStats", str], None]
 
 ITEM_BATCH = 500  # listed items queued per statement
 INLINE_BYTES = 32 * 1024  # remote files up to this size travel to the sandbox in its pipe; larger are spooled
+SIDECAR_MAX_BYTES = 16 * 1024 * 1024  # a subtitle sidecar larger than this is not used
 
 
 @dataclass(slots=True)
@@ -106,6 +111,7 @@ def limits_from(settings: Settings) -> sandbox.Limits:
         timeout_s=float(getattr(settings, "extract_timeout_s", sandbox.DEFAULT_TIMEOUT_S)),
         memory_mb=getattr(settings, "extract_memory_mb", sandbox.DEFAULT_MEMORY_MB),
         chunk_target=settings.chunk_target_chars, chunk_max=settings.chunk_max_chars,
+        transcriber_model=settings.transcriber_model,
     )
 
 
@@ -188,6 +194,21 @@ class Indexer:
             listed: set[str] = set()
             excluded = unchanged = 0
             batch: list[jobs.ItemRow] = []
+            sidecars = Sidecars()
+
+            def add(remote: RemoteFile, fresh: bool, sidecar_key: str | None = None) -> None:
+                nonlocal unchanged
+                if fresh:
+                    unchanged += 1
+                    self._report(remote.key, listed=1, unchanged=1)
+                    return
+                batch.append(jobs.ItemRow(remote.key, remote.size, remote.mtime, remote.etag,
+                                          remote.storage_class, remote.owner, remote.mode, remote.uid,
+                                          remote.gid, had_file=remote.key in known, sidecar_key=sidecar_key))
+                self._report(remote.key, listed=1)
+                if len(batch) >= ITEM_BATCH:
+                    self._queue(job, batch)
+
             for remote in connector.walk():
                 if stop.is_set():
                     with self.engine.begin() as conn:
@@ -197,19 +218,19 @@ class Indexer:
                     excluded += 1
                     continue
                 listed.add(remote.key)
-                state = known.get(remote.key)
-                if _unchanged(state, remote):
-                    unchanged += 1
-                    self._report(remote.key, listed=1, unchanged=1)
+                if extract.is_media(remote.key):
+                    sidecars.media.append(remote)  # paired with its subtitles once the listing is complete
                     continue
-                batch.append(jobs.ItemRow(remote.key, remote.size, remote.mtime, remote.etag,
-                                          remote.storage_class, remote.owner, remote.mode, remote.uid,
-                                          remote.gid, had_file=state is not None))
-                self._report(remote.key, listed=1)
-                if len(batch) >= ITEM_BATCH:
-                    self._queue(job, batch)
-            self._queue(job, batch)
+                fresh = _unchanged(known.get(remote.key), remote)
+                if is_subtitle(remote.key):
+                    sidecars.add_subtitle(remote.key, changed=not fresh)
+                add(remote, fresh)
             gone = sorted(set(known) - listed)
+            sidecars.deleted(gone)
+            for remote in sidecars.media:
+                fresh = _unchanged(known.get(remote.key), remote) and not sidecars.touched(remote.key)
+                add(remote, fresh, sidecars.sidecar_for(remote.key))
+            self._queue(job, batch)
             with tenant_transaction(self.engine, job.tenant_id) as conn:
                 jobs.lock_listing(conn, job.id, job.lease)
                 deleted = content.delete_files(conn, job.tenant_id, job.source_id, gone) if gone else 0
@@ -367,6 +388,11 @@ class Indexer:
         content_type, _ = extract.detect(item.key)
         if ctx is None:
             raise LookupError(f"source {item.source_id} no longer exists")
+        if extract.is_media(item.key):
+            sidecar = self._sidecar(ctx, item)
+            if not media.reads_stream(has_sidecar=sidecar is not None,
+                                      transcriber_model=self.box.limits.transcriber_model):
+                return sandbox.Task(item, item.key, item.size, data=b"", sidecar=sidecar)  # bytes not needed
         if item.size > ctx.max_bytes:
             return sandbox.Outcome("skipped", f"file too large ({item.size} bytes > limit {ctx.max_bytes})",
                                    None, content_type, 0, [])
@@ -386,6 +412,23 @@ class Indexer:
                 return sandbox.Task(item, item.key, item.size, path=path)
         except OSError as exc:
             return sandbox.Outcome.failed(f"cannot read file: {exc.strerror or exc}", content_type)
+
+    def _sidecar(self, ctx: _SourceContext, item: jobs.ItemClaim) -> extract.Sidecar | None:
+        """The subtitle file the listing paired with a media item (None: there is none, or it is unusable)."""
+        if item.sidecar_key is None:
+            return None
+        try:
+            with ctx.connector.open(item.sidecar_key) as stream:
+                data = stream.read(SIDECAR_MAX_BYTES + 1)
+        except OSError as exc:
+            log.warning("subtitle sidecar unreadable",
+                        extra={"key": item.sidecar_key, "error": str(exc)[:300]})
+            return None
+        if len(data) > SIDECAR_MAX_BYTES:
+            log.warning("subtitle sidecar too large",
+                        extra={"key": item.sidecar_key, "limit": SIDECAR_MAX_BYTES})
+            return None
+        return extract.Sidecar(item.sidecar_key, data)
 
     def _finish(self, item: jobs.ItemClaim, outcome: sandbox.Outcome) -> tuple[int, int] | None:
         """Write one file and complete its item in one transaction (a writer thread). (chunks, failed) or

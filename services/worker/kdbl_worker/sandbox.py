@@ -37,6 +37,8 @@ from multiprocessing.connection import Connection, wait
 from types import SimpleNamespace
 from typing import Any, BinaryIO
 
+from kdbl_worker.extract.base import Sidecar
+
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -55,6 +57,7 @@ class Limits:
     memory_mb: int | None = DEFAULT_MEMORY_MB
     chunk_target: int = 800
     chunk_max: int = 1200
+    transcriber_model: str | None = None  # not a limit: the extraction setting children need (media.py)
 
 
 @dataclass(slots=True)
@@ -66,6 +69,7 @@ class Task:
     size: int
     path: str | None = None
     data: bytes | None = None
+    sidecar: Sidecar | None = None  # the subtitle file paired with a media file
 
 
 @dataclass(slots=True)
@@ -95,14 +99,16 @@ def clean(value: str) -> str:
     return value
 
 
-def extract_and_chunk(name: str, size: int, stream: BinaryIO, limits: Limits) -> Outcome:
+def extract_and_chunk(name: str, size: int, stream: BinaryIO, limits: Limits,
+                      sidecar: Sidecar | None = None) -> Outcome:
     """Extract one file and cut it into chunks (what a child does; also the in-process path)."""
     from kdbl_worker import extract
     from kdbl_worker.chunking import chunk_blocks
 
     content_type, _ = extract.detect(name)
     try:
-        result = extract.extract(extract.Source(stream, name, size, content_type))
+        result = extract.extract(extract.Source(stream, name, size, content_type, sidecar=sidecar,
+                                                transcriber_model=limits.transcriber_model))
         for block in result.blocks:
             block.text = clean(block.text)
         full_text, chunks = chunk_blocks(result.blocks, target=limits.chunk_target,
@@ -129,13 +135,13 @@ def run_task(task: Task, limits: Limits) -> Outcome:
     from kdbl_worker import extract
 
     if task.data is not None:
-        return extract_and_chunk(task.name, task.size, io.BytesIO(task.data), limits)
+        return extract_and_chunk(task.name, task.size, io.BytesIO(task.data), limits, task.sidecar)
     try:
         stream = open(task.path or "", "rb")  # noqa: SIM115 - closed below
     except OSError as exc:
         return Outcome.failed(f"cannot read file: {exc.strerror or exc}", extract.detect(task.name)[0])
     with stream:
-        return extract_and_chunk(task.name, task.size, stream, limits)
+        return extract_and_chunk(task.name, task.size, stream, limits, task.sidecar)
 
 
 def _child_main(conn: Connection, limits: Limits) -> None:

@@ -62,6 +62,7 @@ class ItemClaim:
     gid: int | None
     had_file: bool
     lease: Lease
+    sidecar_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,7 @@ class ItemRow:
     uid: int | None = None
     gid: int | None = None
     had_file: bool = True
+    sidecar_key: str | None = None  # a subtitle file next to a media file (see kdbl_worker.sidecars)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,14 +212,15 @@ _FENCE_JOB = "id = :id AND state = 'listing' AND leased_by = :holder AND attempt
 
 _INSERT_ITEMS = text("""
 INSERT INTO crawl_items (job_id, tenant_id, source_id, key, size, mtime, etag, storage_class, owner, mode,
-                         uid, gid, had_file)
+                         uid, gid, had_file, sidecar_key)
 SELECT j.id, j.tenant_id, j.source_id, u.key, u.size, u.mtime, u.etag, u.storage_class, u.owner, u.mode,
-       u.uid, u.gid, u.had_file
+       u.uid, u.gid, u.had_file, u.sidecar_key
   FROM crawl_jobs j,
        unnest(CAST(:keys AS text[]), CAST(:sizes AS bigint[]), CAST(:mtimes AS timestamptz[]),
               CAST(:etags AS text[]), CAST(:classes AS text[]), CAST(:owners AS text[]),
-              CAST(:modes AS int[]), CAST(:uids AS int[]), CAST(:gids AS int[]), CAST(:had AS boolean[]))
-         AS u(key, size, mtime, etag, storage_class, owner, mode, uid, gid, had_file)
+              CAST(:modes AS int[]), CAST(:uids AS int[]), CAST(:gids AS int[]), CAST(:had AS boolean[]),
+              CAST(:sidecars AS text[]))
+         AS u(key, size, mtime, etag, storage_class, owner, mode, uid, gid, had_file, sidecar_key)
  WHERE j.id = :id AND j.state = 'listing' AND j.leased_by = :holder AND j.attempts = :attempt
 ON CONFLICT (job_id, key) DO NOTHING
 """)
@@ -238,6 +241,7 @@ def add_items(conn: Connection, job_id: int, lease: Lease, items: Sequence[ItemR
         "etags": [i.etag for i in items], "classes": [i.storage_class for i in items],
         "owners": [i.owner for i in items], "modes": [i.mode for i in items], "uids": [i.uid for i in items],
         "gids": [i.gid for i in items], "had": [i.had_file for i in items],
+        "sidecars": [i.sidecar_key for i in items],
     })
     if result.rowcount == 0 and not _fence_ok(conn, job_id, lease):
         raise LeaseLost(f"job {job_id}: listing lease lost")
@@ -307,22 +311,26 @@ def release_listing(conn: Connection, job_id: int, lease: Lease) -> None:
 # ---------------------------------------------------------------------------------------------
 # Items: claim, complete (inside the file's transaction), release
 # ---------------------------------------------------------------------------------------------
+# MATERIALIZED: the pick runs exactly once. As a plain sub-select in FROM the planner may put it on the
+# inner side of a nested loop and re-run it per row, each run locking and returning up to :n more rows.
 _CLAIM_ITEMS = text("""
+WITH picked AS MATERIALIZED (
+    SELECT c.id FROM crawl_items c
+     WHERE c.state IN ('queued', 'running')
+       AND (c.state = 'queued' OR (c.lease_expires_at < now() AND c.attempts < :max_attempts))
+       AND (CAST(:source AS uuid) IS NULL OR c.source_id = CAST(:source AS uuid))
+       AND (CAST(:tenants AS text[]) IS NULL
+            OR c.tenant_id IN (SELECT t.id FROM tenants t WHERE t.name = ANY (CAST(:tenants AS text[]))))
+     ORDER BY c.id
+     LIMIT :n
+     FOR UPDATE SKIP LOCKED)
 UPDATE crawl_items i
    SET state = 'running', leased_by = :holder, lease_expires_at = now() + make_interval(secs => :lease),
        attempts = i.attempts + 1
-  FROM (SELECT c.id FROM crawl_items c
-         WHERE c.state IN ('queued', 'running')
-           AND (c.state = 'queued' OR (c.lease_expires_at < now() AND c.attempts < :max_attempts))
-           AND (CAST(:source AS uuid) IS NULL OR c.source_id = CAST(:source AS uuid))
-           AND (CAST(:tenants AS text[]) IS NULL
-                OR c.tenant_id IN (SELECT t.id FROM tenants t WHERE t.name = ANY (CAST(:tenants AS text[]))))
-         ORDER BY c.id
-         LIMIT :n
-         FOR UPDATE SKIP LOCKED) picked
+  FROM picked
  WHERE i.id = picked.id
 RETURNING i.id, i.job_id, i.tenant_id, i.source_id, i.key, i.size, i.mtime, i.etag, i.storage_class, i.owner,
-          i.mode, i.uid, i.gid, i.had_file, i.attempts
+          i.mode, i.uid, i.gid, i.had_file, i.attempts, i.sidecar_key
 """)
 
 
@@ -334,7 +342,7 @@ def claim_items(conn: Connection, holder: str, *, n: int, lease_s: float, max_at
     }).all()
     return sorted((ItemClaim(r.id, r.job_id, r.tenant_id, r.source_id, r.key, r.size, r.mtime, r.etag,
                              r.storage_class, r.owner, r.mode, r.uid, r.gid, r.had_file,
-                             Lease(holder, r.attempts))
+                             Lease(holder, r.attempts), r.sidecar_key)
                    for r in rows), key=lambda c: c.id)
 
 

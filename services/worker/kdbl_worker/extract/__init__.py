@@ -7,11 +7,13 @@ import mimetypes
 from collections.abc import Callable
 from pathlib import PurePosixPath
 
-from kdbl_worker.extract.base import Block, Extraction, Source, Status
+from kdbl_worker.extract.base import Block, Extraction, Sidecar, Source, Status
 
 log = logging.getLogger(__name__)
 
 Extractor = Callable[[Source], Extraction]
+
+_MEDIA = "kdbl_worker.extract.media:extract_media"
 
 # extension -> (content type, "module:function"); modules are imported lazily so a
 # missing optional library only affects its own format.
@@ -52,6 +54,19 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     ".odt": ("application/vnd.oasis.opendocument.text", "kdbl_worker.extract.odt:extract_odt"),
     ".epub": ("application/epub+zip", "kdbl_worker.extract.epub:extract_epub"),
     ".rtf": ("application/rtf", "kdbl_worker.extract.rtf:extract_rtf"),
+    # audio and video: text from a subtitle sidecar or a local transcriber (extract/media.py)
+    ".mp3": ("audio/mpeg", _MEDIA),
+    ".m4a": ("audio/mp4", _MEDIA),
+    ".wav": ("audio/wav", _MEDIA),
+    ".flac": ("audio/flac", _MEDIA),
+    ".ogg": ("audio/ogg", _MEDIA),
+    ".opus": ("audio/opus", _MEDIA),
+    ".mp4": ("video/mp4", _MEDIA),
+    ".m4v": ("video/x-m4v", _MEDIA),
+    ".mkv": ("video/x-matroska", _MEDIA),
+    ".webm": ("video/webm", _MEDIA),
+    ".mov": ("video/quicktime", _MEDIA),
+    ".avi": ("video/x-msvideo", _MEDIA),
 }
 
 
@@ -71,6 +86,11 @@ def detect(name: str) -> tuple[str | None, str | None]:
         return _REGISTRY[suffix]
     guessed, _ = mimetypes.guess_type(name)
     return guessed, None
+
+
+def is_media(name: str) -> bool:
+    """Audio or video: its text comes from a subtitle sidecar or a transcriber."""
+    return detect(name)[1] == _MEDIA
 
 
 def _load(target: str) -> Extractor:
@@ -101,4 +121,5 @@ def extract(source: Source) -> Extraction:
     return result
 
 
-__all__ = ["Block", "Extraction", "Source", "Status", "detect", "extract", "register", "supported_extensions"]
+__all__ = ["Block", "Extraction", "Sidecar", "Source", "Status", "detect", "extract", "is_media", "register",
+           "supported_extensions"]

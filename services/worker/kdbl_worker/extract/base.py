@@ -42,10 +42,26 @@ class Extraction:
 
 
 @dataclass(frozen=True, slots=True)
+class Sidecar:
+    """A companion file the pipeline found next to the one being extracted (the subtitles of a video)."""
+
+    name: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class Source:
-    """What an extractor gets: a seekable binary stream and the file's name/declared type."""
+    """What an extractor gets: a seekable binary stream and the file's name/declared type.
+
+    Audio/video extractors also get the file's subtitle `sidecar` when the listing had one, and the
+    folder of a local speech-to-text model (`transcriber_model`, from KDBL_TRANSCRIBER_MODEL). When the
+    extractor will not read the media itself (a sidecar is there, or no transcriber is configured), the
+    pipeline does not fetch it and `stream` is empty (`size` is still the file's).
+    """
 
     stream: BinaryIO
     name: str
     size: int
     content_type: str | None = None
+    sidecar: Sidecar | None = None
+    transcriber_model: str | None = None
