@@ -42,3 +42,15 @@ def test_timed_blocks_keep_the_first_start_and_last_end():
 def test_blank_blocks_produce_no_chunks():
     full, chunks = chunk_blocks([Block("   "), Block("")])
     assert full == "" and chunks == []
+
+
+def test_a_title_joins_the_paragraph_it_introduces_when_that_fits() -> None:
+    title, body = "Structural Homeostasis of Dendrites", "word " * 260  # body ~1300 chars, over the target
+    _, chunks = chunk_blocks([Block(title), Block(body.strip())], target=1200, max_chars=1800)
+    assert len(chunks) == 1 and chunks[0].text.startswith(title + "\n\n")
+    # title + a paragraph longer than max_chars: the limit still holds for every chunk
+    _, chunks = chunk_blocks([Block(title), Block(("word " * 500).strip())], target=1200, max_chars=1800)
+    assert chunks[0].text.startswith(title) and all(len(c.text) <= 1800 for c in chunks)
+    # a long first block never swallows the next one beyond the target
+    _, chunks = chunk_blocks([Block("x " * 400), Block("y " * 400)], target=1200, max_chars=1800)
+    assert len(chunks) == 2

@@ -10,6 +10,7 @@ process (kdbl_api role, auth, RLS, audit), then measures with raw JSON-RPC POSTs
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from typing import Any
 import httpx
 
 from kdbl_control.beir import ensure_indexed, load_queries, materialise_beir
+from kdbl_control.loadgen import Connection, LoadgenError, Outcome, encode_post, jsonrpc_error, run_clients
 from kdbl_core.db.engine import async_engine, rls_transaction
 from kdbl_core.db.urls import for_role
 from kdbl_core.principal import Principal
@@ -50,52 +52,46 @@ async def floor(owner_url: str, tenant_id, queries: list[str]) -> dict[str, floa
     return {"p50_ms": pct(times, 0.5), "p95_ms": pct(times, 0.95), "n": len(times)}
 
 
-def _body(i: int, query: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": i, "method": "tools/call",
-            "params": {"name": "search_content", "arguments": {"query": query, "mode": "lexical"}}}
+def _body(i: int, query: str, mode: str) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                       "params": {"name": "search_content", "arguments": {"query": query, "mode": mode}}}).encode()
 
 
-async def one_client(url: str, token: str, queries: list[str]) -> dict[str, float]:
+def _requests(url: str, token: str, queries: list[str], mode: str) -> list[bytes]:
     headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream",
                "MCP-Protocol-Version": "2025-11-25"}
-    times, errors = [], 0
-    async with httpx.AsyncClient(headers=headers, timeout=30) as http:
-        await http.post(url, json=_body(0, queries[0]))  # warm the token cache and the connection
-        for i, query in enumerate(queries):
+    return [encode_post(url, _body(i, q, mode), headers) for i, q in enumerate(queries)]
+
+
+async def one_client(url: str, token: str, queries: list[str], mode: str = "lexical") -> dict[str, Any]:
+    requests = _requests(url, token, queries, mode)
+    conn = Connection(url)
+    outcome = Outcome()
+    try:
+        await conn.post(requests[0])  # warm the token cache and the connection
+        for request in requests:
             start = time.perf_counter()
-            resp = await http.post(url, json=_body(i, query))
-            times.append((time.perf_counter() - start) * 1000)
-            errors += resp.status_code != 200 or "error" in resp.json()
-    return {"p50_ms": pct(times, 0.5), "p95_ms": pct(times, 0.95), "n": len(times), "errors": errors}
+            try:
+                status, body = await conn.post(request)
+                error = jsonrpc_error(status, body)
+            except (LoadgenError, OSError) as exc:
+                error = str(exc)
+            outcome.record((time.perf_counter() - start) * 1000, error)
+    finally:
+        await conn.close()
+    times = outcome.latencies_ms
+    return {"p50_ms": pct(times, 0.5), "p95_ms": pct(times, 0.95), "n": len(times), "errors": outcome.errors,
+            "error_samples": outcome.error_samples}
 
 
-async def many_clients(url: str, token: str, queries: list[str], clients: int, seconds: float) -> dict[str, Any]:
-    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream",
-               "MCP-Protocol-Version": "2025-11-25"}
-    times: list[float] = []
-    errors = 0
-    deadline = time.monotonic() + seconds
-
-    async def run(worker_id: int) -> None:
-        nonlocal errors
-        async with httpx.AsyncClient(headers=headers, timeout=30) as http:
-            i = worker_id
-            while time.monotonic() < deadline:
-                start = time.perf_counter()
-                try:
-                    resp = await http.post(url, json=_body(i, queries[i % len(queries)]))
-                    ok = resp.status_code == 200 and "error" not in resp.json()
-                except httpx.HTTPError:
-                    ok = False
-                times.append((time.perf_counter() - start) * 1000)
-                errors += not ok
-                i += clients
-
-    started = time.monotonic()
-    await asyncio.gather(*(run(w) for w in range(clients)))
-    elapsed = time.monotonic() - started
-    return {"clients": clients, "requests": len(times), "errors": errors, "seconds": round(elapsed, 1),
-            "requests_per_s": round(len(times) / elapsed, 1), "p50_ms": pct(times, 0.5), "p95_ms": pct(times, 0.95)}
+async def many_clients(url: str, token: str, queries: list[str], clients: int, seconds: float,
+                       mode: str = "lexical") -> dict[str, Any]:
+    outcome, elapsed = await run_clients(url, _requests(url, token, queries, mode), clients=clients,
+                                         seconds=seconds)
+    times = outcome.latencies_ms
+    return {"clients": clients, "requests": len(times), "errors": outcome.errors, "seconds": round(elapsed, 1),
+            "requests_per_s": round(len(times) / elapsed, 1), "p50_ms": pct(times, 0.5),
+            "p95_ms": pct(times, 0.95), "error_samples": outcome.error_samples}
 
 
 def start_api(owner_url: str, port: int) -> subprocess.Popen:

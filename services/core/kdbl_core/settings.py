@@ -76,8 +76,8 @@ class Settings(BaseSettings):
     durable_file_commits: bool = Field(
         default=False, description="Wait for the WAL flush on every file commit. Off: a Postgres crash may lose "
         "the last ~0.6 s of indexed files (each still all-or-nothing; their queue items are redone).")
-    chunk_target_chars: int = Field(default=800, ge=100, le=8000)
-    chunk_max_chars: int = Field(default=1200, ge=200, le=16000)
+    chunk_target_chars: int = Field(default=1200, ge=100, le=8000)
+    chunk_max_chars: int = Field(default=1800, ge=200, le=16000)
     transcriber_model: str | None = Field(
         default=None, description="Folder of a faster-whisper (CTranslate2) model, e.g. from the airgap "
         "bundle: audio/video without subtitle sidecars is transcribed with it (needs the optional "

@@ -13,6 +13,10 @@ from dataclasses import dataclass
 from kdbl_worker.extract.base import Block
 
 SEPARATOR = "\n\n"
+# Defaults (KDBL_CHUNK_TARGET_CHARS / KDBL_CHUNK_MAX_CHARS): a chunk plus its title fits the ~1,800-char hit
+# text; measured on SciFact in docs/benchmarks.md.
+DEFAULT_TARGET = 1200
+DEFAULT_MAX = 1800
 _SENTENCE_END = re.compile(r"[.!?。]\s|\n")
 
 
@@ -57,7 +61,7 @@ def _split_long(text: str, start: int, end: int, max_chars: int, target: int) ->
     return pieces
 
 
-def chunk_blocks(blocks: list[Block], *, target: int = 800, max_chars: int = 1200) -> tuple[str, list[Chunk]]:
+def chunk_blocks(blocks: list[Block], *, target: int = DEFAULT_TARGET, max_chars: int = DEFAULT_MAX) -> tuple[str, list[Chunk]]:
     """Return (full extracted text, chunks in reading order)."""
     parts: list[str] = []
     spans: list[_Span] = []
@@ -94,9 +98,11 @@ def chunk_blocks(blocks: list[Block], *, target: int = 800, max_chars: int = 120
                 ts_end_ms=current.ts_end_ms,
             ))
 
+    small = target // 4  # a title or heading: it joins the text it introduces when that fits max_chars
     for piece in pieces:
         if (current is not None and piece.page_no == current.page_no
-                and piece.end - current.start <= target):
+                and (piece.end - current.start <= target
+                     or (current.end - current.start < small and piece.end - current.start <= max_chars))):
             current.end = piece.end
             if piece.ts_end_ms is not None:
                 current.ts_end_ms = piece.ts_end_ms

@@ -37,6 +37,7 @@ from multiprocessing.connection import Connection, wait
 from types import SimpleNamespace
 from typing import Any, BinaryIO
 
+from kdbl_worker.chunking import DEFAULT_MAX, DEFAULT_TARGET
 from kdbl_worker.extract.base import Sidecar
 
 log = logging.getLogger(__name__)
@@ -55,8 +56,8 @@ def default_processes() -> int:
 class Limits:
     timeout_s: float = DEFAULT_TIMEOUT_S
     memory_mb: int | None = DEFAULT_MEMORY_MB
-    chunk_target: int = 800
-    chunk_max: int = 1200
+    chunk_target: int = DEFAULT_TARGET
+    chunk_max: int = DEFAULT_MAX
     transcriber_model: str | None = None  # not a limit: the extraction setting children need (media.py)
 
 

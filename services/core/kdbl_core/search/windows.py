@@ -9,25 +9,18 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-HIT_TEXT_BUDGET = 1800
-_HEADLINE_OPTS = (
-    "StartSel=<mark>, StopSel=</mark>, MaxWords=30, MinWords=12, ShortWord=2, "
-    "MaxFragments=2, FragmentDelimiter=\" … \""
-)
+from kdbl_core.search.snippets import snippet
 
-_NEIGHBOURS = text(f"""
+HIT_TEXT_BUDGET = 1800
+
+# The hits, their neighbours, and the query's lexemes (for the snippets, built in Python: snippets.py).
+_NEIGHBOURS = text("""
 WITH h AS (
     SELECT * FROM unnest(CAST(:file_ids AS bigint[]), CAST(:seqs AS int[])) AS h(file_id, seq)
-), tsq AS (
-    SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS q
-      FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :query))
 )
 SELECT c.file_id, c.seq, c.text, c.page_no, c.char_start, c.char_end, c.ts_start_ms, c.ts_end_ms,
-       CASE WHEN c.seq = h.seq AND tsq.q IS NOT NULL
-            THEN ts_headline(CAST(:cfg AS regconfig), c.text, tsq.q, '{_HEADLINE_OPTS}') END AS snippet,
-       h.seq AS hit_seq
+       (SELECT array_agg(DISTINCT lexeme) FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :query))) AS lexemes
   FROM h JOIN chunks c ON c.file_id = h.file_id AND c.seq BETWEEN h.seq - 1 AND h.seq + 1
-  CROSS JOIN tsq
 """)
 
 
@@ -75,12 +68,8 @@ async def expand_hits(conn: AsyncConnection, hits: list[HitRef], *, query: str, 
         "file_ids": [h.file_id for h in hits], "seqs": [h.seq for h in hits],
         "cfg": ts_config, "query": query,
     })).mappings().all()
-    by_pos: dict[tuple[int, int], dict[str, Any]] = {}
-    snippets: dict[tuple[int, int], str | None] = {}
-    for r in rows:
-        by_pos[(r["file_id"], r["seq"])] = dict(r)
-        if r["seq"] == r["hit_seq"]:
-            snippets[(r["file_id"], r["seq"])] = r["snippet"]
+    by_pos = {(r["file_id"], r["seq"]): r for r in rows}
+    lexemes = frozenset(rows[0]["lexemes"] or ()) if rows else frozenset()
     out = []
     for h in hits:
         chunk = by_pos.get((h.file_id, h.seq))
@@ -90,7 +79,7 @@ async def expand_hits(conn: AsyncConnection, hits: list[HitRef], *, query: str, 
                                     by_pos.get((h.file_id, h.seq + 1)), budget)
         out.append({
             "source_id": str(h.source_id), "key": h.key, "seq": h.seq, "text": body,
-            "truncated": truncated, "snippet": snippets.get((h.file_id, h.seq)) or chunk["text"][:240],
+            "truncated": truncated, "snippet": snippet(chunk["text"], lexemes, ts_config),
             "page_no": chunk["page_no"], "char_start": chunk["char_start"], "char_end": chunk["char_end"],
             "ts_start_ms": chunk["ts_start_ms"], "ts_end_ms": chunk["ts_end_ms"],
             "rank": round(h.score, 6),

@@ -1,0 +1,75 @@
+"""`kdbl-control bench search` end to end on a tiny BEIR folder: real crawl, real kdbl-api process, loadgen."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from helpers import running_api
+
+from kdbl_control.bench import run_search_bench
+from kdbl_control.loadgen import Connection, LoadgenError, encode_post, jsonrpc_error
+
+DOCS = {
+    "d1": ("Okapi migration", "The okapi migration season starts when the rains come to the forest."),
+    "d2": ("Aspirin", "Aspirin reduces fever and headache in most adult patients."),
+    "d3": ("Parking", "Clinic opening hours and parking information for visitors."),
+}
+QUERIES = ["okapi migration", "aspirin fever", "parking hours"]
+
+
+@pytest.fixture
+def tiny_beir(tmp_path):
+    folder = tmp_path / "tiny"
+    (folder / "qrels").mkdir(parents=True)
+    with (folder / "corpus.jsonl").open("w") as fh:
+        for doc_id, (title, body) in DOCS.items():
+            fh.write(json.dumps({"_id": doc_id, "title": title, "text": body}) + "\n")
+    with (folder / "queries.jsonl").open("w") as fh:
+        for i, query in enumerate(QUERIES):
+            fh.write(json.dumps({"_id": f"q{i}", "text": query}) + "\n")
+    return folder
+
+
+def test_bench_search_measures_the_real_stack(owner_url, tiny_beir, tmp_path, unique, monkeypatch):
+    monkeypatch.setattr("kdbl_control.bench.TENANT", f"bench-{unique}")
+    result = run_search_bench(owner_url, tiny_beir, tmp_path / "work", clients=4, seconds=1.0, n_queries=3)
+    assert result["documents"] == 3 and result["chunks"] == 3 and result["queries"] == 3
+    one, many = result["http_1_client"], result["http_n_clients"]
+    assert one["n"] == 3 and one["errors"] == 0 and one["p50_ms"] > 0
+    assert many["clients"] == 4 and many["requests"] > 4 and many["errors"] == 0, many["error_samples"]
+    assert result["floor_sql"]["n"] == 3
+
+
+def test_loadgen_reports_http_and_jsonrpc_failures(owner_url):
+    with running_api(owner_url) as base:
+        url = f"{base}/mcp"
+
+        async def post(headers: dict[str, str]) -> str | None:
+            conn = Connection(url)
+            try:
+                status, body = await conn.post(encode_post(url, b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}',
+                                                           headers))
+            finally:
+                await conn.close()
+            return jsonrpc_error(status, body)
+
+        assert asyncio.run(post({"Accept": "application/json, text/event-stream"})) == "HTTP 401"
+        assert asyncio.run(post({"Authorization": "Bearer kdblpat_nope_nope",
+                                 "Accept": "application/json"})) == "HTTP 401"
+
+    async def refused() -> None:
+        await Connection(url).post(b"")
+
+    with pytest.raises((LoadgenError, OSError)):
+        asyncio.run(refused())
+
+
+def test_jsonrpc_error_reads_the_answer() -> None:
+    assert jsonrpc_error(200, b'{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false}}') is None
+    assert jsonrpc_error(200, b'{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":true}}') == "tool error"
+    assert jsonrpc_error(200, b'{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"bad limit"}}') == \
+        "JSON-RPC error -32602: bad limit"
+    assert jsonrpc_error(200, b"<html>") == "response is not JSON"
+    assert jsonrpc_error(429, b"{}") == "HTTP 429"

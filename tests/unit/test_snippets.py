@@ -1,0 +1,55 @@
+"""Snippets mark the words that stem to a query lexeme, pick the densest fragments, never mark inside words."""
+
+from __future__ import annotations
+
+from kdbl_core.search.snippets import DELIMITER, FALLBACK_CHARS, FRAGMENT_CHARS, snippet
+
+
+def test_marks_inflected_forms_with_the_snowball_stemmer() -> None:
+    out = snippet("Studies show effects of the delivery; earlier study was flawed.",
+                  frozenset({"studi", "effect", "deliveri"}), "english")
+    assert out == ("<mark>Studies</mark> show <mark>effects</mark> of the <mark>delivery</mark>; earlier "
+                   "<mark>study</mark> was flawed.")
+
+
+def test_does_not_mark_a_prefix_inside_another_word() -> None:
+    out = snippet("Follow the yellow allowance; low tide.", frozenset({"low"}), "english")
+    assert out.count("<mark>") == 1 and "<mark>low</mark> tide" in out
+
+
+def test_short_lexemes_match_whole_words_only() -> None:
+    out = snippet("Vitamin D and dairy, d-dimer.", frozenset({"d"}), "english")
+    assert out == "Vitamin <mark>D</mark> and dairy, <mark>d</mark>-dimer."
+
+
+def test_without_a_match_the_opening_is_returned() -> None:
+    text = "word " * 200
+    out = snippet(text, frozenset({"okapi"}), "english")
+    assert "<mark>" not in out and len(out) <= FALLBACK_CHARS
+
+
+def test_two_distant_clusters_become_two_fragments() -> None:
+    filler = "lorem ipsum dolor sit amet " * 30
+    text = f"aspirin trial. {filler} headache trial. {filler}"
+    out = snippet(text, frozenset({"aspirin", "headach"}), "english")
+    first, second = out.split(DELIMITER)
+    assert "<mark>aspirin</mark>" in first and "<mark>headache</mark>" in second
+    assert all(len(part) < FRAGMENT_CHARS + 60 for part in (first, second))
+
+
+def test_fragments_are_the_densest_spans_in_text_order() -> None:
+    filler = "lorem ipsum dolor sit amet " * 30
+    text = f"fever fever fever. {filler} fever with rash and cough. {filler} a lone rash here."
+    first, second = snippet(text, frozenset({"fever", "rash", "cough"}), "english").split(DELIMITER)
+    assert first.startswith("<mark>fever</mark> <mark>fever</mark>")
+    assert "<mark>rash</mark> and <mark>cough</mark>" in second and "lone" not in second
+
+
+def test_a_config_without_stemmer_marks_equal_words() -> None:
+    out = snippet("Okapi okapis OKAPI", frozenset({"okapi"}), "simple")
+    assert out == "<mark>Okapi</mark> okapis <mark>OKAPI</mark>"
+
+
+def test_offsets_survive_characters_that_change_length_when_lower_cased() -> None:
+    out = snippet("İstanbul trial of aspirin", frozenset({"aspirin"}), "english")
+    assert out.endswith("<mark>aspirin</mark>") and out.startswith("İstanbul")
