@@ -24,6 +24,7 @@ import httpx
 from kdbl_control.beir import ensure_indexed, load_queries, materialise_beir
 from kdbl_control.loadgen import Connection, LoadgenError, Outcome, encode_post, jsonrpc_error, run_clients
 from kdbl_core.db.engine import async_engine, rls_transaction
+from kdbl_core.errors import ConfigError
 from kdbl_core.db.urls import for_role
 from kdbl_core.principal import Principal
 from kdbl_core.search import lexical
@@ -94,8 +95,8 @@ async def many_clients(url: str, token: str, queries: list[str], clients: int, s
             "p95_ms": pct(times, 0.95), "error_samples": outcome.error_samples}
 
 
-def start_api(owner_url: str, port: int) -> subprocess.Popen:
-    env = {**os.environ, "KDBL_DATABASE_URL": for_role(owner_url, "kdbl_api"), "KDBL_MCP_ENABLED": "true",
+def start_api(owner_url: str, port: int, env: dict[str, str] | None = None) -> subprocess.Popen:
+    env = {**os.environ, **(env or {}), "KDBL_DATABASE_URL": for_role(owner_url, "kdbl_api"), "KDBL_MCP_ENABLED": "true",
            "KDBL_API_HOST": "127.0.0.1", "KDBL_API_PORT": str(port), "KDBL_RATE_LIMIT_PER_MINUTE": "0",
            "KDBL_LOG_LEVEL": "WARNING"}
     proc = subprocess.Popen([sys.executable, "-m", "kdbl_api.main"], env=env)
@@ -111,21 +112,34 @@ def start_api(owner_url: str, port: int) -> subprocess.Popen:
 
 
 def run_search_bench(owner_url: str, dataset: Path, work_dir: Path, *, clients: int, seconds: float,
-                     n_queries: int) -> dict[str, Any]:
+                     n_queries: int, mode: str = "lexical", model_path: Path | None = None) -> dict[str, Any]:
     docs = work_dir / "bench-docs"
     n_docs = materialise_beir(dataset, docs)
     indexed = ensure_indexed(owner_url, docs, TENANT)
     queries = load_queries(dataset, n_queries)
+    env: dict[str, str] = {}
+    embedding = None
+    if mode == "hybrid":
+        if model_path is None:
+            raise ConfigError("--mode hybrid needs an embedding model (--model or KDBL_EMBED_MODEL_PATH)")
+        from kdbl_control.evaluate import _embed_chunks
+        from kdbl_core.embed import Embedder
+
+        embedder = Embedder(model_path, n_threads=os.cpu_count() or 2)
+        embedding = _embed_chunks(owner_url, indexed["tenant_id"], embedder, 32,
+                                  lambda line: print(line, file=sys.stderr))
+        del embedder
+        env["KDBL_EMBED_MODEL_PATH"] = str(model_path)
     port = _free_port()
-    api = start_api(owner_url, port)
+    api = start_api(owner_url, port, env)
     url = f"http://127.0.0.1:{port}/mcp"
     try:
         result = {
-            "dataset": str(dataset), "documents": n_docs, "chunks": indexed["chunks"], "queries": len(queries),
-            "crawl": indexed["crawl"],
+            "dataset": str(dataset), "mode": mode, "documents": n_docs, "chunks": indexed["chunks"],
+            "queries": len(queries), "crawl": indexed["crawl"], "embedding": embedding,
             "floor_sql": asyncio.run(floor(owner_url, indexed["tenant_id"], queries)),
-            "http_1_client": asyncio.run(one_client(url, indexed["token"], queries)),
-            "http_n_clients": asyncio.run(many_clients(url, indexed["token"], queries, clients, seconds)),
+            "http_1_client": asyncio.run(one_client(url, indexed["token"], queries, mode)),
+            "http_n_clients": asyncio.run(many_clients(url, indexed["token"], queries, clients, seconds, mode)),
             "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
             "date": time.strftime("%Y-%m-%d"),
         }
@@ -150,10 +164,10 @@ def default_work_dir() -> Path:
 def summarise(result: dict[str, Any]) -> str:
     rows = [
         ("crawl (files/s)", result["crawl"]["files_per_s"], "", ""),
-        ("floor: SQL in one RLS tx", result["floor_sql"]["p50_ms"], result["floor_sql"]["p95_ms"], ""),
-        ("HTTP+auth+RLS+audit, 1 client", result["http_1_client"]["p50_ms"], result["http_1_client"]["p95_ms"],
+        ("floor: lexical SQL in one RLS tx", result["floor_sql"]["p50_ms"], result["floor_sql"]["p95_ms"], ""),
+        (f"{result['mode']}: HTTP+auth+RLS+audit, 1 client", result["http_1_client"]["p50_ms"], result["http_1_client"]["p95_ms"],
          f"errors {result['http_1_client']['errors']}"),
-        (f"HTTP, {result['http_n_clients']['clients']} clients", result["http_n_clients"]["p50_ms"],
+        (f"{result['mode']}: HTTP, {result['http_n_clients']['clients']} clients", result["http_n_clients"]["p50_ms"],
          result["http_n_clients"]["p95_ms"],
          f"{result['http_n_clients']['requests_per_s']} req/s, errors {result['http_n_clients']['errors']}"),
     ]

@@ -7,6 +7,7 @@ import asyncio
 import json
 import re
 import sys
+import tempfile
 import uuid
 import warnings
 from datetime import UTC, datetime, timedelta
@@ -74,14 +75,18 @@ def build_parser() -> argparse.ArgumentParser:
     source = sub.add_parser("source").add_subparsers(dest="action", required=True)
     sa = source.add_parser("add", help="register a source (prints its id)")
     sa.add_argument("--tenant", required=True)
-    sa.add_argument("--protocol", default="fs", choices=["fs", "s3", "webdav", "http"])
-    sa.add_argument("--path", help="fs: root folder")
+    sa.add_argument("--protocol", default="fs", choices=["fs", "s3", "smb", "webdav", "http"])
+    sa.add_argument("--path", help="fs: root folder; smb: folder inside the share")
     sa.add_argument("--bucket", help="s3: bucket")
     sa.add_argument("--prefix", help="s3: key prefix (a folder)")
     sa.add_argument("--endpoint", help="s3: custom endpoint URL (MinIO, Ceph RGW)")
     sa.add_argument("--region", help="s3: region (default us-east-1)")
     sa.add_argument("--path-style", action=argparse.BooleanOptionalAction, default=None, help="s3: path-style URLs")
     sa.add_argument("--url", help="webdav/http: base collection URL")
+    sa.add_argument("--server", help="smb: file server host")
+    sa.add_argument("--share", help="smb: share name")
+    sa.add_argument("--port", type=int, help="smb: port (default 445)")
+    sa.add_argument("--domain", help="smb: NTLM domain")
     sa.add_argument("--credentials-env", metavar="NAME=VAR,...",
                     help="credentials from environment variables the worker has (names, never values)")
     sa.add_argument("--credentials-dir", help="credentials from a mounted Secret directory (one file per name)")
@@ -156,6 +161,18 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--seconds", type=float, default=20.0)
     bs.add_argument("--queries", type=int, default=300)
     bs.add_argument("--work-dir", type=Path, help="where documents and the embedded database go")
+    bs.add_argument("--mode", choices=["lexical", "hybrid"], default="lexical",
+                    help="search mode measured (hybrid needs an embedding model: --model or KDBL_EMBED_MODEL_PATH)")
+    bs.add_argument("--model", type=Path, help="GGUF embedding model for --mode hybrid (default: the cached one)")
+    sc = bsub.add_parser("scale", help="lexical and hybrid latency on a synthetic corpus at growing sizes")
+    sc.add_argument("--dataset", type=Path, default=bs.get_default("dataset"),
+                    help="BEIR folder whose token distribution and queries are used")
+    sc.add_argument("--sizes", default="10000,100000,1000000", help="comma-separated chunk counts")
+    sc.add_argument("--queries", type=int, default=200)
+    sc.add_argument("--clients", type=int, default=1, help="also measure N concurrent clients when > 1")
+    sc.add_argument("--seconds", type=float, default=10.0)
+    sc.add_argument("--model", type=Path, help="GGUF embedding model (default: the cached one)")
+    sc.add_argument("--work-dir", type=Path, help="where the embedded database goes (default: /tmp/kdbl-scale)")
     ev = sub.add_parser("eval", help="retrieval quality on a BEIR folder (nDCG, recall, MRR, latency)")
     ev.add_argument("dataset", type=Path, help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv")
     ev.add_argument("--split", default="train", help="qrels/<split>.tsv to score against (default: train)")
@@ -236,20 +253,35 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _bench(args: argparse.Namespace, settings: Settings) -> int:
-    from kdbl_control.bench import default_work_dir, run_search_bench, summarise
+    from kdbl_control import bench, bench_scale
+    from kdbl_control.evaluate import default_model_path
     from kdbl_core.db.embedded import EmbeddedDatabase
 
-    work = (args.work_dir or default_work_dir()).resolve()
-    work.mkdir(parents=True, exist_ok=True)
     if not (args.dataset / "corpus.jsonl").exists():
         raise ConfigError(f"{args.dataset} is not a BEIR folder (no corpus.jsonl)")
-    options = {"clients": args.clients, "seconds": args.seconds, "n_queries": args.queries}
+    model = args.model or default_model_path(settings)
+    if args.action == "scale":
+        if model is None:
+            raise ConfigError("bench scale needs an embedding model (--model or KDBL_EMBED_MODEL_PATH)")
+        work = (args.work_dir or Path(tempfile.gettempdir()) / "kdbl-scale").resolve()
+        work.mkdir(parents=True, exist_ok=True)
+        sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+        with EmbeddedDatabase(args.data_dir or work / "db") as db:
+            result = bench_scale.run_scale_bench(
+                db.owner_url, args.dataset, work, sizes=sizes, model_path=model, n_queries=args.queries,
+                clients=args.clients, seconds=args.seconds, log=lambda line: print(line, file=sys.stderr))
+        print(json.dumps(result, indent=2, default=str) if args.json else bench_scale.summarise(result))
+        return 0
+    work = (args.work_dir or bench.default_work_dir()).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    options = {"clients": args.clients, "seconds": args.seconds, "n_queries": args.queries, "mode": args.mode,
+               "model_path": model if args.mode == "hybrid" else None}
     if settings.database_url is not None and args.data_dir is None:
-        result = run_search_bench(settings.database_url.get_secret_value(), args.dataset, work, **options)
+        result = bench.run_search_bench(settings.database_url.get_secret_value(), args.dataset, work, **options)
     else:
         with EmbeddedDatabase(args.data_dir or work / "db") as db:
-            result = run_search_bench(db.owner_url, args.dataset, work, **options)
-    print(json.dumps(result, indent=2, default=str) if args.json else summarise(result))
+            result = bench.run_search_bench(db.owner_url, args.dataset, work, **options)
+    print(json.dumps(result, indent=2, default=str) if args.json else bench.summarise(result))
     return 0
 
 
@@ -267,6 +299,9 @@ def source_config(args: argparse.Namespace) -> dict[str, Any]:
                                           "region": args.region, "path_style": args.path_style}.items() if v is not None})
         if args.anonymous:
             config["anonymous"] = True
+    elif args.protocol == "smb":
+        config.update({k: v for k, v in {"server": args.server, "share": args.share, "path": args.path,
+                                          "port": args.port, "domain": args.domain}.items() if v is not None})
     else:
         config["url"] = args.url
     if args.credentials_env:
@@ -293,6 +328,10 @@ def source_config(args: argparse.Namespace) -> dict[str, Any]:
         config["exclude"] = args.exclude
     if args.protocol == "s3":
         from kdbl_worker.connectors.s3 import parse_config
+
+        parse_config(config)
+    elif args.protocol == "smb":
+        from kdbl_worker.connectors.smb import parse_config
 
         parse_config(config)
     elif args.protocol in ("webdav", "http"):

@@ -1,0 +1,209 @@
+"""`kdbl-control bench scale`: search_content latency at 10k, 100k and 1M chunks (lexical and hybrid).
+
+The corpus is synthetic, built for latency only: each chunk is ~100 tokens drawn from the empirical token
+distribution of a BEIR corpus (SciFact by default), so document frequencies and chunk lengths look like
+real text, and each embedding is a random unit vector of the model's dimension. Rows are written with the
+same statements' semantics as the worker (postings, term statistics, corpus statistics, per-model
+embeddings) but in bulk, straight into Postgres. The corpus grows step by step (10k -> 100k -> 1M); at each
+size the HNSW index is rebuilt, the tables are vacuumed, and `kdbl-api` (kdbl_api role, auth, RLS, audit,
+the real query embedder) answers real queries through the whole HTTP path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import random
+import re
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+
+from kdbl_control import admin
+from kdbl_control.bench import _free_port, many_clients, one_client, start_api
+from kdbl_control.beir import iter_corpus, load_queries
+from kdbl_core.db.engine import sync_engine
+from kdbl_core.embed import Embedder
+
+TENANT = "bench-scale"
+TOKENS_PER_CHUNK = 100
+CHUNKS_PER_FILE = 4
+BATCH_CHUNKS = 20_000
+_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9-]*|\d+")
+
+_INSERT_BATCH = """
+WITH f AS (
+    INSERT INTO files (tenant_id, source_id, key, size, mtime, content_type, status, chunk_count, text_chars,
+                       indexed_at, seen_at)
+    SELECT :tenant, :source, format('synthetic/%s/%s.txt', n / 1000, n), 4 * 700, now(), 'text/plain', 'ok',
+           :per_file, 4 * 700, now(), now()
+      FROM generate_series(CAST(:first_file AS bigint), CAST(:last_file AS bigint)) AS n
+    RETURNING id, key
+), body AS MATERIALIZED (
+    SELECT f.id AS file_id, s.seq, s.body
+      FROM kdbl_bench_stage s JOIN f ON f.key = format('synthetic/%s/%s.txt', s.file_no / 1000, s.file_no)
+), lex AS (
+    SELECT b.file_id, b.seq, t.lexeme AS term, coalesce(array_length(t.positions, 1), 1) AS tf
+      FROM body b, unnest(to_tsvector('english', b.body)) AS t
+), dl AS (
+    SELECT file_id, seq, sum(tf)::int AS dl FROM lex GROUP BY file_id, seq
+), ch AS (
+    INSERT INTO chunks (tenant_id, source_id, file_id, seq, text, char_start, char_end, token_count,
+                        embedding, embedding_model)
+    SELECT :tenant, :source, b.file_id, b.seq, b.body, 0, length(b.body), coalesce(dl.dl, 0),
+           (SELECT l2_normalize(array_agg(random()::real - 0.5)::vector)
+              FROM generate_series(1, :dim) WHERE b.seq >= 0),
+           :model
+      FROM body b LEFT JOIN dl ON dl.file_id = b.file_id AND dl.seq = b.seq
+    RETURNING id, file_id, seq, token_count
+), ins AS (
+    INSERT INTO postings (tenant_id, term, chunk_id, source_id, file_id, tf, dl)
+    SELECT :tenant, lex.term, ch.id, :source, ch.file_id, least(lex.tf, 32767), ch.token_count
+      FROM lex JOIN ch ON ch.file_id = lex.file_id AND ch.seq = lex.seq
+    RETURNING term
+), df AS (
+    INSERT INTO term_stats (tenant_id, term, shard, df)
+    SELECT :tenant, term, 0, count(*) FROM ins GROUP BY term ORDER BY term
+    ON CONFLICT (tenant_id, term, shard) DO UPDATE SET df = term_stats.df + EXCLUDED.df
+)
+INSERT INTO corpus_stats (tenant_id, shard, n_chunks, total_len)
+SELECT :tenant, 0, count(*), coalesce(sum(token_count), 0) FROM ch
+ON CONFLICT (tenant_id, shard) DO UPDATE SET
+    n_chunks = corpus_stats.n_chunks + EXCLUDED.n_chunks, total_len = corpus_stats.total_len + EXCLUDED.total_len
+"""
+
+
+def token_distribution(dataset: Path, max_docs: int = 20_000) -> tuple[list[str], list[int]]:
+    """The corpus's tokens and their cumulative counts (for random.choices)."""
+    counts: Counter[str] = Counter()
+    for i, doc in enumerate(iter_corpus(dataset)):
+        counts.update(_TOKEN.findall(f"{doc.get('title', '')} {doc.get('text', '')}"))
+        if i + 1 >= max_docs:
+            break
+    words = list(counts)
+    cumulative, total = [], 0
+    for word in words:
+        total += counts[word]
+        cumulative.append(total)
+    return words, cumulative
+
+
+def _stage_rows(rng: random.Random, words: list[str], cumulative: list[int], first_file: int,
+                files: int) -> Iterator[str]:
+    for n in range(first_file, first_file + files):
+        for seq in range(CHUNKS_PER_FILE):
+            body = " ".join(rng.choices(words, cum_weights=cumulative, k=TOKENS_PER_CHUNK))
+            yield f"{n}\t{seq}\t{body}\n"
+
+
+def grow(owner_url: str, tenant_id: Any, source_id: Any, target_chunks: int, *, dim: int, model_id: str,
+         words: list[str], cumulative: list[int], log: Any) -> dict[str, float]:
+    """Add synthetic chunks until the tenant has `target_chunks`; returns rows/s of the bulk load."""
+    engine = sync_engine(owner_url, pool_size=1)
+    rng = random.Random(target_chunks)
+    started, added = time.perf_counter(), 0
+    try:
+        with engine.connect() as conn:
+            # bulk load without the HNSW index (rebuilt in one pass by maintain(), as for an initial crawl)
+            conn.execute(text(f"DROP INDEX IF EXISTS chunks_embedding_{int(dim)}_hnsw"))
+            have = conn.execute(text("SELECT count(*) FROM chunks WHERE tenant_id = :t"), {"t": tenant_id}).scalar()
+            conn.commit()
+            next_file = have // CHUNKS_PER_FILE
+            raw = conn.connection.driver_connection
+            while have < target_chunks:
+                files = min(BATCH_CHUNKS, target_chunks - have) // CHUNKS_PER_FILE
+                buffer = io.StringIO("".join(_stage_rows(rng, words, cumulative, next_file, files)))
+                conn.execute(text("CREATE TEMP TABLE IF NOT EXISTS kdbl_bench_stage "
+                                  "(file_no bigint, seq int, body text) ON COMMIT DELETE ROWS"))
+                with raw.cursor() as cur, cur.copy("COPY kdbl_bench_stage FROM STDIN") as copy:
+                    copy.write(buffer.getvalue())
+                conn.execute(text(_INSERT_BATCH), {
+                    "tenant": tenant_id, "source": source_id, "first_file": next_file,
+                    "last_file": next_file + files - 1, "per_file": CHUNKS_PER_FILE, "dim": dim, "model": model_id})
+                conn.commit()
+                have += files * CHUNKS_PER_FILE
+                added += files * CHUNKS_PER_FILE
+                next_file += files
+                log(f"scale: {have:,} chunks ({added / (time.perf_counter() - started):,.0f} chunks/s)")
+    finally:
+        engine.dispose()
+    seconds = time.perf_counter() - started
+    return {"chunks_added": added, "seconds": round(seconds, 1),
+            "chunks_per_s": round(added / seconds, 1) if added else None}
+
+
+def maintain(owner_url: str, dim: int, log: Any) -> dict[str, float]:
+    """Build the HNSW index for `dim` in one pass and vacuum, as after a large initial crawl."""
+    engine = sync_engine(owner_url, pool_size=1)
+    try:
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text("SET maintenance_work_mem = '4GB'"))
+            start = time.perf_counter()
+            conn.execute(text("SELECT kdbl_ensure_vector_index(:d)"), {"d": dim})
+            hnsw = time.perf_counter() - start
+            log(f"scale: HNSW index built in {hnsw:.1f} s")
+            start = time.perf_counter()
+            conn.execute(text("VACUUM (ANALYZE) postings, chunks, files, term_stats"))
+            vacuum = time.perf_counter() - start
+            size = conn.execute(text("SELECT pg_database_size(current_database())")).scalar()
+    finally:
+        engine.dispose()
+    return {"hnsw_build_s": round(hnsw, 1), "vacuum_s": round(vacuum, 1), "database_mb": round(size / 2**20)}
+
+
+def run_scale_bench(owner_url: str, dataset: Path, work_dir: Path, *, sizes: list[int], model_path: Path,
+                    n_queries: int, clients: int, seconds: float, log: Any) -> dict[str, Any]:
+    embedder = Embedder(model_path, n_threads=2)
+    dim, model_id = embedder.dim, embedder.model_id
+    del embedder
+    owner = sync_engine(owner_url)
+    try:
+        tenant = admin.create_tenant(owner, TENANT, exist_ok=True)
+        root = work_dir / "synthetic-root"  # never crawled: the rows are written directly
+        root.mkdir(parents=True, exist_ok=True)
+        source = admin.add_source(owner, TENANT, protocol="fs", config={"root": str(root)}, name="synthetic",
+                                  exist_ok=True)
+        token = admin.create_token(owner, tenant_name=TENANT, name="bench-scale")[0]
+    finally:
+        owner.dispose()
+    words, cumulative = token_distribution(dataset)
+    queries = load_queries(dataset, n_queries)
+    steps = []
+    for size in sorted(sizes):
+        load = grow(owner_url, tenant.id, source.id, size, dim=dim, model_id=model_id, words=words,
+                    cumulative=cumulative, log=log)
+        upkeep = maintain(owner_url, dim, log)
+        port = _free_port()
+        api = start_api(owner_url, port, env={"KDBL_EMBED_MODEL_PATH": str(model_path)})
+        try:
+            url = f"http://127.0.0.1:{port}/mcp"
+            step: dict[str, Any] = {"chunks": size, "load": load, "maintenance": upkeep}
+            for mode in ("lexical", "hybrid"):
+                step[mode] = asyncio.run(one_client(url, token, queries, mode))
+                if clients > 1:
+                    step[f"{mode}_{clients}_clients"] = asyncio.run(
+                        many_clients(url, token, queries, clients, seconds, mode))
+                log(f"scale: {size:,} chunks, {mode}: {json.dumps(step[mode])}")
+        finally:
+            api.terminate()
+            api.wait(timeout=20)
+        steps.append(step)
+    return {"dataset": str(dataset), "tokens_per_chunk": TOKENS_PER_CHUNK, "dimensions": dim, "model": model_id,
+            "queries": len(queries), "steps": steps, "date": time.strftime("%Y-%m-%d")}
+
+
+def summarise(result: dict[str, Any]) -> str:
+    lines = [f"synthetic chunks of {result['tokens_per_chunk']} tokens, {result['dimensions']}-d random vectors, "
+             f"{result['queries']} queries, 1 client",
+             f"{'chunks':>10} {'lex p50':>8} {'lex p95':>8} {'hyb p50':>8} {'hyb p95':>8} {'HNSW build s':>13} "
+             f"{'DB MB':>8}"]
+    for s in result["steps"]:
+        lines.append(f"{s['chunks']:>10,} {s['lexical']['p50_ms']:>8} {s['lexical']['p95_ms']:>8} "
+                     f"{s['hybrid']['p50_ms']:>8} {s['hybrid']['p95_ms']:>8} "
+                     f"{s['maintenance']['hnsw_build_s']:>13} {s['maintenance']['database_mb']:>8}")
+    return "\n".join(lines)
