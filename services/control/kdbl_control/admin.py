@@ -78,6 +78,8 @@ def add_source(engine: Engine, tenant_name: str, *, protocol: str, config: dict[
         name = name or root.name or "root"
     elif protocol == "s3":
         name = name or config.get("bucket")
+    elif protocol == "smb":
+        name = name or config.get("share")
     elif protocol in ("webdav", "http"):
         name = name or (config.get("url") or "").rstrip("/").rsplit("/", 1)[-1]
     if not name:

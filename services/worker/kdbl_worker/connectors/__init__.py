@@ -140,6 +140,10 @@ def connector_for(protocol: str, config: dict) -> Connector:
         from kdbl_worker.connectors.s3 import S3Connector
 
         return S3Connector(config)
+    if protocol == "smb":
+        from kdbl_worker.connectors.smb import SmbConnector
+
+        return SmbConnector(config)
     if protocol == "webdav":
         from kdbl_worker.connectors.webdav import WebDavConnector
 
