@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from typing_extensions import Annotated
+from typing_extensions import Annotated, Literal
 
 
 def _split_csv(value: object) -> object:
@@ -94,6 +94,10 @@ class Settings(BaseSettings):
     hybrid_rrf_k: int = Field(default=60, ge=1, le=1000)
     hybrid_vector_weight: float = Field(default=1.0, ge=0.0, le=10.0)
     hybrid_max_per_file: int = Field(default=3, ge=1, le=100)
+    hybrid_rerank: Literal["none", "scores"] = Field(
+        default="scores", description="After RRF: rerank the candidates by a convex combination of their "
+                                      "exact BM25 and cosine scores (see docs/benchmarks.md), or not.")
+    hybrid_rerank_lexical_weight: float = Field(default=0.5, ge=0.0, le=1.0)
 
     # --- logging -----------------------------------------------------------------------
     log_level: str = "INFO"

@@ -67,6 +67,15 @@ async def _semantic(ctx: ToolContext, args: SearchContentArgs, mode: str, filter
         pinned = await lexical.chunks_with_terms(ctx.conn, [h.chunk_id for h in lex], rare)
     fused = hybrid.fuse(lex, vec, k=settings.hybrid_rrf_k, vector_weight=settings.hybrid_vector_weight,
                         pinned_chunks=pinned)
+    if mode == "hybrid" and settings.hybrid_rerank == "scores":
+        ids = [f.hit.chunk_id for f in fused]
+        lex_scores = {h.chunk_id: h.score for h in lex}
+        vec_scores = {h.chunk_id: h.score for h in vec}
+        lex_scores.update(await lexical.scores_for(ctx.conn, args.query, [i for i in ids if i not in lex_scores],
+                                                   ts_config=settings.text_search_config))
+        vec_scores.update(await vector.similarities(ctx.conn, query_vector, embedder.model_id,
+                                                    [i for i in ids if i not in vec_scores]))
+        fused = hybrid.rescore(fused, lex_scores, vec_scores, lexical_weight=settings.hybrid_rerank_lexical_weight)
     return hybrid.diversify(fused, limit=args.limit, max_per_file=settings.hybrid_max_per_file)
 
 

@@ -116,6 +116,34 @@ async def search(conn: AsyncConnection, query: str, filters: Filters, *, limit: 
     return [LexicalHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in rows]
 
 
+_SCORES_FOR = text(f"""
+WITH q AS (
+    SELECT DISTINCT lexeme AS term FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :query))
+), corpus AS (
+    SELECT greatest(sum(n_chunks), 1)::float8 AS n,
+           greatest(sum(total_len), 1)::float8 / greatest(sum(n_chunks), 1)::float8 AS avgdl
+      FROM corpus_stats WHERE tenant_id = kdbl_tenant()
+), w AS (
+    SELECT s.term, ln(1 + (c.n - sum(s.df) + 0.5) / (sum(s.df) + 0.5)) AS idf, c.avgdl
+      FROM term_stats s JOIN q ON q.term = s.term CROSS JOIN corpus c
+     WHERE s.tenant_id = kdbl_tenant()
+     GROUP BY s.term, c.n, c.avgdl HAVING sum(s.df) > 0
+)
+SELECT p.chunk_id, sum(w.idf * p.tf * {K1 + 1} / (p.tf + {K1} * (1 - {B} + {B} * p.dl / w.avgdl))) AS score
+  FROM postings p JOIN w ON w.term = p.term
+ WHERE p.tenant_id = kdbl_tenant() AND p.chunk_id = ANY(CAST(:ids AS bigint[]))
+ GROUP BY p.chunk_id
+""")
+
+
+async def scores_for(conn: AsyncConnection, query: str, chunk_ids: list[int], *, ts_config: str) -> dict[int, float]:
+    """The BM25 score of each given chunk (absent: no query term in it) — the same formula as search()."""
+    if not chunk_ids:
+        return {}
+    rows = await conn.execute(_SCORES_FOR, {"cfg": ts_config, "query": query, "ids": chunk_ids})
+    return {r.chunk_id: float(r.score) for r in rows}
+
+
 async def query_terms(conn: AsyncConnection, query: str, ts_config: str) -> list[str]:
     rows = await conn.execute(
         text("SELECT DISTINCT lexeme FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :q))"),

@@ -56,3 +56,19 @@ async def search(conn: AsyncConnection, query_vector: Sequence[float], model_id:
     params.update({"q": vector_literal(query_vector), "model": model_id, "limit": limit})
     rows = await conn.execute(text(sql), params)
     return [LexicalHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in rows]
+
+
+async def similarities(conn: AsyncConnection, query_vector: Sequence[float], model_id: str,
+                       chunk_ids: list[int]) -> dict[int, float]:
+    """Exact cosine similarity of each given chunk's embedding (of `model_id`) to the query."""
+    if not chunk_ids:
+        return {}
+    dim = len(query_vector)
+    if not 0 < dim <= 16000:
+        raise ValueError("bad embedding dimension")
+    rows = await conn.execute(text(f"""
+        SELECT c.id, 1 - (c.embedding::vector({dim}) <=> CAST(:q AS vector({dim}))) AS score
+          FROM chunks c
+         WHERE c.id = ANY(CAST(:ids AS bigint[])) AND c.embedding_model = :model AND vector_dims(c.embedding) = {dim}
+    """), {"q": vector_literal(query_vector), "ids": chunk_ids, "model": model_id})
+    return {r.id: float(r.score) for r in rows}
