@@ -20,7 +20,16 @@ def test_s3_source_config_keeps_only_a_credentials_reference():
                    "exclude": ["*.tmp"]}
 
 
+def test_s3_anonymous_is_a_credentials_form_the_connector_accepts():
+    from kdbl_worker.connectors.s3 import parse_config
+
+    cfg = _cfg("--protocol", "s3", "--bucket", "public", "--endpoint", "http://minio:9000", "--anonymous")
+    assert cfg["credentials"] == {"anonymous": True}
+    assert parse_config(cfg).anonymous is True
+
+
 @pytest.mark.parametrize("argv, field", [
+    (("--protocol", "s3", "--bucket", "b", "--anonymous", "--credentials-dir", "/run/s"), "anonymous"),
     (("--protocol", "s3"), "bucket"),
     (("--protocol", "webdav", "--url", "ftp://host/x"), "url"),
     (("--protocol", "http", "--url", "https://user:pw@host/x"), "url"),

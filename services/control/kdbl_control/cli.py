@@ -298,7 +298,9 @@ def source_config(args: argparse.Namespace) -> dict[str, Any]:
         config.update({k: v for k, v in {"bucket": args.bucket, "prefix": args.prefix, "endpoint_url": args.endpoint,
                                           "region": args.region, "path_style": args.path_style}.items() if v is not None})
         if args.anonymous:
-            config["anonymous"] = True
+            if args.credentials_env or args.credentials_dir:
+                raise InvalidArgument("anonymous", "--anonymous cannot be combined with a credentials reference")
+            config["credentials"] = {"anonymous": True}  # the form the s3 connector reads
     elif args.protocol == "smb":
         config.update({k: v for k, v in {"server": args.server, "share": args.share, "path": args.path,
                                           "port": args.port, "domain": args.domain}.items() if v is not None})
