@@ -11,7 +11,8 @@ from kdbl_control import admin
 from kdbl_core.db.engine import principal_params
 from kdbl_core.principal import Principal
 
-TENANT_TABLES = ["tenants", "sources", "files", "chunks", "postings", "term_stats", "corpus_stats", "grants"]
+TENANT_TABLES = ["tenants", "sources", "files", "chunks", "postings", "term_stats", "corpus_stats", "grants",
+                 "source_stats"]
 SET = text("SELECT set_config('kdbl.tenant_id', :tenant, true), set_config('kdbl.subjects', :subjects, true)")
 
 

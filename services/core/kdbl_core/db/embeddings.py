@@ -29,9 +29,19 @@ SELECT DISTINCT t.id FROM tenants t JOIN sources s ON s.tenant_id = t.id
  WHERE t.hybrid_enabled AND s.hybrid_enabled AND s.enabled
 """)
 
+# From the per-source counters (sources the caller sees whole); other sources count the visible chunks.
 _SOURCE_PROGRESS = text("""
-SELECT c.source_id, count(*) AS total, count(*) FILTER (WHERE c.embedding_model = :model) AS embedded
-  FROM chunks c WHERE c.tenant_id = kdbl_tenant() AND c.source_id = ANY(:ids)
+WITH counted AS (
+    SELECT st.source_id, sum(st.chunks) FILTER (WHERE st.model = '') AS total,
+           coalesce(sum(st.chunks) FILTER (WHERE st.model = :model), 0) AS embedded
+      FROM source_stats st WHERE st.source_id = ANY(:ids) GROUP BY st.source_id
+)
+SELECT source_id, total::bigint, embedded::bigint FROM counted
+UNION ALL
+SELECT c.source_id, count(*), count(*) FILTER (WHERE c.embedding_model = :model)
+  FROM chunks c
+ WHERE c.tenant_id = kdbl_tenant() AND c.source_id = ANY(:ids)
+   AND c.source_id NOT IN (SELECT source_id FROM counted)
  GROUP BY c.source_id
 """)
 

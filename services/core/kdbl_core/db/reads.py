@@ -43,7 +43,9 @@ async def get_source(conn: AsyncConnection, source_id: uuid.UUID) -> dict[str, A
 
 _SOURCES = text("""
 SELECT s.id, s.name, s.protocol, s.enabled, s.hybrid_enabled, s.last_indexed_at,
-       (SELECT count(*) FROM files f WHERE f.source_id = s.id) AS file_count
+       -- the source's counters when the caller sees all of it, else a count of the files it may see
+       coalesce((SELECT sum(st.files) FROM source_stats st WHERE st.source_id = s.id AND st.model = ''),
+                (SELECT count(*) FROM files f WHERE f.source_id = s.id))::bigint AS file_count
   FROM sources s
  WHERE s.tenant_id = kdbl_tenant() AND (s.name, s.id) > (:after_name, :after_id)
  ORDER BY s.name, s.id LIMIT :limit

@@ -1,0 +1,45 @@
+"""source_stats: per-source file/chunk/embedded counters kept by triggers (see ../sql/0006_source_stats.sql).
+
+Revision ID: 0006
+Revises: 0005
+"""
+
+from pathlib import Path
+
+from alembic import op
+
+revision = "0006"
+down_revision = "0005"
+branch_labels = None
+depends_on = None
+
+_SQL = Path(__file__).resolve().parent.parent / "sql" / "0006_source_stats.sql"
+
+
+def upgrade() -> None:
+    op.get_bind().connection.driver_connection.execute(_SQL.read_text())
+
+
+def downgrade() -> None:
+    op.get_bind().connection.driver_connection.execute("""
+        DROP TRIGGER IF EXISTS files_counter_ins ON files;
+        DROP TRIGGER IF EXISTS files_counter_del ON files;
+        DROP TRIGGER IF EXISTS chunks_counter_ins ON chunks;
+        DROP TRIGGER IF EXISTS chunks_counter_del ON chunks;
+        DROP TRIGGER IF EXISTS chunks_counter_upd ON chunks;
+        DROP FUNCTION IF EXISTS kdbl_files_counter();
+        DROP FUNCTION IF EXISTS kdbl_chunks_counter();
+        DROP FUNCTION IF EXISTS kdbl_bump_source_stats(jsonb);
+        DROP TABLE IF EXISTS source_stats;
+        CREATE OR REPLACE FUNCTION kdbl_embedding_progress()
+            RETURNS TABLE (hybrid_chunks bigint, embedded_chunks bigint)
+            LANGUAGE sql STABLE SECURITY DEFINER
+            SET search_path = pg_catalog, public
+            AS $$
+                SELECT count(*), count(c.embedding)
+                  FROM public.chunks c
+                  JOIN public.sources s ON s.id = c.source_id
+                  JOIN public.tenants t ON t.id = c.tenant_id
+                 WHERE s.hybrid_enabled AND t.hybrid_enabled
+            $$;
+    """)
