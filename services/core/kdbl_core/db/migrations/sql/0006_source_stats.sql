@@ -16,76 +16,76 @@ CREATE TABLE source_stats (
     PRIMARY KEY (source_id, model, shard)
 );
 
--- Adds deltas for sources that still exist (a cascade from a deleted source must not re-create rows).
-CREATE FUNCTION kdbl_bump_source_stats(p_rows jsonb) RETURNS void
+-- Each trigger adds its deltas only for sources that still exist (a cascade from a deleted source must
+-- not re-create rows), in source order (two writers never deadlock on counter rows). A statement reads
+-- only the transition tables its event has, so each event has its own query (planned when first run).
+CREATE FUNCTION kdbl_add_source_stats(p_source uuid[], p_model text[], p_files bigint[], p_chunks bigint[])
+    RETURNS void
     LANGUAGE sql SECURITY DEFINER
     SET search_path = pg_catalog, public
     AS $$
-        INSERT INTO public.source_stats (tenant_id, source_id, model, shard, files, chunks)
-        SELECT s.tenant_id, s.id, d.model, (pg_backend_pid() % 16)::smallint, sum(d.files), sum(d.chunks)
-          FROM jsonb_to_recordset(p_rows) AS d(source_id uuid, model text, files bigint, chunks bigint)
+        INSERT INTO public.source_stats AS st (tenant_id, source_id, model, shard, files, chunks)
+        SELECT s.tenant_id, s.id, d.model, (pg_backend_pid() % 16)::smallint, d.files, d.chunks
+          FROM unnest(p_source, p_model, p_files, p_chunks) AS d(source_id, model, files, chunks)
           JOIN public.sources s ON s.id = d.source_id
-         GROUP BY s.tenant_id, s.id, d.model
          ORDER BY s.id, d.model
         ON CONFLICT (source_id, model, shard) DO UPDATE
-           SET files = source_stats.files + EXCLUDED.files, chunks = source_stats.chunks + EXCLUDED.chunks
+           SET files = st.files + EXCLUDED.files, chunks = st.chunks + EXCLUDED.chunks
     $$;
-REVOKE ALL ON FUNCTION kdbl_bump_source_stats(jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION kdbl_add_source_stats(uuid[], text[], bigint[], bigint[]) FROM PUBLIC;
 
 CREATE FUNCTION kdbl_files_counter() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, public
     AS $$
-DECLARE deltas jsonb;
+DECLARE src uuid[]; n bigint[];
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        SELECT jsonb_agg(jsonb_build_object('source_id', source_id, 'model', '', 'files', n, 'chunks', 0))
-          INTO deltas FROM (SELECT source_id, count(*) AS n FROM new_rows GROUP BY source_id) x;
+        SELECT array_agg(source_id), array_agg(c) INTO src, n
+          FROM (SELECT source_id, count(*) AS c FROM new_rows GROUP BY source_id) x;
     ELSE
-        SELECT jsonb_agg(jsonb_build_object('source_id', source_id, 'model', '', 'files', -n, 'chunks', 0))
-          INTO deltas FROM (SELECT source_id, count(*) AS n FROM old_rows GROUP BY source_id) x;
+        SELECT array_agg(source_id), array_agg(-c) INTO src, n
+          FROM (SELECT source_id, count(*) AS c FROM old_rows GROUP BY source_id) x;
     END IF;
-    IF deltas IS NOT NULL THEN
-        PERFORM kdbl_bump_source_stats(deltas);
+    IF src IS NOT NULL THEN
+        PERFORM kdbl_add_source_stats(src, array_fill(''::text, ARRAY[cardinality(src)]), n,
+                                      array_fill(0::bigint, ARRAY[cardinality(src)]));
     END IF;
     RETURN NULL;
 END
 $$;
 
--- Chunks: '' counts every chunk; each model id counts chunks whose embedding came from that model.
+-- Chunks: model '' counts every chunk; a model id counts chunks whose embedding came from that model.
 CREATE FUNCTION kdbl_chunks_counter() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, public
     AS $$
-DECLARE deltas jsonb;
+DECLARE src uuid[]; mdl text[]; n bigint[];
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        SELECT jsonb_agg(jsonb_build_object('source_id', source_id, 'model', model, 'files', 0, 'chunks', n))
-          INTO deltas FROM (
-            SELECT source_id, '' AS model, count(*) AS n FROM new_rows GROUP BY source_id
+        SELECT array_agg(source_id), array_agg(model), array_agg(c) INTO src, mdl, n FROM (
+            SELECT source_id, '' AS model, count(*) AS c FROM new_rows GROUP BY source_id
             UNION ALL
             SELECT source_id, embedding_model, count(*) FROM new_rows
              WHERE embedding IS NOT NULL AND embedding_model IS NOT NULL GROUP BY source_id, embedding_model) x;
     ELSIF TG_OP = 'DELETE' THEN
-        SELECT jsonb_agg(jsonb_build_object('source_id', source_id, 'model', model, 'files', 0, 'chunks', -n))
-          INTO deltas FROM (
-            SELECT source_id, '' AS model, count(*) AS n FROM old_rows GROUP BY source_id
+        SELECT array_agg(source_id), array_agg(model), array_agg(-c) INTO src, mdl, n FROM (
+            SELECT source_id, '' AS model, count(*) AS c FROM old_rows GROUP BY source_id
             UNION ALL
             SELECT source_id, embedding_model, count(*) FROM old_rows
              WHERE embedding IS NOT NULL AND embedding_model IS NOT NULL GROUP BY source_id, embedding_model) x;
     ELSE  -- UPDATE: only a change of embedding moves a chunk between model counters
-        SELECT jsonb_agg(jsonb_build_object('source_id', source_id, 'model', model, 'files', 0, 'chunks', n))
-          INTO deltas FROM (
-            SELECT source_id, model, sum(n) AS n FROM (
-                SELECT source_id, embedding_model AS model, -count(*) AS n FROM old_rows
+        SELECT array_agg(source_id), array_agg(model), array_agg(c) INTO src, mdl, n FROM (
+            SELECT source_id, model, sum(c) AS c FROM (
+                SELECT source_id, embedding_model AS model, -count(*) AS c FROM old_rows
                  WHERE embedding IS NOT NULL AND embedding_model IS NOT NULL GROUP BY 1, 2
                 UNION ALL
                 SELECT source_id, embedding_model, count(*) FROM new_rows
                  WHERE embedding IS NOT NULL AND embedding_model IS NOT NULL GROUP BY 1, 2) y
-             GROUP BY source_id, model HAVING sum(n) <> 0) x;
+             GROUP BY source_id, model HAVING sum(c) <> 0) x;
     END IF;
-    IF deltas IS NOT NULL THEN
-        PERFORM kdbl_bump_source_stats(deltas);
+    IF src IS NOT NULL THEN
+        PERFORM kdbl_add_source_stats(src, mdl, array_fill(0::bigint, ARRAY[cardinality(src)]), n);
     END IF;
     RETURN NULL;
 END

@@ -29,7 +29,7 @@ def downgrade() -> None:
         DROP TRIGGER IF EXISTS chunks_counter_upd ON chunks;
         DROP FUNCTION IF EXISTS kdbl_files_counter();
         DROP FUNCTION IF EXISTS kdbl_chunks_counter();
-        DROP FUNCTION IF EXISTS kdbl_bump_source_stats(jsonb);
+        DROP FUNCTION IF EXISTS kdbl_add_source_stats(uuid[], text[], bigint[], bigint[]);
         DROP TABLE IF EXISTS source_stats;
         CREATE OR REPLACE FUNCTION kdbl_embedding_progress()
             RETURNS TABLE (hybrid_chunks bigint, embedded_chunks bigint)
