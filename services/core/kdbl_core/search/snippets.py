@@ -33,30 +33,39 @@ def _stemmer(ts_config: str) -> Callable[[str], str]:
 
 
 @lru_cache(maxsize=256)
-def _prefixes(lexemes: frozenset[str]) -> tuple[tuple[str, bool], ...]:
-    """(prefix, whole_word) per lexeme: a word can stem to a lexeme only if it starts with the lexeme less
-    its last letter ("studi" <- "studies", "deliveri" <- "delivery"); a 3-letter lexeme is kept whole as
-    the prefix ("odd" <- "odds") and one of 1-2 letters ("d" in "vitamin D") matches a whole word only."""
-    return tuple(sorted({(lex[:-1] if len(lex) > 3 else lex, len(lex) <= 2) for lex in lexemes if lex}))
+def _prefixes(lexemes: frozenset[str]) -> tuple[tuple[str, ...], re.Pattern[str] | None]:
+    """Prefixes to search for, and a pattern for the lexemes that must match a whole word.
+
+    A word can stem to a lexeme only if it starts with the lexeme less its last letter ("studi" <-
+    "studies", "deliveri" <- "delivery"); a 3-letter lexeme is kept whole as the prefix ("odd" <-
+    "odds"); one of 1-2 letters ("d" in "vitamin D") matches a whole word only — found by a regex, since
+    as a substring it occurs dozens of times in any text."""
+    prefixes = tuple(sorted({lex[:-1] if len(lex) > 3 else lex for lex in lexemes if len(lex) > 2}))
+    short = sorted(lex for lex in lexemes if 0 < len(lex) <= 2)
+    words = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, short)) + r")(?!\w)") if short else None
+    return prefixes, words
 
 
 def _matches(text: str, lexemes: frozenset[str], stem: Callable[[str], str]) -> list[tuple[int, int, str]]:
     lowered = text.lower()
     if len(lowered) != len(text):  # a few characters change length when lower-cased; offsets must hold
         lowered = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+    prefixes, words = _prefixes(lexemes)
     found: dict[int, tuple[int, int, str]] = {}
-    for prefix, whole in _prefixes(lexemes):
+    for prefix in prefixes:
         pos = lowered.find(prefix)
         while pos != -1:
-            if pos == 0 or not lowered[pos - 1].isalnum():
+            if pos not in found and (pos == 0 or not lowered[pos - 1].isalnum()):
                 end = pos + len(prefix)
                 while end < len(lowered) and (lowered[end].isalnum() or lowered[end] == "_"):
                     end += 1
-                if pos not in found and (end == pos + len(prefix) or not whole):
-                    lexeme = stem(text[pos:end])
-                    if lexeme in lexemes:
-                        found[pos] = (pos, end, lexeme)
+                lexeme = stem(text[pos:end])
+                if lexeme in lexemes:
+                    found[pos] = (pos, end, lexeme)
             pos = lowered.find(prefix, pos + 1)
+    if words is not None:
+        for m in words.finditer(lowered):
+            found.setdefault(m.start(), (m.start(), m.end(), m.group()))
     return [found[p] for p in sorted(found)]
 
 
