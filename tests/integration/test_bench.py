@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 from helpers import running_api
@@ -112,3 +113,23 @@ def test_bench_scale_grows_a_synthetic_corpus_and_measures_both_modes(owner_url,
     assert (chunks, embedded, files) == (400, 400, 100)
     assert n == 400 and total == real_total and drift == 0
     assert any("HNSW index built" in line for line in lines)
+
+
+def test_kdbl_api_with_two_worker_processes_serves_searches(owner_url, tiny_beir, tmp_path, unique):
+    from kdbl_control.beir import ensure_indexed, materialise_beir
+    from kdbl_control.bench import _free_port, many_clients, start_api
+
+    docs = tmp_path / "docs"
+    materialise_beir(tiny_beir, docs)
+    indexed = ensure_indexed(owner_url, docs, f"workers-{unique}")
+    port = _free_port()
+    api = start_api(owner_url, port, {"KDBL_API_WORKERS": "2"})
+    try:
+        children = Path(f"/proc/{api.pid}/task/{api.pid}/children").read_text().split()
+        workers = [c for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+        assert len(workers) == 2  # uvicorn's supervisor started two worker processes
+        result = asyncio.run(many_clients(f"http://127.0.0.1:{port}/mcp", indexed["token"], QUERIES, 4, 1.0))
+        assert result["requests"] > 4 and result["errors"] == 0, result["error_samples"]
+    finally:
+        api.terminate()
+        api.wait(timeout=20)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import uvicorn
+from starlette.applications import Starlette
 
 from kdbl_api.app import create_app
 from kdbl_core import logging_setup
@@ -13,17 +14,28 @@ from kdbl_core.errors import ConfigError
 from kdbl_core.settings import Settings
 
 
+def build() -> Starlette:
+    """The app from the environment (also the uvicorn factory each worker process calls)."""
+    settings = Settings()
+    logging_setup.configure(settings.log_level, settings.log_format)
+    engine = async_engine(settings.require_database_url(), pool_size=settings.db_pool_size)
+    return create_app(settings, engine)
+
+
 def main() -> None:
     settings = Settings()
     logging_setup.configure(settings.log_level, settings.log_format)
     try:
-        engine = async_engine(settings.require_database_url(), pool_size=settings.db_pool_size)
+        settings.require_database_url()
     except ConfigError as exc:
         print(f"kdbl-api: {exc.message}", file=sys.stderr)
         sys.exit(2)
-    app = create_app(settings, engine)
-    uvicorn.run(app, host=settings.api_host, port=settings.api_port, log_config=None,
-                proxy_headers=True, server_header=False)
+    options = {"host": settings.api_host, "port": settings.api_port, "log_config": None, "proxy_headers": True,
+               "server_header": False}
+    if settings.api_workers > 1:
+        uvicorn.run("kdbl_api.main:build", factory=True, workers=settings.api_workers, **options)
+    else:
+        uvicorn.run(build(), **options)
 
 
 if __name__ == "__main__":
