@@ -68,16 +68,8 @@ def file_filter_sql(filters: Filters, params: dict) -> str:
     return " AND ".join(clauses)
 
 
-def build_query(filters: Filters) -> tuple[str, dict]:
-    params: dict = {}
-    extra = ""
-    if filters.source_id is not None:
-        extra += " AND p.source_id = :source_id"
-        params["source_id"] = filters.source_id
-    if filters.touches_files:
-        file_sql = file_filter_sql(filters, params)
-        extra += f" AND p.file_id IN (SELECT f.id FROM files f WHERE f.tenant_id = kdbl_tenant() AND {file_sql})"
-    sql = f"""
+# The query's terms with their idf and the tenant's average chunk length; _BM25 scores one posting.
+_TERMS = """
 WITH q AS (
     SELECT DISTINCT lexeme AS term FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :query))
 ), corpus AS (
@@ -89,10 +81,22 @@ WITH q AS (
       FROM term_stats s JOIN q ON q.term = s.term CROSS JOIN corpus c
      WHERE s.tenant_id = kdbl_tenant()
      GROUP BY s.term, c.n, c.avgdl HAVING sum(s.df) > 0
-)
+)"""
+_BM25 = f"w.idf * p.tf * {K1 + 1} / (p.tf + {K1} * (1 - {B} + {B} * p.dl / w.avgdl))"
+
+
+def build_query(filters: Filters) -> tuple[str, dict]:
+    params: dict = {}
+    extra = ""
+    if filters.source_id is not None:
+        extra += " AND p.source_id = :source_id"
+        params["source_id"] = filters.source_id
+    if filters.touches_files:
+        file_sql = file_filter_sql(filters, params)
+        extra += f" AND p.file_id IN (SELECT f.id FROM files f WHERE f.tenant_id = kdbl_tenant() AND {file_sql})"
+    sql = _TERMS + f"""
 , top AS (
-    SELECT p.chunk_id,
-           sum(w.idf * p.tf * {K1 + 1} / (p.tf + {K1} * (1 - {B} + {B} * p.dl / w.avgdl))) AS score
+    SELECT p.chunk_id, sum({_BM25}) AS score
       FROM postings p JOIN w ON w.term = p.term
      WHERE p.tenant_id = kdbl_tenant(){extra}
      GROUP BY p.chunk_id
@@ -116,20 +120,8 @@ async def search(conn: AsyncConnection, query: str, filters: Filters, *, limit: 
     return [LexicalHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in rows]
 
 
-_SCORES_FOR = text(f"""
-WITH q AS (
-    SELECT DISTINCT lexeme AS term FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :query))
-), corpus AS (
-    SELECT greatest(sum(n_chunks), 1)::float8 AS n,
-           greatest(sum(total_len), 1)::float8 / greatest(sum(n_chunks), 1)::float8 AS avgdl
-      FROM corpus_stats WHERE tenant_id = kdbl_tenant()
-), w AS (
-    SELECT s.term, ln(1 + (c.n - sum(s.df) + 0.5) / (sum(s.df) + 0.5)) AS idf, c.avgdl
-      FROM term_stats s JOIN q ON q.term = s.term CROSS JOIN corpus c
-     WHERE s.tenant_id = kdbl_tenant()
-     GROUP BY s.term, c.n, c.avgdl HAVING sum(s.df) > 0
-)
-SELECT p.chunk_id, sum(w.idf * p.tf * {K1 + 1} / (p.tf + {K1} * (1 - {B} + {B} * p.dl / w.avgdl))) AS score
+_SCORES_FOR = text(_TERMS + f"""
+SELECT p.chunk_id, sum({_BM25}) AS score
   FROM postings p JOIN w ON w.term = p.term
  WHERE p.tenant_id = kdbl_tenant() AND p.chunk_id = ANY(CAST(:ids AS bigint[]))
  GROUP BY p.chunk_id
