@@ -53,7 +53,7 @@ def _percentile_ms(samples: list[float], q: float) -> float:
     return float(np.percentile(np.array(samples) * 1000.0, q))
 
 
-def run_llama(model: Path, texts: list[str], threads: int, batch: int, vec_out: Path | None,
+def run_llama(model: Path, texts: list[str], threads: int, batch: int | None, vec_out: Path | None,
               repeat: int = 1) -> dict:
     from kdbl_core.embed import Embedder
 
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=200, help="number of chunks")
     ap.add_argument("--tokens", type=int, default=250, help="tokens per chunk")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--batch", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=None, help="llama.cpp n_batch (default: the Embedder's, = max tokens)")
     ap.add_argument("--repeat", type=int, default=3, help="passes per engine; the best pass is reported")
     ap.add_argument("--st-python", help="interpreter with sentence-transformers for comparison")
     ap.add_argument("--json", action="store_true", help="print one JSON document")
@@ -158,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
             str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])))
         for i, model in enumerate(models):
             out = Path(tmp) / f"llama{i}.npy"
+            batch = ["--batch", str(args.batch)] if args.batch else []
             rows.append(_child([sys.executable, "-m", "kdbl_core.bench_embed", "--threads", str(args.threads),
-                                "--batch", str(args.batch), "--repeat", str(args.repeat),
+                                *batch, "--repeat", str(args.repeat),
                                 "--_worker", str(model), str(texts_file), str(out)],
                                env))
             vecs[rows[-1]["engine"]] = np.load(out)
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                 row["cos_vs_st_mean"] = round(float(cos.mean()), 6)
 
     settings = {"n_chunks": args.n, "tokens_per_chunk": args.tokens, "n_threads": args.threads,
-                "n_batch": args.batch, "cpu_count": os.cpu_count(), "queries": len(QUERIES),
+                "n_batch": args.batch or "max tokens (256)", "cpu_count": os.cpu_count(), "queries": len(QUERIES),
                 "repeat": args.repeat}
     if args.json:
         print(json.dumps({"settings": settings, "results": rows}, indent=2))

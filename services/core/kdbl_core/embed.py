@@ -58,7 +58,7 @@ class Embedder:
         self,
         model_path: str | Path,
         n_threads: int = 2,
-        n_batch: int = 512,
+        n_batch: int | None = None,
         max_tokens: int = 256,
         normalize: bool = True,
         query_cache_size: int = 1024,
@@ -68,6 +68,10 @@ class Embedder:
         path = Path(model_path).expanduser()
         if not path.is_file():
             raise ConfigError(f"embedding model not found: {path}", data={"model_path": str(path)})
+        # Default: one sequence per decode. Several sequences in one ubatch share a unified KV cache,
+        # and the attention then spans all of them (masked): 2048-token batches ran at 14 chunks/s,
+        # 512 at 18.3, 256 at 19.5 (250-token chunks, docs/benchmarks.md).
+        n_batch = n_batch or max_tokens
         if not 2 <= max_tokens <= n_batch:
             raise ConfigError(f"max_tokens must lie in [2, n_batch={n_batch}], got {max_tokens}")
         self._path = path
