@@ -111,3 +111,23 @@ async def test_statistics_stay_exact_through_edits_and_deletes(owner_engine, wor
             "SELECT count(*) n, sum(token_count) l FROM chunks WHERE tenant_id = :t"), {"t": corpus.tenant_id}).one()
     assert drift == 0
     assert tuple(corpus_row) == tuple(truth)
+
+
+@pytest.mark.asyncio
+async def test_common_terms_only_score_the_candidates_rarer_terms_found(owner_engine, worker_engine, tmp_path,
+                                                                        unique, api_engine):
+    files = {f"c{i:02}.txt": f"common clinic notes number {i}" for i in range(12)}
+    files |= {"r1.txt": "common okapi sighting", "r2.txt": "okapi okapi common common", "r3.txt": "okapi alone"}
+    corpus = make_corpus(owner_engine, worker_engine, tmp_path / f"ct-{unique}", files, tenant=f"ct-{unique}")
+    principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
+    async with rls_transaction(api_engine, principal) as conn:
+        exact = await lexical.search(conn, "common okapi", lexical.Filters(), limit=10, ts_config="english")
+        pruned = await lexical.search(conn, "common okapi", lexical.Filters(), limit=10, ts_config="english",
+                                      common_df=5)  # "common" has 14 postings: scored on candidates only
+    exact_scores = {h.key: h.score for h in exact}
+    assert len(exact) == 10 and {h.key for h in exact[:3]} == {"r1.txt", "r2.txt", "r3.txt"}
+    # the okapi chunks keep their full scores (common term included) and their order ...
+    assert [h.key for h in pruned] == [h.key for h in exact[:3]]
+    assert all(h.score == pytest.approx(exact_scores[h.key]) for h in pruned)
+    # ... and chunks holding only the common term are never read, so never returned
+    assert all(h.key.startswith("r") for h in pruned)

@@ -94,6 +94,10 @@ class Settings(BaseSettings):
     embed_batch: int = Field(default=32, ge=1, le=512, description="Chunks per embedding batch (worker).")
     embed_max_tokens: int = Field(default=256, ge=16, le=8192)
     query_cache_size: int = Field(default=1024, ge=0)
+    bm25_common_df: int = Field(default=20_000, ge=1, description=(
+        "A query term with more postings than this in the tenant only scores the candidates the rarer "
+        "terms found, instead of being read in full. Tenants below it get exact BM25; see "
+        "lexical.build_query and docs/benchmarks.md."))
     hybrid_depth: int = Field(default=100, ge=10, le=1000, description="Candidates per arm before fusion.")
     hybrid_rrf_k: int = Field(default=60, ge=1, le=1000)
     hybrid_vector_weight: float = Field(default=1.0, ge=0.0, le=10.0)

@@ -60,7 +60,8 @@ async def _semantic(ctx: ToolContext, args: SearchContentArgs, mode: str, filter
     lex: list[LexicalHit] = []
     pinned: set[int] = set()
     if mode == "hybrid":
-        lex = await lexical.search(ctx.conn, args.query, filters, limit=depth, ts_config=settings.text_search_config)
+        lex = await lexical.search(ctx.conn, args.query, filters, limit=depth, ts_config=settings.text_search_config,
+                                   common_df=settings.bm25_common_df)
         terms = [t for t in await lexical.query_terms(ctx.conn, args.query, settings.text_search_config)
                  if hybrid.is_identifier(t)]
         rare = await lexical.rare_terms(ctx.conn, terms)
@@ -91,7 +92,8 @@ async def search_content(ctx: ToolContext, args: SearchContentArgs) -> dict[str,
     explanations: list[dict | None]
     if mode == "lexical":
         ranked = await lexical.search(ctx.conn, args.query, filters, limit=args.limit,
-                                      ts_config=ctx.settings.text_search_config)
+                                      ts_config=ctx.settings.text_search_config,
+                                      common_df=ctx.settings.bm25_common_df)
         refs = [HitRef(h.file_id, h.source_id, h.key, h.seq, h.score) for h in ranked]
         explanations = [{"lexical_rank": i, "lexical_score": round(h.score, 6), "vector_rank": None,
                          "vector_score": None, "fused": round(h.score, 6), "pinned_identifier": False}

@@ -77,7 +77,7 @@ WITH q AS (
            greatest(sum(total_len), 1)::float8 / greatest(sum(n_chunks), 1)::float8 AS avgdl
       FROM corpus_stats WHERE tenant_id = kdbl_tenant()
 ), w AS (
-    SELECT s.term, ln(1 + (c.n - sum(s.df) + 0.5) / (sum(s.df) + 0.5)) AS idf, c.avgdl
+    SELECT s.term, ln(1 + (c.n - sum(s.df) + 0.5) / (sum(s.df) + 0.5)) AS idf, c.avgdl, sum(s.df) AS df, c.n
       FROM term_stats s JOIN q ON q.term = s.term CROSS JOIN corpus c
      WHERE s.tenant_id = kdbl_tenant()
      GROUP BY s.term, c.n, c.avgdl HAVING sum(s.df) > 0
@@ -85,7 +85,22 @@ WITH q AS (
 _BM25 = f"w.idf * p.tf * {K1 + 1} / (p.tf + {K1} * (1 - {B} + {B} * p.dl / w.avgdl))"
 
 
+# A term is "common" when it has more than COMMON_DF postings visible to the tenant (KDBL_BM25_COMMON_DF):
+# reading all of them costs more than it can change the ranking (see build_query).
+COMMON_DF = 20_000
+CANDIDATES = 1_000
+
+
 def build_query(filters: Filters) -> tuple[str, dict]:
+    """BM25 top-N; exact unless a query term is common in a large tenant.
+
+    Rare terms are scored over all their postings and pick the best `:cand` candidates (by their partial
+    score); common terms — only in tenants big enough for a term to have more than `:common_df` postings
+    — add their score to those candidates alone, by primary-key probes, instead of reading hundreds of
+    thousands of postings (Elasticsearch's "common terms" idea). The query's rarest term is always
+    scored in full. When no term is common, the candidates carry their full scores and the result is
+    exactly the exhaustive top-N (what small and medium tenants always get).
+    """
     params: dict = {}
     extra = ""
     if filters.source_id is not None:
@@ -95,12 +110,30 @@ def build_query(filters: Filters) -> tuple[str, dict]:
         file_sql = file_filter_sql(filters, params)
         extra += f" AND p.file_id IN (SELECT f.id FROM files f WHERE f.tenant_id = kdbl_tenant() AND {file_sql})"
     sql = _TERMS + f"""
-, top AS (
+, ranked AS (
+    SELECT w.*, w.df > :common_df AS common,
+           row_number() OVER (ORDER BY w.df, w.term) AS r
+      FROM w
+), ess AS (
+    SELECT * FROM ranked WHERE NOT common OR r = 1
+), ne AS (
+    SELECT * FROM ranked WHERE common AND r > 1
+), part AS MATERIALIZED (
     SELECT p.chunk_id, sum({_BM25}) AS score
-      FROM postings p JOIN w ON w.term = p.term
+      FROM postings p JOIN ess w ON w.term = p.term
      WHERE p.tenant_id = kdbl_tenant(){extra}
      GROUP BY p.chunk_id
      ORDER BY score DESC, p.chunk_id
+     LIMIT (SELECT CASE WHEN EXISTS (SELECT 1 FROM ne) THEN :cand ELSE :limit END)
+), more AS (
+    SELECT p.chunk_id, sum({_BM25}) AS score
+      FROM ne w JOIN postings p ON p.tenant_id = kdbl_tenant() AND p.term = w.term
+                               AND p.chunk_id IN (SELECT chunk_id FROM part)
+     GROUP BY p.chunk_id
+), top AS (
+    SELECT part.chunk_id, part.score + coalesce(more.score, 0) AS score
+      FROM part LEFT JOIN more ON more.chunk_id = part.chunk_id
+     ORDER BY score DESC, part.chunk_id
      LIMIT :limit
 )
 SELECT top.chunk_id, c.file_id, c.source_id, f.key, c.seq, top.score
@@ -112,10 +145,12 @@ SELECT top.chunk_id, c.file_id, c.source_id, f.key, c.seq, top.score
     return sql, params
 
 
-async def search(conn: AsyncConnection, query: str, filters: Filters, *, limit: int, ts_config: str) -> list[LexicalHit]:
+async def search(conn: AsyncConnection, query: str, filters: Filters, *, limit: int, ts_config: str,
+                 common_df: int = COMMON_DF) -> list[LexicalHit]:
     """Top `limit` chunks by BM25 among rows the current RLS principal may see."""
     sql, params = build_query(filters)
-    params.update({"cfg": ts_config, "query": query, "limit": limit})
+    params.update({"cfg": ts_config, "query": query, "limit": limit, "cand": max(CANDIDATES, 10 * limit),
+                   "common_df": common_df})
     rows = await conn.execute(text(sql), params)
     return [LexicalHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in rows]
 
