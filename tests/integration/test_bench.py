@@ -117,12 +117,13 @@ def test_bench_scale_grows_a_synthetic_corpus_and_measures_both_modes(owner_url,
 
 def test_kdbl_api_with_two_worker_processes_serves_searches(owner_url, tiny_beir, tmp_path, unique):
     from kdbl_control.beir import ensure_indexed, materialise_beir
-    from kdbl_control.bench import _free_port, many_clients, start_api
+    from kdbl_control.bench import many_clients, start_api
+    from kdbl_control.up import free_port
 
     docs = tmp_path / "docs"
     materialise_beir(tiny_beir, docs)
     indexed = ensure_indexed(owner_url, docs, f"workers-{unique}")
-    port = _free_port()
+    port = free_port()
     api = start_api(owner_url, port, {"KDBL_API_WORKERS": "2"})
     try:
         children = Path(f"/proc/{api.pid}/task/{api.pid}/children").read_text().split()

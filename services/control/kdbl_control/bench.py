@@ -23,6 +23,7 @@ import httpx
 
 from kdbl_control.beir import ensure_indexed, load_queries, materialise_beir
 from kdbl_control.loadgen import Connection, LoadgenError, Outcome, encode_post, jsonrpc_error, run_clients
+from kdbl_control.up import free_port
 from kdbl_core.db.engine import async_engine, rls_transaction
 from kdbl_core.errors import ConfigError
 from kdbl_core.db.urls import for_role
@@ -122,15 +123,15 @@ def run_search_bench(owner_url: str, dataset: Path, work_dir: Path, *, clients: 
     if mode == "hybrid":
         if model_path is None:
             raise ConfigError("--mode hybrid needs an embedding model (--model or KDBL_EMBED_MODEL_PATH)")
-        from kdbl_control.evaluate import _embed_chunks
+        from kdbl_control.evaluate import embed_chunks
         from kdbl_core.embed import Embedder
 
         embedder = Embedder(model_path, n_threads=os.cpu_count() or 2)
-        embedding = _embed_chunks(owner_url, indexed["tenant_id"], embedder, 32,
+        embedding = embed_chunks(owner_url, indexed["tenant_id"], embedder, 32,
                                   lambda line: print(line, file=sys.stderr))
         del embedder
         env["KDBL_EMBED_MODEL_PATH"] = str(model_path)
-    port = _free_port()
+    port = free_port()
     api = start_api(owner_url, port, env)
     url = f"http://127.0.0.1:{port}/mcp"
     try:
@@ -147,14 +148,6 @@ def run_search_bench(owner_url: str, dataset: Path, work_dir: Path, *, clients: 
         api.terminate()
         api.wait(timeout=20)
     return result
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def default_work_dir() -> Path:

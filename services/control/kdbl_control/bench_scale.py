@@ -25,8 +25,9 @@ from typing import Any
 from sqlalchemy import text
 
 from kdbl_control import admin
-from kdbl_control.bench import _free_port, many_clients, one_client, start_api
 from kdbl_control.beir import iter_corpus, load_queries
+from kdbl_control.bench import many_clients, one_client, start_api
+from kdbl_control.up import free_port
 from kdbl_core.db.engine import sync_engine
 from kdbl_core.embed import Embedder
 
@@ -178,7 +179,7 @@ def run_scale_bench(owner_url: str, dataset: Path, work_dir: Path, *, sizes: lis
         load = grow(owner_url, tenant.id, source.id, size, dim=dim, model_id=model_id, words=words,
                     cumulative=cumulative, log=log)
         upkeep = maintain(owner_url, dim, log)
-        port = _free_port()
+        port = free_port()
         api = start_api(owner_url, port, env={"KDBL_EMBED_MODEL_PATH": str(model_path)})
         try:
             url = f"http://127.0.0.1:{port}/mcp"

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import inspect
 import os
 import platform
 import re
@@ -160,22 +159,17 @@ async def _search_runs(owner_url: str, tenant_id: Any, tenant: str, queries: lis
     return out
 
 
-def _embed_chunks(owner_url: str, tenant_id: Any, embedder: Any, batch: int, log: Log) -> dict[str, Any]:
-    """Fill missing chunk embeddings of the scratch tenant with the worker's own code."""
-    try:
-        from kdbl_worker.embedding import embed_pending
-    except ImportError as exc:
-        return {"unavailable": f"kdbl_worker.embedding is not in this build ({exc})"}
+def embed_chunks(owner_url: str, tenant_id: Any, embedder: Any, batch: int, log: Log) -> dict[str, Any]:
+    """Fill missing chunk embeddings of a tenant with the worker's own code, logging progress."""
     from kdbl_core.db.engine import sync_engine
     from kdbl_core.db.urls import for_role
+    from kdbl_worker.embedding import embed_pending
 
-    # report progress every ~20 batches where embed_pending can stop early (it loops until done otherwise)
-    steps = {"max_batches": 20} if "max_batches" in inspect.signature(embed_pending).parameters else {}
     worker = sync_engine(for_role(owner_url, "kdbl_worker"))
     total, started = 0, time.monotonic()
     try:
         while True:
-            done = embed_pending(worker, embedder, tenant_id=tenant_id, batch=batch, **steps)
+            done = embed_pending(worker, embedder, tenant_id=tenant_id, batch=batch, max_batches=20)
             if not done:
                 break
             total += done
@@ -366,7 +360,7 @@ def run_eval(owner_url: str, dataset: Path, *, split: str = "train", modes: Sequ
         embedder = Embedder(model_path, n_threads=settings.embed_threads,
                             max_tokens=settings.embed_max_tokens, query_cache_size=0)
         log(f"eval: embedding model {embedder.model_id}")
-        embedding = _embed_chunks(owner_url, indexed["tenant_id"], embedder, settings.embed_batch, log)
+        embedding = embed_chunks(owner_url, indexed["tenant_id"], embedder, settings.embed_batch, log)
         if "unavailable" in embedding:
             no_vector_reason = embedding["unavailable"]
             log(f"eval: {no_vector_reason}")

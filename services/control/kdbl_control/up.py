@@ -82,7 +82,7 @@ def _local_secrets(data_dir: Path) -> dict[str, str]:
     return values
 
 
-def _free_port(host: str) -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
@@ -92,7 +92,7 @@ def run_up(folders: list[Path], data_dir: Path, port: int, host: str = "127.0.0.
     _check_port(host, port)
     data_dir.mkdir(parents=True, exist_ok=True)
     local = _local_secrets(data_dir)
-    fetch_port = _free_port(host)
+    fetch_port = free_port(host)
     model = os.environ.get("KDBL_EMBED_MODEL_PATH") or default_model_path()
     settings = Settings(
         mcp_enabled=True, api_public_url=f"http://{host}:{port}", worker_fetch_url=f"http://{host}:{fetch_port}",

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from kdbl_core.errors import InvalidArgument, PermanentError, TemporaryError
 
@@ -129,6 +129,21 @@ def read_credentials(ref: object, *, required: tuple[str, ...],
         where = "credentials.env" if "env" in ref else f"credentials dir {ref['dir']}"
         raise PermanentError(f"{where}: missing {', '.join(missing)}")
     return values
+
+
+def config_number(config: dict, name: str, default: float, low: float, high: float, *,
+                  integer: bool = False) -> Any:
+    """A numeric connector option in [low, high]; the error names the option."""
+    value = config.get(name, default)
+    kind = int if integer else int | float
+    if isinstance(value, bool) or not isinstance(value, kind) or not low <= value <= high:
+        raise InvalidArgument(name, f"must be {'an integer' if integer else 'a number'} from {low} to {high}")
+    return value
+
+
+def valid_key(key: str) -> bool:
+    """A relative POSIX key with no empty, '.' or '..' segment (nothing that could leave the root)."""
+    return bool(key) and all(p not in ("", ".", "..") for p in key.split("/"))
 
 
 def connector_for(protocol: str, config: dict) -> Connector:

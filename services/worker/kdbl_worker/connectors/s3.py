@@ -44,6 +44,7 @@ from kdbl_worker.connectors import (
     ListingProblems,
     RemoteFile,
     SourceUnavailable,
+    config_number,
     read_credentials,
 )
 
@@ -56,13 +57,6 @@ _NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
 _DENIED = {"AccessDenied", "403", "Forbidden", "AllAccessDisabled"}
 _THROTTLED = {"SlowDown", "503", "RequestLimitExceeded", "ThrottlingException", "Throttling",
               "TooManyRequestsException", "RequestThrottled", "ServiceUnavailable", "429"}
-
-
-def _int(config: dict, name: str, default: int, low: int, high: int) -> int:
-    value = config.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidArgument(name, f"must be an integer from {low} to {high}")
-    return value
 
 
 def _float(config: dict, name: str, default: float | None, low: float, high: float) -> float | None:
@@ -141,12 +135,12 @@ def parse_config(config: dict[str, Any]) -> S3Config:
         bucket=bucket.strip(), prefix=prefix, endpoint_url=endpoint, region=region, path_style=path_style,
         credentials=None if anonymous else creds, anonymous=anonymous,
         verify=(ca_file or True) if verify_tls else False,
-        max_attempts=_int(config, "max_attempts", 5, 1, 20),
+        max_attempts=config_number(config, "max_attempts", 5, 1, 20, integer=True),
         base_delay=_float(config, "base_delay", None, 0.0, 60.0),
-        page_size=_int(config, "page_size", 1000, 1, 1000),
+        page_size=config_number(config, "page_size", 1000, 1, 1000, integer=True),
         connect_timeout=_float(config, "connect_timeout", 10.0, 0.1, 600.0) or 10.0,
         read_timeout=_float(config, "read_timeout", 60.0, 0.1, 3600.0) or 60.0,
-        spool_max_bytes=_int(config, "spool_max_bytes", SPOOL_MAX_BYTES, 0, 1 << 30),
+        spool_max_bytes=config_number(config, "spool_max_bytes", SPOOL_MAX_BYTES, 0, 1 << 30, integer=True),
     )
 
 

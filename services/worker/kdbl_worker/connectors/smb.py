@@ -48,7 +48,9 @@ from kdbl_worker.connectors import (
     ListingProblems,
     RemoteFile,
     SourceUnavailable,
+    config_number,
     read_credentials,
+    valid_key,
 )
 
 log = logging.getLogger(__name__)
@@ -101,19 +103,6 @@ def _parts(value: str) -> list[str]:
     return [p for p in value.replace("\\", "/").split("/") if p]
 
 
-def _valid_key(key: str) -> bool:
-    return bool(key) and "\\" not in key and all(p not in ("", ".", "..") for p in key.split("/"))
-
-
-def _number(config: dict, name: str, default: float, low: float, high: float, *,
-            integer: bool = False) -> Any:
-    value = config.get(name, default)
-    kind = int if integer else int | float
-    if isinstance(value, bool) or not isinstance(value, kind) or not low <= value <= high:
-        raise InvalidArgument(name, f"must be {'an integer' if integer else 'a number'} from {low} to {high}")
-    return value
-
-
 @dataclass(frozen=True, slots=True)
 class SmbConfig:
     server: str
@@ -155,11 +144,11 @@ def parse_config(config: dict[str, Any]) -> SmbConfig:
                                              "secret values are never stored in a source config")
     return SmbConfig(
         server=server.strip(), share=share.strip("/\\"), path=tuple(_parts(path)),
-        port=_number(config, "port", 445, 1, 65535, integer=True), domain=domain or None, credentials=creds,
-        max_attempts=_number(config, "max_attempts", 4, 1, 20, integer=True),
-        base_delay=float(_number(config, "base_delay", 0.5, 0.0, 60.0)),
-        max_depth=_number(config, "max_depth", 64, 1, 1000, integer=True),
-        connect_timeout=float(_number(config, "connect_timeout", 10.0, 0.1, 600.0)),
+        port=config_number(config, "port", 445, 1, 65535, integer=True), domain=domain or None, credentials=creds,
+        max_attempts=config_number(config, "max_attempts", 4, 1, 20, integer=True),
+        base_delay=float(config_number(config, "base_delay", 0.5, 0.0, 60.0)),
+        max_depth=config_number(config, "max_depth", 64, 1, 1000, integer=True),
+        connect_timeout=float(config_number(config, "connect_timeout", 10.0, 0.1, 600.0)),
     )
 
 
@@ -287,7 +276,7 @@ class SmbConnector(ClosingConnector):
             stack.extend((sub, depth + 1) for sub in reversed(subdirs))
 
     def open(self, key: str) -> BinaryIO:
-        if not _valid_key(key):
+        if not valid_key(key) or "\\" in key:
             raise FileNotFoundError(errno.ENOENT, "not a valid key", key)
         stream = _Stream(self, key, self._open_raw(key))
         return io.BufferedReader(stream, READ_CHUNK)

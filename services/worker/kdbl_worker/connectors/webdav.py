@@ -46,7 +46,9 @@ from kdbl_worker.connectors import (
     ListingProblems,
     RemoteFile,
     SourceUnavailable,
+    config_number,
     read_credentials,
+    valid_key,
 )
 
 log = logging.getLogger(__name__)
@@ -76,15 +78,6 @@ class HttpConfig:
     @property
     def url(self) -> str:
         return self.origin + quote(self.base_path, safe="/")
-
-
-def _number(config: dict, name: str, default: float, low: float, high: float, *,
-            integer: bool = False) -> Any:
-    value = config.get(name, default)
-    kind = int if integer else int | float
-    if isinstance(value, bool) or not isinstance(value, kind) or not low <= value <= high:
-        raise InvalidArgument(name, f"must be {'an integer' if integer else 'a number'} from {low} to {high}")
-    return value
 
 
 def parse_config(config: dict[str, Any]) -> HttpConfig:
@@ -119,12 +112,12 @@ def parse_config(config: dict[str, Any]) -> HttpConfig:
     return HttpConfig(
         origin=f"{parts.scheme}://{parts.netloc}", base_path=base_path, credentials=creds,
         verify=(ca_file or True) if verify_tls else False,
-        max_attempts=_number(config, "max_attempts", 4, 1, 20, integer=True),
-        base_delay=float(_number(config, "base_delay", 0.5, 0.0, 60.0)),
-        max_depth=_number(config, "max_depth", 64, 1, 1000, integer=True),
-        connect_timeout=float(_number(config, "connect_timeout", 10.0, 0.1, 600.0)),
-        read_timeout=float(_number(config, "read_timeout", 60.0, 0.1, 3600.0)),
-        spool_max_bytes=_number(config, "spool_max_bytes", SPOOL_MAX_BYTES, 0, 1 << 30, integer=True),
+        max_attempts=config_number(config, "max_attempts", 4, 1, 20, integer=True),
+        base_delay=float(config_number(config, "base_delay", 0.5, 0.0, 60.0)),
+        max_depth=config_number(config, "max_depth", 64, 1, 1000, integer=True),
+        connect_timeout=float(config_number(config, "connect_timeout", 10.0, 0.1, 600.0)),
+        read_timeout=float(config_number(config, "read_timeout", 60.0, 0.1, 3600.0)),
+        spool_max_bytes=config_number(config, "spool_max_bytes", SPOOL_MAX_BYTES, 0, 1 << 30, integer=True),
     )
 
 
@@ -153,11 +146,6 @@ def _size(value: str | None) -> int | None:
     except ValueError:
         return None
     return size if size is not None and size >= 0 else None
-
-
-def _valid_key(key: str) -> bool:
-    parts = key.split("/")
-    return bool(key) and all(p not in ("", ".", "..") for p in parts)
 
 
 class _Skip(Exception):
@@ -252,7 +240,7 @@ class _HttpConnector(ClosingConnector):
         raise NotImplementedError
 
     def open(self, key: str) -> BinaryIO:
-        if not _valid_key(key):
+        if not valid_key(key):
             raise FileNotFoundError(errno.ENOENT, "not a valid key", key)
         url = self._url_for(self.config.base_path + key)
         spool = tempfile.SpooledTemporaryFile(max_size=self.config.spool_max_bytes)  # noqa: SIM115
@@ -441,7 +429,7 @@ class WebDavConnector(_HttpConnector):
                                                   "skipped")
                     continue
                 key = entry.path[len(base):].rstrip("/")
-                if not _valid_key(key):
+                if not valid_key(key):
                     self.problems.add(key, "not a usable path; skipped")
                     continue
                 if entry.is_dir:
