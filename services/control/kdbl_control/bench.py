@@ -166,6 +166,6 @@ def summarise(result: dict[str, Any]) -> str:
     ]
     lines = [f"{result['documents']} documents, {result['chunks']} chunks, {result['queries']} queries",
              f"{'':34} {'p50 ms':>8} {'p95 ms':>8}"]
-    lines += [f"{name:34} {str(p50):>8} {str(p95):>8}  {extra}" for name, p50, p95, extra in rows]
+    lines += [f"{name:34} {p50!s:>8} {p95!s:>8}  {extra}" for name, p50, p95, extra in rows]
     return "\n".join(lines)
 

@@ -199,10 +199,10 @@ def run_scale_bench(owner_url: str, dataset: Path, work_dir: Path, *, sizes: lis
 
 
 def summarise(result: dict[str, Any]) -> str:
-    lines = [f"synthetic chunks of {result['tokens_per_chunk']} tokens, {result['dimensions']}-d random vectors, "
-             f"{result['queries']} queries, 1 client",
-             f"{'chunks':>10} {'lex p50':>8} {'lex p95':>8} {'hyb p50':>8} {'hyb p95':>8} {'HNSW build s':>13} "
-             f"{'DB MB':>8}"]
+    lines = [(f"synthetic chunks of {result['tokens_per_chunk']} tokens, {result['dimensions']}-d random vectors, "
+              f"{result['queries']} queries, 1 client"),
+             (f"{'chunks':>10} {'lex p50':>8} {'lex p95':>8} {'hyb p50':>8} {'hyb p95':>8} {'HNSW build s':>13} "
+              f"{'DB MB':>8}")]
     for s in result["steps"]:
         lines.append(f"{s['chunks']:>10,} {s['lexical']['p50_ms']:>8} {s['lexical']['p95_ms']:>8} "
                      f"{s['hybrid']['p50_ms']:>8} {s['hybrid']['p95_ms']:>8} "
