@@ -1,6 +1,7 @@
 """Embedding throughput / latency / memory benchmark.
 
     python -m kdbl_core.bench_embed [--model PATH ...] [--n 200] [--threads 2] [--batch 512]
+                                    [--corpus DATASET/corpus.jsonl]
                                     [--repeat 3] [--st-python /tmp/stvenv/bin/python] [--json]
 
 Each model runs in its own subprocess so that peak RSS is per model. With ``--st-python``
@@ -43,6 +44,13 @@ def make_texts(n: int, target_tokens: int, seed: int = 7) -> list[str]:
     """Deterministic pseudo-prose; each text is about ``target_tokens`` tokens (one per word)."""
     rng = random.Random(seed)
     return [" ".join(rng.choice(WORDS) for _ in range(target_tokens - 2)) for _ in range(n)]
+
+
+def corpus_texts(path: Path, n: int, seed: int = 7) -> list[str]:
+    """``n`` documents (title, blank line, text) drawn with a fixed seed from a BEIR ``corpus.jsonl``."""
+    docs = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    picked = random.Random(seed).sample(docs, min(n, len(docs)))
+    return [f"{d.get('title', '')}\n\n{d.get('text', '')}".strip() for d in picked]
 
 
 def _peak_rss_mb() -> float:
@@ -129,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", type=Path, action="append",
                     help="GGUF to benchmark (repeatable); default: f16 and q8_0 in ~/.cache/kdbl/models")
     ap.add_argument("--n", type=int, default=200, help="number of chunks")
-    ap.add_argument("--tokens", type=int, default=250, help="tokens per chunk")
+    ap.add_argument("--tokens", type=int, default=250, help="tokens per synthetic chunk")
+    ap.add_argument("--corpus", type=Path, help="embed documents of this BEIR corpus.jsonl instead of synthetic text")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=None, help="llama.cpp n_batch (default: the Embedder's, = max tokens)")
     ap.add_argument("--repeat", type=int, default=3, help="passes per engine; the best pass is reported")
@@ -149,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                                         DEFAULT_DIR / "all-minilm-l6-v2.q8_0.gguf") if p.is_file()]
     if not models:
         raise SystemExit(f"no model given and none in {DEFAULT_DIR}; run airgap/model/build_model.py")
-    texts = make_texts(args.n, args.tokens)
+    texts = corpus_texts(args.corpus, args.n) if args.corpus else make_texts(args.n, args.tokens)
     rows, vecs = [], {}
     with tempfile.TemporaryDirectory(prefix="kdbl-bench-") as tmp:
         texts_file = Path(tmp) / "texts.json"
@@ -174,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                 row["cos_vs_st_min"] = round(float(cos.min()), 6)
                 row["cos_vs_st_mean"] = round(float(cos.mean()), 6)
 
-    settings = {"n_chunks": args.n, "tokens_per_chunk": args.tokens, "n_threads": args.threads,
+    settings = {"n_chunks": len(texts), "texts": str(args.corpus) if args.corpus else f"synthetic, {args.tokens} tokens", "n_threads": args.threads,
                 "n_batch": args.batch or "max tokens (256)", "cpu_count": os.cpu_count(), "queries": len(QUERIES),
                 "repeat": args.repeat}
     if args.json:
