@@ -53,3 +53,16 @@ def test_a_config_without_stemmer_marks_equal_words() -> None:
 def test_offsets_survive_characters_that_change_length_when_lower_cased() -> None:
     out = snippet("İstanbul trial of aspirin", frozenset({"aspirin"}), "english")
     assert out.endswith("<mark>aspirin</mark>") and out.startswith("İstanbul")
+
+
+def test_a_match_longer_than_a_fragment_falls_back_to_the_opening() -> None:
+    word = "cell" + "x" * (FRAGMENT_CHARS + 10)
+    out = snippet(f"Opening words. {word} end.", frozenset({word}), "simple")
+    assert out.startswith("Opening words.") and "<mark>" not in out
+
+
+def test_the_stem_memo_is_per_configuration() -> None:
+    # "running" stems to "run" in english; the simple configuration keeps the word as it is
+    assert snippet("running fast", frozenset({"run"}), "english") == "<mark>running</mark> fast"
+    assert snippet("running fast", frozenset({"run"}), "simple") == "running fast"
+    assert snippet("running fast", frozenset({"running"}), "simple") == "<mark>running</mark> fast"

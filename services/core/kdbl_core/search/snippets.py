@@ -46,20 +46,34 @@ def _prefixes(lexemes: frozenset[str]) -> tuple[tuple[str, ...], re.Pattern[str]
     return prefixes, words
 
 
-def _matches(text: str, lexemes: frozenset[str], stem: Callable[[str], str]) -> list[tuple[int, int, str]]:
+_WORD_END = re.compile(r"\w*")  # a word runs over letters, digits and "_"
+_STEM_CACHE_MAX = 20_000
+
+
+@lru_cache(maxsize=32)
+def _stem_cache(ts_config: str) -> dict[str, str]:
+    """Word -> lexeme, per text search configuration (the same few words recur in every hit)."""
+    return {}
+
+
+def _matches(text: str, lexemes: frozenset[str], ts_config: str) -> list[tuple[int, int, str]]:
     lowered = text.lower()
     if len(lowered) != len(text):  # a few characters change length when lower-cased; offsets must hold
         lowered = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
     prefixes, words = _prefixes(lexemes)
+    stem, stems, word_end = _stemmer(ts_config), _stem_cache(ts_config), _WORD_END.match
     found: dict[int, tuple[int, int, str]] = {}
     for prefix in prefixes:
         pos = lowered.find(prefix)
         while pos != -1:
             if pos not in found and (pos == 0 or not lowered[pos - 1].isalnum()):
-                end = pos + len(prefix)
-                while end < len(lowered) and (lowered[end].isalnum() or lowered[end] == "_"):
-                    end += 1
-                lexeme = stem(text[pos:end])
+                end = word_end(lowered, pos + len(prefix)).end()
+                word = lowered[pos:end]
+                lexeme = stems.get(word)
+                if lexeme is None:
+                    if len(stems) >= _STEM_CACHE_MAX:
+                        stems.clear()
+                    lexeme = stems[word] = stem(word)
                 if lexeme in lexemes:
                     found[pos] = (pos, end, lexeme)
             pos = lowered.find(prefix, pos + 1)
@@ -69,26 +83,34 @@ def _matches(text: str, lexemes: frozenset[str], stem: Callable[[str], str]) -> 
     return [found[p] for p in sorted(found)]
 
 
-def _best_window(matches: list[tuple[int, int, str]], taken: list[tuple[int, int]]) -> tuple[int, int] | None:
-    """The span of at most FRAGMENT_CHARS starting at a match, clear of `taken`, that covers the most
+def _best_window(matches: list[tuple[int, int, str]], taken: tuple[int, int] | None) -> tuple[int, int] | None:
+    """The span of at most FRAGMENT_CHARS starting at a match, clear of the `taken` span (the previous
+    fragment; MAX_FRAGMENTS is 2), that covers the most
     distinct lexemes (then the most matches). Two pointers over the matches, in text order."""
-    best, best_key = None, (0, 0)
+    best, best_distinct, best_count = None, 0, 0
     counts: dict[str, int] = {}
+    n = len(matches)
     j = 0
-    for i, (start, _, _) in enumerate(matches):
+    for i in range(n):
+        start = matches[i][0]
         if j < i:
             j, counts = i, {}
-        while j < len(matches) and matches[j][1] <= start + FRAGMENT_CHARS:
-            counts[matches[j][2]] = counts.get(matches[j][2], 0) + 1
+        limit = start + FRAGMENT_CHARS
+        while j < n and matches[j][1] <= limit:
+            lexeme = matches[j][2]
+            counts[lexeme] = counts.get(lexeme, 0) + 1
             j += 1
-        if j > i and not any(a < matches[j - 1][1] and start < b for a, b in taken):
-            key = (len(counts), j - i)
-            if key > best_key:
-                best, best_key = (start, matches[j - 1][1]), key
-        lexeme = matches[i][2]
         if j > i:
-            counts[lexeme] -= 1
-            if not counts[lexeme]:
+            end = matches[j - 1][1]
+            distinct = len(counts)
+            if (distinct > best_distinct or (distinct == best_distinct and j - i > best_count)) and (
+                    taken is None or not (taken[0] < end and start < taken[1])):
+                best, best_distinct, best_count = (start, end), distinct, j - i
+            lexeme = matches[i][2]
+            left = counts[lexeme] - 1
+            if left:
+                counts[lexeme] = left
+            else:
                 del counts[lexeme]
     return best
 
@@ -120,15 +142,15 @@ def _render(text: str, left: int, right: int, matches: Iterable[tuple[int, int, 
 
 def snippet(text: str, lexemes: frozenset[str], ts_config: str) -> str:
     """Up to two fragments of `text` with the query's words in <mark>; the text's opening without a match."""
-    matches = _matches(text, lexemes, _stemmer(ts_config))
-    if not matches:
-        return " ".join(text[:FALLBACK_CHARS].split())
+    matches = _matches(text, lexemes, ts_config)
     taken: list[tuple[int, int]] = []
     for _ in range(MAX_FRAGMENTS):
-        window = _best_window(matches, taken)
+        window = _best_window(matches, taken[-1] if taken else None)
         if window is None:
             break
         taken.append(_widen(text, *window))
+    if not taken:  # no match, or only words longer than a fragment
+        return " ".join(text[:FALLBACK_CHARS].split())
     merged: list[tuple[int, int]] = []
     for left, right in sorted(taken):
         if merged and left <= merged[-1][1]:
