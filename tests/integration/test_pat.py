@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,7 +13,7 @@ from kdbl_core.auth import pat
 from kdbl_core.auth.verifier import PatVerifier
 from kdbl_core.db.engine import async_engine
 from kdbl_core.db.urls import for_role
-from kdbl_core.errors import Forbidden, Unauthenticated
+from kdbl_core.errors import Forbidden, RateLimited, Unauthenticated
 
 
 @pytest.fixture
@@ -94,3 +95,51 @@ def test_create_tenant_with_exist_ok_returns_a_usable_row(owner_engine, unique):
     first = admin.create_tenant(owner_engine, f"again-{unique}")
     again = admin.create_tenant(owner_engine, f"again-{unique}", exist_ok=True)
     assert (again.id, again.name) == (first.id, first.name)
+
+
+def _forge(token: str, n: int) -> str:
+    return token[:-4] + f"{n:04d}"
+
+
+async def test_a_guessing_flood_on_one_lookup_id_stops_costing_argon2(owner_url, owner_engine, tenant, monkeypatch):
+    engine = async_engine(for_role(owner_url, "kdbl_api"))
+    verifier = PatVerifier(engine, max_failures=3, failure_window_s=60)
+    checks = []
+    real_verify = pat.verify
+    monkeypatch.setattr(pat, "verify", lambda h, t: checks.append(t) or real_verify(h, t))
+    try:
+        token, _ = admin.create_token(owner_engine, tenant_name=tenant.name, name="flood")
+        await verifier.verify(token)  # the owner's token, verified before the attack
+        for n in range(3):
+            with pytest.raises(Unauthenticated, match="invalid token"):
+                await verifier.verify(_forge(token, n))
+        assert len(checks) == 4
+        # concurrent guesses queue on the single-flight lock and stop there too
+        results = await asyncio.gather(*(verifier.verify(_forge(token, n)) for n in range(3, 13)),
+                                       return_exceptions=True)
+        assert all(isinstance(r, RateLimited) for r in results)
+        assert 1 <= results[0].retry_after_sec <= 60 and "too many failed attempts" in results[0].message
+        assert len(checks) == 4, "no argon2 check once the budget is spent"
+        assert (await verifier.verify(token)).subject == "user:flood"  # the cached genuine token still works
+        other, _ = admin.create_token(owner_engine, tenant_name=tenant.name, name="other")
+        assert (await verifier.verify(other)).subject == "user:other"  # other lookup ids are unaffected
+    finally:
+        await engine.dispose()
+
+
+async def test_the_failure_budget_recovers_after_its_window_and_resets_on_success(owner_url, owner_engine, tenant):
+    engine = async_engine(for_role(owner_url, "kdbl_api"))
+    verifier = PatVerifier(engine, max_failures=2, failure_window_s=0.5)
+    try:
+        token, _ = admin.create_token(owner_engine, tenant_name=tenant.name, name="window")
+        for n in range(2):
+            with pytest.raises(Unauthenticated):
+                await verifier.verify(_forge(token, n))
+        with pytest.raises(RateLimited):
+            await verifier.verify(token)  # not verified before: it waits out the window like any secret
+        await asyncio.sleep(0.6)
+        assert (await verifier.verify(token)).subject == "user:window"
+        with pytest.raises(Unauthenticated):  # the success cleared the failures: one more wrong secret is
+            await verifier.verify(_forge(token, 7))  # checked (and refuted), not throttled
+    finally:
+        await engine.dispose()

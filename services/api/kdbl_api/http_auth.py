@@ -19,7 +19,7 @@ from kdbl_api.ratelimit import RateLimiter
 from kdbl_api.server import PRINCIPAL_KEY
 from kdbl_api.tools.registry import TOOLS
 from kdbl_core.auth.verifier import BearerVerifier
-from kdbl_core.errors import RATE_LIMITED, Forbidden, Unauthenticated
+from kdbl_core.errors import RATE_LIMITED, Forbidden, RateLimited, Unauthenticated
 from kdbl_core.principal import SCOPE_READ
 from kdbl_core.settings import Settings
 
@@ -86,6 +86,12 @@ class McpFrontDoor:
             self.obs.auth_failures.labels("invalid").inc()
             await _jsonrpc_error(401, -32001, exc.message, {
                 "WWW-Authenticate": self._challenge(request, "invalid_token", exc.message)})(scope, receive, send)
+            return
+        except RateLimited as exc:
+            self.obs.auth_failures.labels("throttled").inc()
+            wait = exc.retry_after_sec
+            await _jsonrpc_error(429, RATE_LIMITED, exc.message, {"Retry-After": str(wait)},
+                                 {"retry_after_sec": wait})(scope, receive, send)
             return
         except Forbidden as exc:
             self.obs.auth_failures.labels("forbidden").inc()

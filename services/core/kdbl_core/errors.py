@@ -65,9 +65,9 @@ class RateLimited(KdblError):
     jsonrpc_code = RATE_LIMITED
     http_status = 429
 
-    def __init__(self, retry_after_sec: int) -> None:
+    def __init__(self, retry_after_sec: int, message: str | None = None) -> None:
         super().__init__(
-            f"rate limit exceeded; retry after {retry_after_sec} s",
+            message or f"rate limit exceeded; retry after {retry_after_sec} s",
             data={"retry_after_sec": retry_after_sec},
         )
         self.retry_after_sec = retry_after_sec

@@ -1,11 +1,20 @@
-"""Turn a bearer token into a Principal: lookup row, expiry/revocation, one argon2 check (cached)."""
+"""Turn a bearer token into a Principal: lookup row, expiry/revocation, one argon2 check (cached).
+
+A wrong secret under a real lookup id costs an argon2 hash (~20 ms of CPU) to refute, so failures are
+budgeted per lookup id: after `MAX_FAILURES` in `FAILURE_WINDOW_S` seconds, further unverified secrets
+for that id are refused with 429 and no hash until the window has passed. A genuine token verified
+earlier keeps working (its digest is cached); unknown lookup ids never reach argon2.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import threading
-from collections import OrderedDict
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import anyio.to_thread
@@ -13,13 +22,15 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from kdbl_core.auth import pat
-from kdbl_core.errors import Forbidden, Unauthenticated
+from kdbl_core.errors import Forbidden, RateLimited, Unauthenticated
 from kdbl_core.principal import Principal
 
 _LOOKUP = text(
     "SELECT id, tenant_id, tenant_name, kind, subject, groups, scopes, hash, expires_at, revoked_at "
     "FROM kdbl_token_lookup(:lookup_id)"
 )
+MAX_FAILURES = 5
+FAILURE_WINDOW_S = 60.0
 ADMIN_REJECTED = (
     "MCP tools are tenant-scoped: a cluster-admin token cannot call them; use a tenant PAT or OIDC token"
 )
@@ -52,11 +63,48 @@ class _VerifiedCache:
                 self._items.popitem(last=False)
 
 
+class _FailureBudget:
+    """Recent failed secrets per lookup id (bounded: the least recently failing ids are forgotten)."""
+
+    def __init__(self, max_failures: int, window_s: float, size: int = 4096,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._max, self._window, self._size, self._clock = max_failures, window_s, size, clock
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def retry_after(self, lookup_id: str) -> int:
+        """Whole seconds until a secret for `lookup_id` may be checked again; 0 if it may now."""
+        with self._lock:
+            times = self._failures.get(lookup_id)
+            if times is None:
+                return 0
+            horizon = self._clock() - self._window
+            while times and times[0] <= horizon:
+                times.popleft()
+            if len(times) < self._max:
+                return 0
+            return max(1, math.ceil(times[0] - horizon))
+
+    def failed(self, lookup_id: str) -> None:
+        with self._lock:
+            times = self._failures.setdefault(lookup_id, deque(maxlen=self._max))
+            times.append(self._clock())
+            self._failures.move_to_end(lookup_id)
+            while len(self._failures) > self._size:
+                self._failures.popitem(last=False)
+
+    def succeeded(self, lookup_id: str) -> None:
+        with self._lock:
+            self._failures.pop(lookup_id, None)
+
+
 class PatVerifier:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, max_failures: int = MAX_FAILURES,
+                 failure_window_s: float = FAILURE_WINDOW_S) -> None:
         # One statement, no transaction: autocommit saves the BEGIN/COMMIT round trips.
         self._engine = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._cache = _VerifiedCache()
+        self._failures = _FailureBudget(max_failures, failure_window_s)
         self._inflight: dict[str, anyio.Lock] = {}
 
     async def verify(self, token: str) -> Principal:
@@ -92,8 +140,13 @@ class PatVerifier:
             async with lock:
                 if self._cache.matches(lookup_id, digest):
                     return
+                wait = self._failures.retry_after(lookup_id)
+                if wait:  # checked under the lock: requests queued behind a failing check stop here too
+                    raise RateLimited(wait, f"too many failed attempts for this token; retry after {wait} s")
                 if not await anyio.to_thread.run_sync(pat.verify, stored_hash, token):
+                    self._failures.failed(lookup_id)
                     raise Unauthenticated("invalid token")
+                self._failures.succeeded(lookup_id)
                 self._cache.add(lookup_id, digest)
         finally:
             if not lock.locked() and lock.statistics().tasks_waiting == 0:
