@@ -7,15 +7,16 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-_INSERT = text("""
+from kdbl_core.db import driver
+
+_INSERT = """
 INSERT INTO audit (tenant_id, principal, token_id, tool, arguments, source_ids, keys, row_count, status,
                    error, client_ip, duration_ms)
 VALUES (:tenant_id, :principal, :token_id, :tool, CAST(:arguments AS jsonb), CAST(:source_ids AS uuid[]),
         :keys, :row_count, :status, :error, :client_ip, :duration_ms)
-""")
+"""
 
 
 async def record(
@@ -34,7 +35,7 @@ async def record(
     client_ip: str | None,
     duration_ms: float,
 ) -> None:
-    await conn.execute(_INSERT, {
+    await driver.execute(conn, _INSERT, {
         "tenant_id": tenant_id, "principal": principal, "token_id": token_id, "tool": tool,
         "arguments": json.dumps(arguments, default=str)[:20000], "source_ids": sorted(set(source_ids)),
         "keys": list(dict.fromkeys(keys))[:1000], "row_count": row_count, "status": status,

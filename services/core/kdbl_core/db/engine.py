@@ -9,13 +9,15 @@ from uuid import UUID
 from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from kdbl_core.db import driver
 from kdbl_core.db.urls import normalise
 from kdbl_core.errors import ConfigError
 from kdbl_core.principal import Principal
 
-_SET_PRINCIPAL = text(
+_SET_PRINCIPAL_SQL = (
     "SELECT set_config('kdbl.tenant_id', :tenant, true), set_config('kdbl.subjects', :subjects, true)"
 )
+_SET_PRINCIPAL = text(_SET_PRINCIPAL_SQL)
 _SUBJECT_SEP = "\x1f"
 
 
@@ -47,9 +49,11 @@ def principal_params(principal: Principal) -> dict[str, str]:
 
 @asynccontextmanager
 async def rls_transaction(engine: AsyncEngine, principal: Principal) -> AsyncIterator[AsyncConnection]:
-    """One transaction scoped to `principal`: the settings vanish at commit/rollback (SET LOCAL)."""
+    """One transaction scoped to `principal`: the settings vanish at commit/rollback (SET LOCAL).
+
+    The settings travel with the transaction's BEGIN in one round trip (psycopg pipeline)."""
     async with engine.begin() as conn:
-        await conn.execute(_SET_PRINCIPAL, principal_params(principal))
+        await driver.execute(conn, _SET_PRINCIPAL_SQL, principal_params(principal), pipelined=True)
         yield conn
 
 

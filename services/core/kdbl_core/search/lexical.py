@@ -11,10 +11,11 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
 
-from sqlalchemy import TextClause, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from kdbl_core.db import driver
 
 K1 = 1.2
 B = 0.75
@@ -150,19 +151,13 @@ SELECT top.chunk_id, c.file_id, c.source_id, f.key, c.seq, top.score
     return sql, params
 
 
-@lru_cache(maxsize=64)
-def _text(sql: str) -> TextClause:
-    """One parsed statement per filter combination (parsing the bind names costs more than a hit)."""
-    return text(sql)
-
-
 async def search(conn: AsyncConnection, query: str, filters: Filters, *, limit: int, ts_config: str,
                  common_df: int = COMMON_DF) -> list[LexicalHit]:
     """Top `limit` chunks by BM25 among rows the current RLS principal may see."""
     sql, params = build_query(filters)
     params.update({"cfg": ts_config, "query": query, "limit": limit, "cand": max(CANDIDATES, 10 * limit),
                    "common_df": common_df})
-    rows = await conn.execute(_text(sql), params)
+    rows = await driver.fetch(conn, sql, params)
     return [LexicalHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in rows]
 
 

@@ -6,22 +6,22 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from kdbl_core.db import driver
 from kdbl_core.search.snippets import snippet
 
 HIT_TEXT_BUDGET = 1800
 
 # The hits, their neighbours, and the query's lexemes (for the snippets, built in Python: snippets.py).
-_NEIGHBOURS = text("""
+_NEIGHBOURS = """
 WITH h AS (
     SELECT * FROM unnest(CAST(:file_ids AS bigint[]), CAST(:seqs AS int[])) AS h(file_id, seq)
 )
 SELECT c.file_id, c.seq, c.text, c.page_no, c.char_start, c.char_end, c.ts_start_ms, c.ts_end_ms,
        (SELECT array_agg(DISTINCT lexeme) FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :query))) AS lexemes
   FROM h JOIN chunks c ON c.file_id = h.file_id AND c.seq BETWEEN h.seq - 1 AND h.seq + 1
-""")
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +64,10 @@ async def expand_hits(conn: AsyncConnection, hits: list[HitRef], *, query: str, 
                       budget: int = HIT_TEXT_BUDGET) -> list[dict[str, Any]]:
     if not hits:
         return []
-    rows = (await conn.execute(_NEIGHBOURS, {
+    rows = await driver.fetch_dicts(conn, _NEIGHBOURS, {
         "file_ids": [h.file_id for h in hits], "seqs": [h.seq for h in hits],
         "cfg": ts_config, "query": query,
-    })).mappings().all()
+    })
     by_pos = {(r["file_id"], r["seq"]): r for r in rows}
     lexemes = frozenset(rows[0]["lexemes"] or ()) if rows else frozenset()
     out = []
