@@ -66,3 +66,9 @@ def test_the_stem_memo_is_per_configuration() -> None:
     assert snippet("running fast", frozenset({"run"}), "english") == "<mark>running</mark> fast"
     assert snippet("running fast", frozenset({"run"}), "simple") == "running fast"
     assert snippet("running fast", frozenset({"running"}), "simple") == "<mark>running</mark> fast"
+
+
+def test_a_hyphenated_word_is_marked_once_not_with_its_parts_again() -> None:
+    # Postgres indexes "c-myc" as "c-myc", "c" and "myc"
+    out = snippet("Role for c-myc in apoptosis.", frozenset({"c-myc", "c", "myc"}), "english")
+    assert out == "Role for <mark>c-myc</mark> in apoptosis."

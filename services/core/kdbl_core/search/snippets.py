@@ -33,17 +33,19 @@ def _stemmer(ts_config: str) -> Callable[[str], str]:
 
 
 @lru_cache(maxsize=256)
-def _prefixes(lexemes: frozenset[str]) -> tuple[tuple[str, ...], re.Pattern[str] | None]:
-    """Prefixes to search for, and a pattern for the lexemes that must match a whole word.
+def _prefixes(lexemes: frozenset[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Prefixes to search for, and the lexemes that must match a whole word.
 
     A word can stem to a lexeme only if it starts with the lexeme less its last letter ("studi" <-
     "studies", "deliveri" <- "delivery"); a 3-letter lexeme is kept whole as the prefix ("odd" <-
-    "odds"); one of 1-2 letters ("d" in "vitamin D") matches a whole word only — found by a regex, since
-    as a substring it occurs dozens of times in any text."""
+    "odds"); one of 1-2 letters ("d" in "vitamin D", "0") matches a whole word only, unstemmed."""
     prefixes = tuple(sorted({lex[:-1] if len(lex) > 3 else lex for lex in lexemes if len(lex) > 2}))
-    short = sorted(lex for lex in lexemes if 0 < len(lex) <= 2)
-    words = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, short)) + r")(?!\w)") if short else None
-    return prefixes, words
+    short = tuple(sorted(lex for lex in lexemes if 0 < len(lex) <= 2))
+    return prefixes, short
+
+
+def _is_word_char(c: str) -> bool:
+    return c.isalnum() or c == "_"
 
 
 _WORD_END = re.compile(r"\w*")  # a word runs over letters, digits and "_"
@@ -60,7 +62,7 @@ def _matches(text: str, lexemes: frozenset[str], ts_config: str) -> list[tuple[i
     lowered = text.lower()
     if len(lowered) != len(text):  # a few characters change length when lower-cased; offsets must hold
         lowered = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
-    prefixes, words = _prefixes(lexemes)
+    prefixes, short = _prefixes(lexemes)
     stem, stems, word_end = _stemmer(ts_config), _stem_cache(ts_config), _WORD_END.match
     found: dict[int, tuple[int, int, str]] = {}
     for prefix in prefixes:
@@ -77,10 +79,19 @@ def _matches(text: str, lexemes: frozenset[str], ts_config: str) -> list[tuple[i
                 if lexeme in lexemes:
                     found[pos] = (pos, end, lexeme)
             pos = lowered.find(prefix, pos + 1)
-    if words is not None:
-        for m in words.finditer(lowered):
-            found.setdefault(m.start(), (m.start(), m.end(), m.group()))
-    return [found[p] for p in sorted(found)]
+    n = len(lowered)
+    for word in short:  # str.find beats a regex with look-arounds, which is tried at every offset
+        pos = lowered.find(word)
+        while pos != -1:
+            end = pos + len(word)
+            if (pos == 0 or not _is_word_char(lowered[pos - 1])) and (end == n or not _is_word_char(lowered[end])):
+                found.setdefault(pos, (pos, end, word))
+            pos = lowered.find(word, pos + 1)
+    out: list[tuple[int, int, str]] = []
+    for pos in sorted(found):  # "c-myc" also yields the lexemes "c" and "myc": mark the whole word once
+        if not out or pos >= out[-1][1]:
+            out.append(found[pos])
+    return out
 
 
 def _best_window(matches: list[tuple[int, int, str]], taken: tuple[int, int] | None) -> tuple[int, int] | None:
