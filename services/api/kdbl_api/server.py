@@ -6,7 +6,6 @@ audit row (a failed call is audited in its own transaction), and is counted in t
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -14,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types as types
+import orjson
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
@@ -169,7 +169,7 @@ def build_server(engine: AsyncEngine, state: AppState) -> Server[Any]:
 
         body = await run(ctx, "resources/read", SCOPE_READ, {"uri": uri}, work)
         return types.ReadResourceResult(contents=[types.TextResourceContents(
-            uri=uri, mime_type="application/json", text=json.dumps(body, ensure_ascii=False))])
+            uri=uri, mime_type="application/json", text=orjson.dumps(body).decode())])
 
     return Server(
         "kdbl-context-lake", version=__version__, title="K-Lake", instructions=INSTRUCTIONS,

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
+import orjson
 from pydantic import BaseModel
 
 from kdbl_api.tools import browse, files, search
@@ -94,7 +94,7 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
 
 def content_blocks(spec: ToolSpec, structured: dict[str, Any]) -> list[types.ContentBlock]:
     """Back-compat content: the JSON as text, plus citations (search) or the document (file reads)."""
-    blocks: list[types.ContentBlock] = [types.TextContent(text=json.dumps(structured, ensure_ascii=False))]
+    blocks: list[types.ContentBlock] = [types.TextContent(text=orjson.dumps(structured).decode())]
     if spec.name == "search_content":
         seen: set[str] = set()
         for hit in structured["hits"]:
