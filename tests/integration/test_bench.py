@@ -129,7 +129,8 @@ def test_kdbl_api_with_two_worker_processes_serves_searches(owner_url, tiny_beir
         children = Path(f"/proc/{api.pid}/task/{api.pid}/children").read_text().split()
         workers = [c for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
         assert len(workers) == 2  # uvicorn's supervisor started two worker processes
-        result = asyncio.run(many_clients(f"http://127.0.0.1:{port}/mcp", indexed["token"], QUERIES, 4, 1.0))
+        result = asyncio.run(many_clients(f"http://127.0.0.1:{port}/mcp", indexed["token"], QUERIES, 4, 1.0,
+                                           warmup_s=0.5))
         assert result["requests"] > 4 and result["errors"] == 0, result["error_samples"]
     finally:
         api.terminate()

@@ -6,6 +6,7 @@ import uuid
 from contextlib import asynccontextmanager
 
 import numpy as np
+import jsonschema
 import pytest
 from helpers import make_corpus, running_api
 from mcp.client import Client
@@ -62,7 +63,10 @@ async def mcp(url, token):
 
 async def search(world, **args):
     async with mcp(world["url"], world["token"]) as client:
-        return (await client.call_tool("search_content", args)).structured_content
+        schema = {t.name: t for t in (await client.list_tools()).tools}["search_content"].output_schema
+        structured = (await client.call_tool("search_content", args)).structured_content
+    jsonschema.validate(structured, schema)  # explain, degraded and hybrid results included
+    return structured
 
 
 async def test_hybrid_recalls_a_paraphrase_the_keyword_arm_misses(world):
