@@ -18,14 +18,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import anyio.to_thread
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from kdbl_core.auth import pat
+from kdbl_core.db import driver
 from kdbl_core.errors import Forbidden, RateLimited, Unauthenticated
 from kdbl_core.principal import Principal
 
-_LOOKUP = text(
+_LOOKUP = (
     "SELECT id, tenant_id, tenant_name, kind, subject, groups, scopes, hash, expires_at, revoked_at "
     "FROM kdbl_token_lookup(:lookup_id)"
 )
@@ -110,7 +110,8 @@ class PatVerifier:
     async def verify(self, token: str) -> Principal:
         parsed = pat.parse(token)
         async with self._engine.connect() as conn:
-            row = (await conn.execute(_LOOKUP, {"lookup_id": parsed.lookup_id})).first()
+            rows = await driver.fetch(conn, _LOOKUP, {"lookup_id": parsed.lookup_id})
+        row = rows[0] if rows else None
         if row is None:
             raise Unauthenticated("unknown token")
         digest = hashlib.sha256(token.encode()).digest()
