@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -115,23 +117,58 @@ def test_bench_scale_grows_a_synthetic_corpus_and_measures_both_modes(owner_url,
     assert any("HNSW index built" in line for line in lines)
 
 
-def test_kdbl_api_with_two_worker_processes_serves_searches(owner_url, tiny_beir, tmp_path, unique):
+def _established_per_process(pids: list[str], port: int) -> dict[str, int]:
+    """How many established TCP connections to `port` each process holds (from /proc)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    counts = {}
+    for pid in pids:
+        held = 0
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                held += os.readlink(fd) in inodes
+        counts[pid] = held
+    return counts
+
+
+def test_kdbl_api_with_two_worker_processes_serves_searches_and_shares_connections(owner_url, tiny_beir, tmp_path,
+                                                                                    unique):
     from kdbl_control.beir import ensure_indexed, materialise_beir
-    from kdbl_control.bench import many_clients, start_api
+    from kdbl_control.bench import _requests, many_clients, start_api
     from kdbl_control.up import free_port
 
     docs = tmp_path / "docs"
     materialise_beir(tiny_beir, docs)
     indexed = ensure_indexed(owner_url, docs, f"workers-{unique}")
     port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
     api = start_api(owner_url, port, {"KDBL_API_WORKERS": "2"})
     try:
         children = Path(f"/proc/{api.pid}/task/{api.pid}/children").read_text().split()
         workers = [c for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
-        assert len(workers) == 2  # uvicorn's supervisor started two worker processes
-        result = asyncio.run(many_clients(f"http://127.0.0.1:{port}/mcp", indexed["token"], QUERIES, 4, 1.0,
-                                           warmup_s=0.5))
+        assert len(workers) == 2  # the supervisor started two worker processes
+
+        async def sixteen_keepalive_connections() -> dict[str, int]:
+            conns = [Connection(url) for _ in range(16)]
+            request = _requests(url, indexed["token"], QUERIES[:1], "lexical")[0]
+            try:
+                statuses = await asyncio.gather(*(c.post(request) for c in conns))
+                assert all(status == 200 for status, _ in statuses)
+                return _established_per_process(workers, port)
+            finally:
+                await asyncio.gather(*(c.close() for c in conns))
+
+        # one socket per worker (SO_REUSEPORT): the kernel spreads connections that arrive together;
+        # a shared socket let one worker accept all 16 (P(a worker gets none) is 2/65536 here)
+        held = asyncio.run(sixteen_keepalive_connections())
+        assert sum(held.values()) == 16 and min(held.values()) >= 1, held
+        result = asyncio.run(many_clients(url, indexed["token"], QUERIES, 4, 1.0, warmup_s=0.5))
         assert result["requests"] > 4 and result["errors"] == 0, result["error_samples"]
     finally:
         api.terminate()
         api.wait(timeout=20)
+    assert api.returncode == 0  # SIGTERM: the supervisor stopped both workers and exited cleanly

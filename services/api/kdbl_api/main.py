@@ -7,6 +7,7 @@ import sys
 import uvicorn
 from starlette.applications import Starlette
 
+from kdbl_api import workers
 from kdbl_api.app import create_app
 from kdbl_core import logging_setup
 from kdbl_core.db.engine import async_engine
@@ -30,12 +31,10 @@ def main() -> None:
     except ConfigError as exc:
         print(f"kdbl-api: {exc.message}", file=sys.stderr)
         sys.exit(2)
-    options = {"host": settings.api_host, "port": settings.api_port, "log_config": None, "proxy_headers": True,
-               "server_header": False}
+    options = {"log_config": None, "proxy_headers": True, "server_header": False}
     if settings.api_workers > 1:
-        uvicorn.run("kdbl_api.main:build", factory=True, workers=settings.api_workers, **options)
-    else:
-        uvicorn.run(build(), **options)
+        sys.exit(workers.serve(settings.api_host, settings.api_port, settings.api_workers, options))
+    uvicorn.run(build(), host=settings.api_host, port=settings.api_port, **options)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,80 @@
+"""Several kdbl-api processes on one port, each with its own SO_REUSEPORT listening socket.
+
+uvicorn's own multi-worker mode shares one listening socket, and its event loop accepts every pending
+connection in one go: when 16 keep-alive clients connect at once, one worker often takes 12 or all 16
+of them and the other idles for the life of those connections (16-client throughput swung between
+152 and 202 req/s from run to run, docs/benchmarks.md). With a socket per worker, the kernel spreads
+new connections over the workers by a hash of the address pair.
+
+The supervisor forwards SIGTERM/SIGINT to the workers and waits for them. A worker that dies on its
+own takes the others down and the process exits non-zero, so Kubernetes restarts the pod.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import socket
+import sys
+from multiprocessing.process import BaseProcess
+from types import FrameType
+from typing import Any
+
+import uvicorn
+
+BACKLOG = 2048
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                         flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(address)
+    sock.listen(BACKLOG)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _worker(host: str, port: int, options: dict[str, Any]) -> None:
+    sock = listening_socket(host, port)
+    config = uvicorn.Config("kdbl_api.main:build", factory=True, **options)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def serve(host: str, port: int, workers: int, options: dict[str, Any]) -> int:
+    """Run `workers` processes until a signal (exit 0) or until one of them dies (exit 1)."""
+    probe = listening_socket(host, port)  # fail here, in the supervisor, if the port is taken
+    probe.close()
+    context = multiprocessing.get_context("spawn")
+    procs: list[BaseProcess] = [
+        context.Process(target=_worker, args=(host, port, options), name=f"kdbl-api-{i}", daemon=False)
+        for i in range(workers)
+    ]
+    stopping = False
+
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        # SIGTERM even for Ctrl-C: the workers got that SIGINT from the terminal already, and uvicorn
+        # treats a second SIGINT as "exit without draining"
+        nonlocal stopping
+        stopping = True
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for proc in procs:
+        proc.start()
+    failed = False
+    while any(proc.is_alive() for proc in procs):
+        for proc in procs:
+            proc.join(timeout=0.5)
+            if not proc.is_alive() and not stopping:
+                failed = True
+                print(f"kdbl-api: worker {proc.name} exited with {proc.exitcode}; stopping the others",
+                      file=sys.stderr)
+                stop(signal.SIGTERM, None)
+    return 1 if failed else 0
+
