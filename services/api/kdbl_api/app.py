@@ -27,6 +27,7 @@ from kdbl_core.auth.verifier import BearerVerifier, PatVerifier
 from kdbl_core.db import embeddings, reads
 from kdbl_core.embed import Embedder
 from kdbl_core.db.engine import assert_runtime_role
+from kdbl_core.db.pgpool import ApiPool
 from kdbl_core.principal import ALL_SCOPES
 from kdbl_core.settings import Settings
 from kdbl_core.signing import CursorCodec
@@ -57,7 +58,10 @@ def load_embedder(settings: Settings) -> Embedder | None:
 def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | None = None) -> Starlette:
     """The API. `embedder` lets a process that already loaded the model share it (kdbl-control up)."""
     state = AppState()
-    server = build_server(engine, state)
+    # the request path (tool calls, token lookups, downloads) runs on psycopg's pool; the engine serves
+    # start-up checks, readiness and capacity
+    pool = ApiPool(engine.url, settings.db_pool_size)
+    server = build_server(pool, state)
     manager = StreamableHTTPSessionManager(
         app=server, json_response=True, stateless=True,
         security_settings=TransportSecuritySettings(
@@ -65,10 +69,10 @@ def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | Non
             allowed_origins=list(settings.allowed_origins)),
         max_request_body_size=settings.max_request_bytes,
     )
-    verifier = BearerVerifier(PatVerifier(engine), _oidc(settings, engine))
+    verifier = BearerVerifier(PatVerifier(pool), _oidc(settings, engine))
     limiter = RateLimiter(settings.rate_limit_per_minute, settings.rate_limit_burst)
     front_door = McpFrontDoor(StreamableHTTPASGIApp(manager), verifier, settings, limiter, state.observability)
-    downloads = Downloads(settings, engine, state.observability)
+    downloads = Downloads(settings, pool, state.observability)
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
@@ -126,6 +130,7 @@ def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | Non
             await assert_runtime_role(engine, allow_privileged=settings.allow_privileged_db_role)
             async with engine.begin() as conn:
                 cursor_key = await reads.server_key(conn, "cursor")
+            await pool.open()
             loaded = embedder or await anyio.to_thread.run_sync(load_embedder, settings)
             state.services = Services(settings=settings, cursors=CursorCodec(cursor_key), downloads=downloads.signer,
                                       embedder=loaded)
@@ -133,6 +138,7 @@ def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | Non
                 yield
         finally:
             await downloads.aclose()
+            await pool.close()
             await engine.dispose()
 
     routes = [

@@ -12,14 +12,13 @@ import time
 from urllib.parse import quote
 
 import httpx
-from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from kdbl_api.observability import Observability
 from kdbl_core.db import audit, reads
-from kdbl_core.db.engine import rls_transaction
+from kdbl_core.db.engine import ContentDb, rls_transaction
 from kdbl_core.errors import Forbidden
 from kdbl_core.settings import Settings
 from kdbl_core.signing import DownloadSigner
@@ -35,7 +34,7 @@ def _disposition(key: str, attachment: bool) -> str:
 
 
 class Downloads:
-    def __init__(self, settings: Settings, engine: AsyncEngine, observability: Observability) -> None:
+    def __init__(self, settings: Settings, engine: ContentDb, observability: Observability) -> None:
         self.enabled = bool(settings.download_signing_secret and settings.api_public_url
                             and settings.internal_fetch_token)
         self.signer = DownloadSigner(settings.download_signing_secret.get_secret_value()) if self.enabled else None

@@ -18,7 +18,6 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from kdbl_api.observability import Observability
 from kdbl_api.tools import files
@@ -27,7 +26,7 @@ from kdbl_api.tools.models import FileRefArgs
 from kdbl_api.tools.registry import TOOLS, content_blocks
 from kdbl_core import __version__
 from kdbl_core.db import audit, reads
-from kdbl_core.db.engine import rls_transaction
+from kdbl_core.db.engine import ContentDb, rls_transaction
 from kdbl_core.errors import INVALID_PARAMS, Forbidden, KdblError
 from kdbl_core.principal import SCOPE_READ, Principal
 from kdbl_core.uris import PREFIX, file_uri, parse_file_uri
@@ -80,7 +79,7 @@ def validation_error(exc: ValidationError) -> MCPError:
 Work = Callable[[ToolContext], Awaitable[dict[str, Any]]]
 
 
-def build_server(engine: AsyncEngine, state: AppState) -> Server[Any]:
+def build_server(engine: ContentDb, state: AppState) -> Server[Any]:
     definitions = [spec.definition() for spec in TOOLS.values()]
 
     async def run(ctx: ServerRequestContext[Any], name: str, scope: str, arguments: dict[str, Any],
@@ -188,7 +187,7 @@ async def _audit(conn: Any, tctx: ToolContext | None, principal: Principal, tool
     )
 
 
-async def _audit_failure(engine: AsyncEngine, principal: Principal, tool: str, arguments: dict[str, Any],
+async def _audit_failure(engine: ContentDb, principal: Principal, tool: str, arguments: dict[str, Any],
                          error: str, ctx: ServerRequestContext[Any], started: float) -> None:
     try:
         async with rls_transaction(engine, principal) as conn:

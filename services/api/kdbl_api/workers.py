@@ -25,27 +25,27 @@ import uvicorn
 BACKLOG = 2048
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
+def bound_socket(host: str, port: int) -> socket.socket:
+    """Bound, not listening: uvicorn calls listen() once the app has started, so the kernel sends no
+    connection to a worker that is still starting (a socket that does not listen gets none)."""
     family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                                          flags=socket.AI_PASSIVE)[0]
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind(address)
-    sock.listen(BACKLOG)
-    sock.set_inheritable(True)
     return sock
 
 
 def _worker(host: str, port: int, options: dict[str, Any]) -> None:
-    sock = listening_socket(host, port)
-    config = uvicorn.Config("kdbl_api.main:build", factory=True, **options)
+    sock = bound_socket(host, port)
+    config = uvicorn.Config("kdbl_api.main:build", factory=True, backlog=BACKLOG, **options)
     uvicorn.Server(config).run(sockets=[sock])
 
 
 def serve(host: str, port: int, workers: int, options: dict[str, Any]) -> int:
     """Run `workers` processes until a signal (exit 0) or until one of them dies (exit 1)."""
-    probe = listening_socket(host, port)  # fail here, in the supervisor, if the port is taken
+    probe = bound_socket(host, port)  # fail here, in the supervisor, if the port is taken
     probe.close()
     context = multiprocessing.get_context("spawn")
     procs: list[BaseProcess] = [

@@ -101,18 +101,37 @@ async def many_clients(url: str, token: str, queries: list[str], clients: int, s
             "p95_ms": pct(times, 0.95), "error_samples": outcome.error_samples}
 
 
+def listening_sockets(port: int) -> int | None:
+    """How many TCP sockets listen on `port` (Linux /proc; None elsewhere)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            return None
+        for line in lines:
+            fields = line.split()
+            count += fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port
+    return count
+
+
 def start_api(owner_url: str, port: int, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """`kdbl-api` as a process; returns once every worker process listens (each has its own socket)."""
     env = {**os.environ, **(env or {}), "KDBL_DATABASE_URL": for_role(owner_url, "kdbl_api"), "KDBL_MCP_ENABLED": "true",
            "KDBL_API_HOST": "127.0.0.1", "KDBL_API_PORT": str(port), "KDBL_RATE_LIMIT_PER_MINUTE": "0",
            "KDBL_LOG_LEVEL": "WARNING"}
     proc = subprocess.Popen([sys.executable, "-m", "kdbl_api.main"], env=env)
+    workers = int(env.get("KDBL_API_WORKERS") or 1)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                return proc
+            ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200
         except httpx.HTTPError:
-            time.sleep(0.2)
+            ready = False
+        listening = listening_sockets(port)
+        if ready and (workers == 1 or listening is None or listening >= workers):
+            return proc
+        time.sleep(0.2)
     proc.kill()
     raise RuntimeError("kdbl-api did not become ready")
 

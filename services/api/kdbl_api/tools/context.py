@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
+from kdbl_core.db.engine import ContentConnection
 from kdbl_core.embed import Embedder
 from kdbl_core.principal import Principal
 from kdbl_core.settings import Settings
@@ -24,7 +23,7 @@ class Services:
 
 @dataclass(slots=True)
 class ToolContext:
-    conn: AsyncConnection
+    conn: ContentConnection
     principal: Principal
     services: Services
     # filled by the handler for the audit row

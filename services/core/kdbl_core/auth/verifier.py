@@ -18,10 +18,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import anyio.to_thread
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from kdbl_core.auth import pat
 from kdbl_core.db import driver
+from kdbl_core.db.engine import ContentDb, autocommit_connection
 from kdbl_core.errors import Forbidden, RateLimited, Unauthenticated
 from kdbl_core.principal import Principal
 
@@ -99,17 +99,16 @@ class _FailureBudget:
 
 
 class PatVerifier:
-    def __init__(self, engine: AsyncEngine, *, max_failures: int = MAX_FAILURES,
+    def __init__(self, db: ContentDb, *, max_failures: int = MAX_FAILURES,
                  failure_window_s: float = FAILURE_WINDOW_S) -> None:
-        # One statement, no transaction: autocommit saves the BEGIN/COMMIT round trips.
-        self._engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._db = db
         self._cache = _VerifiedCache()
         self._failures = _FailureBudget(max_failures, failure_window_s)
         self._inflight: dict[str, anyio.Lock] = {}
 
     async def verify(self, token: str) -> Principal:
         parsed = pat.parse(token)
-        async with self._engine.connect() as conn:
+        async with autocommit_connection(self._db) as conn:  # one statement: no BEGIN/COMMIT round trips
             rows = await driver.fetch(conn, _LOOKUP, {"lookup_id": parsed.lookup_id})
         row = rows[0] if rows else None
         if row is None:

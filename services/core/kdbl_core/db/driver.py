@@ -28,7 +28,10 @@ def pyformat(sql: str) -> str:
     return _PLACEHOLDER.sub(r"%(\1)s", sql.replace("%", "%%"))
 
 
-async def psycopg_connection(conn: AsyncConnection) -> PsycopgConnection[Any]:
+async def psycopg_connection(conn: AsyncConnection | Any) -> PsycopgConnection[Any]:
+    """The psycopg connection under SQLAlchemy's, or a pgpool.Session's own (`.raw`)."""
+    if not isinstance(conn, AsyncConnection):
+        return conn.raw
     raw = await conn.get_raw_connection()
     driver = raw.driver_connection
     if not isinstance(driver, PsycopgConnection):

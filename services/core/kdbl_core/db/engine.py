@@ -10,6 +10,7 @@ from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from kdbl_core.db import driver
+from kdbl_core.db.pgpool import ApiPool, Session
 from kdbl_core.db.urls import normalise
 from kdbl_core.errors import ConfigError
 from kdbl_core.principal import Principal
@@ -47,13 +48,35 @@ def principal_params(principal: Principal) -> dict[str, str]:
     return {"tenant": str(principal.tenant_id), "subjects": _SUBJECT_SEP.join(principal.subjects)}
 
 
+# What the request path runs statements on: SQLAlchemy's async connection (tests, tools, benchmarks) or
+# the API's psycopg pool session (pgpool.py). Both take `execute(text(...), params)`.
+ContentDb = AsyncEngine | ApiPool
+ContentConnection = AsyncConnection | Session
+
+
 @asynccontextmanager
-async def rls_transaction(engine: AsyncEngine, principal: Principal) -> AsyncIterator[AsyncConnection]:
+async def rls_transaction(db: ContentDb, principal: Principal) -> AsyncIterator[ContentConnection]:
     """One transaction scoped to `principal`: the settings vanish at commit/rollback (SET LOCAL).
 
     The settings travel with the transaction's BEGIN in one round trip (psycopg pipeline)."""
-    async with engine.begin() as conn:
-        await driver.execute(conn, _SET_PRINCIPAL_SQL, principal_params(principal), pipelined=True)
+    params = principal_params(principal)
+    if isinstance(db, ApiPool):
+        async with db.transaction(_SET_PRINCIPAL_SQL, params) as session:
+            yield session
+        return
+    async with db.begin() as conn:
+        await driver.execute(conn, _SET_PRINCIPAL_SQL, params, pipelined=True)
+        yield conn
+
+
+@asynccontextmanager
+async def autocommit_connection(db: ContentDb) -> AsyncIterator[ContentConnection]:
+    """A connection outside any transaction, for one-statement lookups (no BEGIN/COMMIT round trips)."""
+    if isinstance(db, ApiPool):
+        async with db.autocommit() as session:
+            yield session
+        return
+    async with db.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
         yield conn
 
 
