@@ -43,6 +43,9 @@ def test_bench_search_measures_the_real_stack(owner_url, tiny_beir, tmp_path, un
     assert one["n"] == 3 and one["errors"] == 0 and one["p50_ms"] > 0
     assert many["clients"] == 4 and many["requests"] > 4 and many["errors"] == 0, many["error_samples"]
     assert result["floor_sql"]["n"] == 3
+    # every request costs the API process and the load generator some CPU (no postmaster pid given here)
+    assert set(many["cpu_ms_per_request"]) == {"api", "load generator"}
+    assert all(ms > 0 for ms in many["cpu_ms_per_request"].values())
 
 
 def test_loadgen_reports_http_and_jsonrpc_failures(owner_url):

@@ -23,6 +23,7 @@ import httpx
 
 from kdbl_control.beir import ensure_indexed, load_queries, materialise_beir
 from kdbl_control.loadgen import Connection, LoadgenError, Outcome, encode_post, jsonrpc_error, run_clients
+from kdbl_control.proctime import CpuMeter
 from kdbl_control.up import free_port
 from kdbl_core.db.engine import async_engine, rls_transaction
 from kdbl_core.errors import ConfigError
@@ -87,18 +88,24 @@ async def one_client(url: str, token: str, queries: list[str], mode: str = "lexi
 
 
 async def many_clients(url: str, token: str, queries: list[str], clients: int, seconds: float,
-                       mode: str = "lexical", warmup_s: float = 3.0) -> dict[str, Any]:
+                       mode: str = "lexical", warmup_s: float = 3.0, meter: CpuMeter | None = None
+                       ) -> dict[str, Any]:
     """Requests/s at steady state: an unmeasured warm-up first gets every pooled connection (in every
-    API worker) its backend, catalog caches and prepared statements."""
+    API worker) its backend, catalog caches and prepared statements. With `meter`: CPU ms per request
+    of each measured process tree."""
     requests = _requests(url, token, queries, mode)
     if warmup_s > 0:
         await run_clients(url, requests, clients=clients, seconds=warmup_s)
+    if meter is not None:
+        meter.start()
     outcome, elapsed = await run_clients(url, requests, clients=clients, seconds=seconds)
+    used = meter.stop() if meter is not None else {}
     times = outcome.latencies_ms
     return {"clients": clients, "requests": len(times), "errors": outcome.errors, "seconds": round(elapsed, 1),
             "warmup_s": warmup_s,
             "requests_per_s": round(len(times) / elapsed, 1), "p50_ms": pct(times, 0.5),
-            "p95_ms": pct(times, 0.95), "error_samples": outcome.error_samples}
+            "p95_ms": pct(times, 0.95), "error_samples": outcome.error_samples,
+            "cpu_ms_per_request": {name: round(1000 * sec / max(len(times), 1), 2) for name, sec in used.items()}}
 
 
 def listening_sockets(port: int) -> int | None:
@@ -137,7 +144,9 @@ def start_api(owner_url: str, port: int, env: dict[str, str] | None = None) -> s
 
 
 def run_search_bench(owner_url: str, dataset: Path, work_dir: Path, *, clients: int, seconds: float,
-                     n_queries: int, mode: str = "lexical", model_path: Path | None = None) -> dict[str, Any]:
+                     n_queries: int, mode: str = "lexical", model_path: Path | None = None,
+                     postgres_pid: int | None = None) -> dict[str, Any]:
+    """`postgres_pid`: the local postmaster, to report Postgres CPU per request (embedded database)."""
     docs = work_dir / "bench-docs"
     n_docs = materialise_beir(dataset, docs)
     indexed = ensure_indexed(owner_url, docs, TENANT)
@@ -164,7 +173,9 @@ def run_search_bench(owner_url: str, dataset: Path, work_dir: Path, *, clients: 
             "queries": len(queries), "crawl": indexed["crawl"], "embedding": embedding,
             "floor_sql": asyncio.run(floor(owner_url, indexed["tenant_id"], queries)),
             "http_1_client": asyncio.run(one_client(url, indexed["token"], queries, mode)),
-            "http_n_clients": asyncio.run(many_clients(url, indexed["token"], queries, clients, seconds, mode)),
+            "http_n_clients": asyncio.run(many_clients(url, indexed["token"], queries, clients, seconds, mode,
+                                                       meter=CpuMeter(api=api.pid, postgres=postgres_pid))),
+            "api_workers": int(os.environ.get("KDBL_API_WORKERS") or 1),
             "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
             "date": time.strftime("%Y-%m-%d"),
         }
@@ -191,5 +202,10 @@ def summarise(result: dict[str, Any]) -> str:
     lines = [f"{result['documents']} documents, {result['chunks']} chunks, {result['queries']} queries",
              f"{'':34} {'p50 ms':>8} {'p95 ms':>8}"]
     lines += [f"{name:34} {p50!s:>8} {p95!s:>8}  {extra}" for name, p50, p95, extra in rows]
+    cpu = result["http_n_clients"].get("cpu_ms_per_request")
+    if cpu:
+        lines.append(f"CPU ms per request at {result['http_n_clients']['clients']} clients "
+                     f"({result.get('api_workers', 1)} API process(es)): "
+                     + ", ".join(f"{name} {ms}" for name, ms in cpu.items()))
     return "\n".join(lines)
 

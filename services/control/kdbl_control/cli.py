@@ -255,6 +255,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
 def _bench(args: argparse.Namespace, settings: Settings) -> int:
     from kdbl_control import bench, bench_scale
     from kdbl_control.evaluate import default_model_path
+    from kdbl_control.proctime import postmaster_pid
     from kdbl_core.db.embedded import EmbeddedDatabase
 
     if not (args.dataset / "corpus.jsonl").exists():
@@ -280,7 +281,8 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
         result = bench.run_search_bench(settings.database_url.get_secret_value(), args.dataset, work, **options)
     else:
         with EmbeddedDatabase(args.data_dir or work / "db") as db:
-            result = bench.run_search_bench(db.owner_url, args.dataset, work, **options)
+            result = bench.run_search_bench(db.owner_url, args.dataset, work, **options,
+                                            postgres_pid=postmaster_pid(db.data_dir / "pgdata"))
     print(json.dumps(result, indent=2, default=str) if args.json else bench.summarise(result))
     return 0
 
