@@ -39,6 +39,14 @@ def test_the_api_service_name_is_overridable(chart: Chart) -> None:
     assert "klake.kdbl.svc.cluster.local:*" in hosts
 
 
+def test_api_worker_processes_per_pod_are_a_value(chart: Chart) -> None:
+    assert env_of(_container(chart.render(), "Deployment", "kdbl-api"))["KDBL_API_WORKERS"]["value"] == "1"
+    env = env_of(_container(chart.render("--set", "api.workers=2"), "Deployment", "kdbl-api"))
+    assert env["KDBL_API_WORKERS"]["value"] == "2"
+    refused = chart.template("--set", "api.workers=0")  # the values schema refuses 0
+    assert refused.returncode != 0 and "workers" in refused.stderr
+
+
 def test_the_worker_fetch_service_and_url(chart: Chart) -> None:
     docs = chart.render()
     svc = one(docs, "Service", "kdbl-worker-fetch")
