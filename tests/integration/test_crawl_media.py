@@ -142,6 +142,18 @@ def test_a_configured_transcriber_that_is_missing_skips_with_its_path(owner_engi
     assert files["talk.mp4"]["status"] == "ok"  # a sidecar needs no transcriber
 
 
+def test_media_skipped_for_want_of_a_transcriber_is_retried_once_one_is_configured(owner_engine, worker_engine,
+                                                                                  corpus, tmp_path):
+    assert _files(owner_engine, corpus.source_id)["lecture.mp4"]["status_reason"].startswith("no transcriber")
+    model = tmp_path / "models" / "whisper"  # configured but absent: the retry is visible in the new reason
+    [row] = load_sources(worker_engine, source_id=corpus.source_id)
+    indexer = Indexer(worker_engine, Settings(transcriber_model=str(model), extract_processes=1))
+    assert indexer.crawl(row).indexed == 1  # only lecture.mp4: the media with sidecars did not wait for one
+    lecture = _files(owner_engine, corpus.source_id)["lecture.mp4"]
+    assert lecture["status_reason"] == f"transcriber model folder {model} not found (KDBL_TRANSCRIBER_MODEL)"
+    assert indexer.crawl(row).indexed == 0  # a different reason now: no retry on every crawl
+
+
 # -- the same over HTTP: pairing comes from the listing, the sidecar through the connector ------------------
 
 

@@ -105,6 +105,11 @@ def _unchanged(state: content.FileState | None, remote: RemoteFile) -> bool:
     return remote.size == state.size and remote.mtime == state.mtime
 
 
+def _waits_for_transcriber(state: content.FileState | None) -> bool:
+    """Skipped only because no transcriber was configured: worth one more try once one is."""
+    return state is not None and state.status == "skipped" and state.status_reason == media.NO_TRANSCRIBER
+
+
 def limits_from(settings: Settings) -> sandbox.Limits:
     """Extraction limits. `extract_timeout_s` / `extract_memory_mb` are read when Settings has them."""
     return sandbox.Limits(
@@ -227,8 +232,11 @@ class Indexer:
                 add(remote, fresh)
             gone = sorted(set(known) - listed)
             sidecars.deleted(gone)
+            transcriber = self.box.limits.transcriber_model is not None
             for remote in sidecars.media:
-                fresh = _unchanged(known.get(remote.key), remote) and not sidecars.touched(remote.key)
+                state = known.get(remote.key)
+                fresh = (_unchanged(state, remote) and not sidecars.touched(remote.key)
+                         and not (transcriber and _waits_for_transcriber(state)))
                 add(remote, fresh, sidecars.sidecar_for(remote.key))
             self._queue(job, batch)
             with tenant_transaction(self.engine, job.tenant_id) as conn:

@@ -52,6 +52,7 @@ class FileState:
     mtime: datetime | None
     etag: str | None
     status: str
+    status_reason: str | None = None
 
 
 # Dropping a file's indexed content, in one statement: its chunks and postings go, and the statistics
@@ -266,9 +267,10 @@ def _file_params(tenant_id: uuid.UUID, source_id: uuid.UUID, meta: FileMeta, sta
 
 def load_file_states(conn: Connection, source_id: uuid.UUID) -> dict[str, FileState]:
     rows = conn.execute(
-        text("SELECT key, size, mtime, etag, status FROM files WHERE source_id = :s"), {"s": source_id}
+        text("SELECT key, size, mtime, etag, status, status_reason FROM files WHERE source_id = :s"),
+        {"s": source_id},
     )
-    return {r.key: FileState(r.size, r.mtime, r.etag, r.status) for r in rows}
+    return {r.key: FileState(r.size, r.mtime, r.etag, r.status, r.status_reason) for r in rows}
 
 
 def _drop_content(conn: Connection, tenant_id: uuid.UUID, file_ids: Sequence[int]) -> None:
