@@ -26,6 +26,10 @@ def upgrade(owner_url: str, revision: str = "head") -> None:
     command.upgrade(_config(owner_url), revision)
 
 
+def downgrade(owner_url: str, revision: str) -> None:
+    command.downgrade(_config(owner_url), revision)
+
+
 def current_revision(owner_url: str) -> str | None:
     engine = create_engine(normalise(owner_url), poolclass=pool.NullPool)
     try:

@@ -31,16 +31,4 @@ REVOKE ALL ON FUNCTION kdbl_ensure_vector_index(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION kdbl_ensure_vector_index(integer) TO kdbl_worker, kdbl_admin;
 
 -- Installation-wide counts only (no content, no tenant names): what /capacity may show unauthenticated.
-CREATE FUNCTION kdbl_embedding_progress()
-    RETURNS TABLE (hybrid_chunks bigint, embedded_chunks bigint)
-    LANGUAGE sql STABLE SECURITY DEFINER
-    SET search_path = pg_catalog, public
-    AS $$
-        SELECT count(*), count(c.embedding)
-          FROM public.chunks c
-          JOIN public.sources s ON s.id = c.source_id
-          JOIN public.tenants t ON t.id = c.tenant_id
-         WHERE s.hybrid_enabled AND t.hybrid_enabled
-    $$;
-REVOKE ALL ON FUNCTION kdbl_embedding_progress() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION kdbl_embedding_progress() TO kdbl_api, kdbl_admin;
+-- kdbl_embedding_progress(): 0004_embedding_progress.sql (0006's downgrade restores it from there)

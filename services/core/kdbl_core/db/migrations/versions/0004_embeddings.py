@@ -14,10 +14,13 @@ branch_labels = None
 depends_on = None
 
 _SQL = Path(__file__).resolve().parent.parent / "sql" / "0004_embeddings.sql"
+PROGRESS_SQL = _SQL.with_name("0004_embedding_progress.sql")
 
 
 def upgrade() -> None:
-    op.get_bind().connection.driver_connection.execute(_SQL.read_text())
+    driver = op.get_bind().connection.driver_connection
+    driver.execute(_SQL.read_text())
+    driver.execute(PROGRESS_SQL.read_text())
 
 
 def downgrade() -> None:

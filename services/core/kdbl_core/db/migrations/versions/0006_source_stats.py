@@ -14,6 +14,7 @@ branch_labels = None
 depends_on = None
 
 _SQL = Path(__file__).resolve().parent.parent / "sql" / "0006_source_stats.sql"
+_PROGRESS_0004 = _SQL.with_name("0004_embedding_progress.sql")
 
 
 def upgrade() -> None:
@@ -31,15 +32,6 @@ def downgrade() -> None:
         DROP FUNCTION IF EXISTS kdbl_chunks_counter();
         DROP FUNCTION IF EXISTS kdbl_add_source_stats(uuid[], text[], bigint[], bigint[]);
         DROP TABLE IF EXISTS source_stats;
-        CREATE OR REPLACE FUNCTION kdbl_embedding_progress()
-            RETURNS TABLE (hybrid_chunks bigint, embedded_chunks bigint)
-            LANGUAGE sql STABLE SECURITY DEFINER
-            SET search_path = pg_catalog, public
-            AS $$
-                SELECT count(*), count(c.embedding)
-                  FROM public.chunks c
-                  JOIN public.sources s ON s.id = c.source_id
-                  JOIN public.tenants t ON t.id = c.tenant_id
-                 WHERE s.hybrid_enabled AND t.hybrid_enabled
-            $$;
     """)
+    # back to 0004's counting kdbl_embedding_progress()
+    op.get_bind().connection.driver_connection.execute(_PROGRESS_0004.read_text())
