@@ -1,11 +1,11 @@
-"""Hot-path statements run on psycopg directly, inside the caller's SQLAlchemy transaction.
+"""Hot-path statements run on psycopg directly, inside the caller's transaction.
 
-Every search request runs the same four statements (principal settings, BM25, neighbours, audit). Through
-SQLAlchemy's execution and result layers each cost ~110 µs more API CPU than the same statement on the
-psycopg connection underneath (docs/benchmarks.md); at ~13 ms of CPU per request on two cores that is
-a few percent of the throughput. The statements keep the `:name` placeholders of the rest of the code
-base; they are rewritten once to psycopg's `%(name)s`. The transaction stays SQLAlchemy's: these helpers
-only borrow its connection.
+Every search request runs the same statements (token lookup, principal settings, BM25, neighbours,
+audit). Through SQLAlchemy's execution and result layers each cost ~110 µs more API CPU than on the
+psycopg connection underneath (docs/benchmarks.md). The statements keep the `:name` placeholders of
+the rest of the code base; they are rewritten once to psycopg's `%(name)s`. The caller's connection is
+either SQLAlchemy's (tests, benchmarks, `kdbl-control`: these helpers borrow the psycopg connection
+under it, the transaction stays SQLAlchemy's) or a `pgpool.Session` (the API).
 """
 
 from __future__ import annotations
