@@ -40,6 +40,16 @@ def test_score_rerank_keeps_pinned_identifiers_first_and_handles_missing_scores(
     assert ranked[0].vector_score is None and ranked[1].lexical_score is None
 
 
+def test_an_arm_that_scored_one_candidate_still_prefers_it() -> None:
+    # only chunk 2 contains the query's words: the lexical arm must lift it above chunk 3
+    fused = hybrid.fuse([hit(2, 4.0)], [hit(3, 0.61), hit(2, 0.60)], k=60)
+    ranked = hybrid.rescore(fused, {2: 4.0}, {2: 0.60, 3: 0.61}, lexical_weight=0.6)
+    assert [(f.hit.chunk_id, round(f.score, 6)) for f in ranked] == [(2, 0.6), (3, 0.4)]  # 0.6·1 + 0.4·0, 0.6·0 + 0.4·1
+    # a lone hit scores 1, not 0
+    alone = hybrid.rescore(hybrid.fuse([hit(5, 2.0)], [hit(5, 0.3)], k=60), {5: 2.0}, {5: 0.3}, lexical_weight=0.5)
+    assert alone[0].score == 1.0
+
+
 def test_diversify_caps_hits_per_file_and_skips_neighbours() -> None:
     ranked = hybrid.fuse([hit(1, 9, file_id=7, seq=0), hit(2, 8, file_id=7, seq=1), hit(3, 7, file_id=7, seq=5),
                           hit(4, 6, file_id=7, seq=9), hit(5, 5, file_id=8)], [])

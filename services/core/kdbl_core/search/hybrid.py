@@ -62,8 +62,9 @@ def _min_max(values: dict[int, float], ids: list[int]) -> dict[int, float]:
     if not present:
         return {i: 0.0 for i in ids}
     low, high = min(present), max(present)
-    span = high - low or 1.0
-    return {i: (values[i] - low) / span if i in values else 0.0 for i in ids}
+    if high == low:  # one scored candidate, or all tied: each is the arm's best, unscored ones its worst
+        return {i: 1.0 if i in values else 0.0 for i in ids}
+    return {i: (values[i] - low) / (high - low) if i in values else 0.0 for i in ids}
 
 
 def rescore(fused: list[Fused], lexical_scores: dict[int, float], vector_scores: dict[int, float], *,
