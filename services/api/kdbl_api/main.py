@@ -19,7 +19,9 @@ def build() -> Starlette:
     """The app from the environment (also the uvicorn factory each worker process calls)."""
     settings = Settings()
     logging_setup.configure(settings.log_level, settings.log_format)
-    engine = async_engine(settings.require_database_url(), pool_size=settings.db_pool_size)
+    # start-up checks, /readyz, /capacity and OIDC tenant lookups (cached) only: the request path has its
+    # own pool of KDBL_DB_POOL_SIZE connections (kdbl_core.db.pgpool)
+    engine = async_engine(settings.require_database_url(), pool_size=2)
     return create_app(settings, engine)
 
 
