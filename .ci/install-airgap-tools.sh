@@ -29,27 +29,7 @@ for cmd in "${!APT[@]}"; do
 done
 
 if [ "${#missing[@]}" -gt 0 ]; then
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null 2>&1 || { echo "install-airgap-tools: need root (or sudo) for apt-get install ${missing[*]}" >&2; exit 1; }
-    SUDO="sudo -n"
-  fi
-  echo "install-airgap-tools: apt-get install ${missing[*]}" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  ${SUDO} apt-get update -qq >/dev/null
-  # A temporary policy-rc.d (exit 101) keeps docker-registry's package from starting a system-wide
-  # registry on :5000; the tests start their own on a free loopback port.
-  POLICY=/usr/sbin/policy-rc.d
-  ADDED_POLICY=""
-  if [ ! -e "${POLICY}" ]; then
-    printf '#!/bin/sh\nexit 101\n' | ${SUDO} tee "${POLICY}" >/dev/null
-    ${SUDO} chmod 0755 "${POLICY}"
-    ADDED_POLICY=1
-  fi
-  rc=0
-  ${SUDO} apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || rc=$?
-  [ -n "${ADDED_POLICY}" ] && ${SUDO} rm -f "${POLICY}"
-  [ "${rc}" -eq 0 ] || { echo "install-airgap-tools: apt-get install failed (${rc})" >&2; exit 1; }
+  "${SCRIPT_DIR}/apt-install.sh" install-airgap-tools "${missing[@]}"
   for cmd in "${!APT[@]}"; do
     command -v "${cmd}" >/dev/null 2>&1 || { echo "install-airgap-tools: ${cmd} still missing" >&2; exit 1; }
   done

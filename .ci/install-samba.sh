@@ -13,26 +13,6 @@ if have smbd && have smbpasswd; then
   exit 0
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null 2>&1 || { echo "install-samba: need root (or sudo) for apt-get install samba" >&2; exit 1; }
-  SUDO="sudo -n"
-fi
-echo "install-samba: apt-get install samba" >&2
-export DEBIAN_FRONTEND=noninteractive
-${SUDO} apt-get update -qq >/dev/null || { echo "install-samba: apt-get update failed" >&2; exit 1; }
-# A temporary policy-rc.d (exit 101) keeps the package from starting system-wide smbd/nmbd on :445;
-# the tests start their own.
-POLICY=/usr/sbin/policy-rc.d
-ADDED_POLICY=""
-if [ ! -e "${POLICY}" ]; then
-  printf '#!/bin/sh\nexit 101\n' | ${SUDO} tee "${POLICY}" >/dev/null
-  ${SUDO} chmod 0755 "${POLICY}"
-  ADDED_POLICY=1
-fi
-rc=0
-${SUDO} apt-get install -y -qq --no-install-recommends samba >/dev/null || rc=$?
-[ -n "${ADDED_POLICY}" ] && ${SUDO} rm -f "${POLICY}"
-[ "${rc}" -eq 0 ] || { echo "install-samba: apt-get install samba failed (${rc})" >&2; exit 1; }
+"$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" install-samba samba
 have smbd && have smbpasswd || { echo "install-samba: smbd still missing" >&2; exit 1; }
 echo "install-samba: smbd ready" >&2
