@@ -70,6 +70,18 @@ def file_filter_sql(filters: Filters, params: dict) -> str:
     return " AND ".join(clauses)
 
 
+def filters_sql(filters: Filters, params: dict, alias: str) -> str:
+    """` AND ...` restricting rows of `alias` (postings or chunks: both carry source_id and file_id)."""
+    extra = ""
+    if filters.source_id is not None:
+        extra += f" AND {alias}.source_id = :source_id"
+        params["source_id"] = filters.source_id
+    if filters.touches_files:
+        extra += (f" AND {alias}.file_id IN (SELECT f.id FROM files f WHERE f.tenant_id = kdbl_tenant() AND "
+                  f"{file_filter_sql(filters, params)})")
+    return extra
+
+
 # The query's terms with their idf and the tenant's average chunk length; _BM25 scores one posting.
 _TERMS = f"""
 WITH q AS (
@@ -108,13 +120,7 @@ def build_query(filters: Filters) -> tuple[str, dict]:
     exactly the exhaustive top-N (what small and medium tenants always get).
     """
     params: dict = {}
-    extra = ""
-    if filters.source_id is not None:
-        extra += " AND p.source_id = :source_id"
-        params["source_id"] = filters.source_id
-    if filters.touches_files:
-        file_sql = file_filter_sql(filters, params)
-        extra += f" AND p.file_id IN (SELECT f.id FROM files f WHERE f.tenant_id = kdbl_tenant() AND {file_sql})"
+    extra = filters_sql(filters, params, "p")
     sql = _TERMS + f"""
 , ranked AS (
     SELECT w.*, w.df > :common_df AS common,

@@ -14,20 +14,14 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from kdbl_core.db.embeddings import vector_literal
-from kdbl_core.search.lexical import Filters, LexicalHit, file_filter_sql
+from kdbl_core.search.lexical import Filters, LexicalHit, filters_sql
 
 
 def build_query(dim: int, filters: Filters) -> tuple[str, dict]:
     if not 0 < dim <= 16000:
         raise ValueError("bad embedding dimension")
     params: dict = {}
-    extra = ""
-    if filters.source_id is not None:
-        extra += " AND c.source_id = :source_id"
-        params["source_id"] = filters.source_id
-    if filters.touches_files:
-        extra += (" AND c.file_id IN (SELECT f.id FROM files f WHERE f.tenant_id = kdbl_tenant() AND "
-                  f"{file_filter_sql(filters, params)})")
+    extra = filters_sql(filters, params, "c")
     sql = f"""
 WITH nn AS (
     SELECT c.id AS chunk_id, c.file_id, c.source_id, c.seq,
