@@ -19,7 +19,7 @@ from kdbl_api.ratelimit import RateLimiter
 from kdbl_api.server import PRINCIPAL_KEY
 from kdbl_api.tools.registry import TOOLS
 from kdbl_core.auth.verifier import BearerVerifier
-from kdbl_core.errors import RATE_LIMITED, Forbidden, RateLimited, Unauthenticated
+from kdbl_core.errors import Forbidden, RateLimited, Unauthenticated
 from kdbl_core.principal import SCOPE_READ
 from kdbl_core.settings import Settings
 
@@ -39,6 +39,11 @@ def _jsonrpc_error(status: int, code: int, message: str, headers: dict[str, str]
     if data:
         error["data"] = data
     return JSONResponse({"jsonrpc": "2.0", "id": None, "error": error}, status_code=status, headers=headers)
+
+
+def _too_many_requests(exc: RateLimited) -> Response:
+    return _jsonrpc_error(429, exc.jsonrpc_code, exc.message, {"Retry-After": str(exc.retry_after_sec)},
+                          {"retry_after_sec": exc.retry_after_sec})
 
 
 class McpFrontDoor:
@@ -89,9 +94,7 @@ class McpFrontDoor:
             return
         except RateLimited as exc:
             self.obs.auth_failures.labels("throttled").inc()
-            wait = exc.retry_after_sec
-            await _jsonrpc_error(429, RATE_LIMITED, exc.message, {"Retry-After": str(wait)},
-                                 {"retry_after_sec": wait})(scope, receive, send)
+            await _too_many_requests(exc)(scope, receive, send)
             return
         except Forbidden as exc:
             self.obs.auth_failures.labels("forbidden").inc()
@@ -101,8 +104,7 @@ class McpFrontDoor:
         wait = self.limiter.check(str(principal.token_id or principal.subject + "@" + principal.tenant_name))
         if wait:
             self.obs.rate_limited.inc()
-            await _jsonrpc_error(429, RATE_LIMITED, f"rate limit exceeded; retry after {wait} s",
-                                 {"Retry-After": str(wait)}, {"retry_after_sec": wait})(scope, receive, send)
+            await _too_many_requests(RateLimited(wait))(scope, receive, send)
             return
 
         body = await self._read_body(request)

@@ -11,12 +11,13 @@ under it, the transaction stays SQLAlchemy's) or a `pgpool.Session` (the API).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections import namedtuple
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from psycopg import AsyncConnection as PsycopgConnection
-from psycopg.rows import dict_row, namedtuple_row
+from psycopg import AsyncConnection as PsycopgConnection, AsyncCursor
+from psycopg.rows import dict_row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 _PLACEHOLDER = re.compile(r"(?<![:\w]):(\w+)")
@@ -26,6 +27,21 @@ _PLACEHOLDER = re.compile(r"(?<![:\w]):(\w+)")
 def pyformat(sql: str) -> str:
     """`:name` placeholders as psycopg's `%(name)s` (`::type` casts and literal `%` are kept)."""
     return _PLACEHOLDER.sub(r"%(\1)s", sql.replace("%", "%%"))
+
+
+@lru_cache(maxsize=512)
+def _row_type(names: tuple[str, ...]) -> Any:
+    # rename: duplicate or non-identifier column names ("set_config" twice, "?column?") become _0, _1...
+    return namedtuple("Row", names, rename=True)  # noqa: PYI024 - fields known only at run time
+
+
+def named_rows(cursor: AsyncCursor[Any]) -> Callable[[Sequence[Any]], Any]:
+    """psycopg row factory: rows with attribute access by column name, like SQLAlchemy's (psycopg's own
+    namedtuple_row refuses duplicate names)."""
+    description = cursor.description
+    if description is None:
+        return tuple
+    return _row_type(tuple(column.name for column in description))._make
 
 
 async def psycopg_connection(conn: AsyncConnection | Any) -> PsycopgConnection[Any]:
@@ -42,7 +58,7 @@ async def psycopg_connection(conn: AsyncConnection | Any) -> PsycopgConnection[A
 async def fetch(conn: AsyncConnection, sql: str, params: Mapping[str, Any]) -> list[Any]:
     """All rows, as named tuples (attribute access, like SQLAlchemy rows)."""
     driver = await psycopg_connection(conn)
-    async with driver.cursor(row_factory=namedtuple_row) as cur:
+    async with driver.cursor(row_factory=named_rows) as cur:
         await cur.execute(pyformat(sql), params)
         return await cur.fetchall()
 

@@ -10,33 +10,16 @@ the SQLAlchemy engine.
 
 from __future__ import annotations
 
-from collections import namedtuple
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
-from functools import lru_cache
 from typing import Any
 
-from psycopg import AsyncConnection, AsyncCursor
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import TextClause
 from sqlalchemy.engine import URL
 
-from kdbl_core.db.driver import pyformat
-
-
-@lru_cache(maxsize=512)
-def _row_type(names: tuple[str, ...]) -> Any:
-    # rename: duplicate or non-identifier column names ("set_config" twice, "?column?") become _0, _1...
-    return namedtuple("Row", names, rename=True)  # noqa: PYI024 - fields known only at run time
-
-
-def _named_rows(cursor: AsyncCursor[Any]) -> Callable[[Sequence[Any]], Any]:
-    """Rows with attribute access by column name, like SQLAlchemy's (psycopg's namedtuple_row refuses
-    duplicate names)."""
-    description = cursor.description
-    if description is None:
-        return tuple
-    return _row_type(tuple(column.name for column in description))._make
+from kdbl_core.db.driver import named_rows, pyformat
 
 
 class Rows:
@@ -86,7 +69,7 @@ class Session:
 
     async def execute(self, statement: TextClause | str, params: Mapping[str, Any] | None = None) -> Rows:
         sql = statement.text if isinstance(statement, TextClause) else statement
-        async with self.raw.cursor(row_factory=_named_rows) as cur:
+        async with self.raw.cursor(row_factory=named_rows) as cur:
             await cur.execute(pyformat(sql), params or {})
             rows = await cur.fetchall() if cur.description is not None else []
             return Rows(rows, cur.rowcount)
