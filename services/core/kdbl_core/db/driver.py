@@ -30,18 +30,18 @@ def pyformat(sql: str) -> str:
 
 
 @lru_cache(maxsize=512)
-def _row_type(names: tuple[str, ...]) -> Any:
+def _row_type(encoding: str, *names: bytes) -> Any:
     # rename: duplicate or non-identifier column names ("set_config" twice, "?column?") become _0, _1...
-    return namedtuple("Row", names, rename=True)  # noqa: PYI024 - fields known only at run time
+    return namedtuple("Row", [n.decode(encoding) for n in names], rename=True)  # noqa: PYI024
 
 
 def named_rows(cursor: AsyncCursor[Any]) -> Callable[[Sequence[Any]], Any]:
     """psycopg row factory: rows with attribute access by column name, like SQLAlchemy's (psycopg's own
-    namedtuple_row refuses duplicate names)."""
-    description = cursor.description
-    if description is None:
+    namedtuple_row refuses duplicate names). Names come from the raw result, cached per column list."""
+    result = cursor.pgresult
+    if result is None or not result.nfields:
         return tuple
-    return _row_type(tuple(column.name for column in description))._make
+    return _row_type(cursor.connection.info.encoding, *(result.fname(i) for i in range(result.nfields)))._make
 
 
 async def psycopg_connection(conn: AsyncConnection | Any) -> PsycopgConnection[Any]:
