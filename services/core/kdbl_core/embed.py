@@ -1,7 +1,11 @@
 """Text embeddings with a local GGUF model through llama.cpp (llama-cpp-python).
 
 This is the only module that imports ``llama_cpp``. One :class:`Embedder` owns one llama.cpp
-context; a context is not thread-safe, so every evaluation runs under a lock.
+context; a context is not thread-safe, so every evaluation runs under a lock. The lock is taken per
+evaluated batch, not per call, and a waiting query (``embed_query``) goes before the next batch of a
+background ``embed()``: in `kdbl-control up` the API and the corpus embedding share one model, and a
+hybrid query used to wait behind a whole 32-chunk call (16 s for the first query of a fresh corpus,
+~2 s after); now it waits for at most one batch (docs/benchmarks.md).
 
 Truncation keeps the model's final ``[SEP]``: a text is tokenized as ``[CLS] ... [SEP]``,
 cut to ``max_tokens`` and closed with ``[SEP]`` again, as sentence-transformers does
@@ -10,11 +14,12 @@ cut to ``max_tokens`` and closed with ``[SEP]`` again, as sentence-transformers 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Self
 
@@ -51,6 +56,32 @@ def default_model_path() -> Path | None:
     return path if path.is_file() else None
 
 
+class PriorityLock:
+    """A mutex where urgent holders (queries) go before ordinary ones (background batches) that wait."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._busy = False
+        self._urgent_waiting = 0
+
+    @contextlib.contextmanager
+    def hold(self, *, urgent: bool = False) -> Iterator[None]:
+        with self._cond:
+            self._urgent_waiting += urgent
+            try:
+                while self._busy or (not urgent and self._urgent_waiting):
+                    self._cond.wait()
+            finally:
+                self._urgent_waiting -= urgent
+            self._busy = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+
+
 class Embedder:
     """Embeds texts with a GGUF embedding model (mean/CLS pooling as stored in the file)."""
 
@@ -78,7 +109,7 @@ class Embedder:
         self._model_id = f"{path.name}@{_sha256(path)[:12]}"
         self._max_tokens = max_tokens
         self._normalize = normalize
-        self._lock = threading.Lock()
+        self._lock = PriorityLock()
         self._cache: OrderedDict[str, list[float]] = OrderedDict()
         self._cache_size = max(0, query_cache_size)
         self._cache_lock = threading.Lock()
@@ -152,22 +183,27 @@ class Embedder:
 
     # ------------------------------------------------------------------ embeddings
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """One vector per text, in order; texts are packed into batches of ``n_batch`` tokens."""
+    def embed(self, texts: Sequence[str], *, urgent: bool = False) -> list[list[float]]:
+        """One vector per text, in order; texts are packed into batches of ``n_batch`` tokens.
+
+        The model is locked per batch; `urgent` callers (queries) take it before waiting ordinary ones.
+        """
         if isinstance(texts, str):
             raise TypeError("embed() takes a list of texts; use embed_query() for one")
-        token_lists = [self.tokenize(t) for t in texts]
-        out: list[list[float]] = []
+        groups: list[list[list[int]]] = []
         group: list[list[int]] = []
         n_group = 0
-        with self._lock:
-            for tokens in token_lists:
-                if group and (n_group + len(tokens) > self._n_batch or len(group) >= self._n_seq_max):
-                    out.extend(self._eval(group))
-                    group, n_group = [], 0
-                group.append(tokens)
-                n_group += len(tokens)
-            if group:
+        for tokens in (self.tokenize(t) for t in texts):
+            if group and (n_group + len(tokens) > self._n_batch or len(group) >= self._n_seq_max):
+                groups.append(group)
+                group, n_group = [], 0
+            group.append(tokens)
+            n_group += len(tokens)
+        if group:
+            groups.append(group)
+        out: list[list[float]] = []
+        for group in groups:
+            with self._lock.hold(urgent=urgent):
                 out.extend(self._eval(group))
         return out
 
@@ -179,7 +215,7 @@ class Embedder:
                 if hit is not None:
                     self._cache.move_to_end(text)
                     return hit
-        vec = self.embed([text])[0]
+        vec = self.embed([text], urgent=True)[0]
         if self._cache_size:
             with self._cache_lock:
                 self._cache[text] = vec
@@ -208,7 +244,7 @@ class Embedder:
         return vecs.tolist()
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock.hold():
             self._llm.close()
 
     def __enter__(self) -> Self:
