@@ -84,5 +84,13 @@ class TemporaryError(KdblError):
     jsonrpc_code = UNAVAILABLE
 
 
+class Unavailable(TemporaryError):
+    """A dependency (the database) cannot be reached now: HTTP 503 with `Retry-After`, JSON-RPC UNAVAILABLE."""
+
+    def __init__(self, message: str, *, retry_after_sec: int = 1) -> None:
+        super().__init__(message, data={"retry_after_sec": retry_after_sec})
+        self.retry_after_sec = retry_after_sec
+
+
 class PermanentError(KdblError):
     """Retrying will not help (bad spec, unsupported protocol)."""

@@ -29,15 +29,17 @@ def sync_engine(url: str, *, pool_size: int = 5) -> Engine:
 # Hot paths open transactions with `engine.begin()` (ending in COMMIT), never `engine.connect()` (which
 # ends in ROLLBACK): psycopg drops its prepared-statement cache on every ROLLBACK, and re-planning the
 # BM25 query costs more than executing it.
-def async_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
-    # No pre-ping: it would add a round trip to every checkout on the hot path. Dead connections are
-    # recycled after 30 minutes and a failed statement invalidates its connection (SQLAlchemy does it).
+def async_engine(url: str, *, pool_size: int = 10, pre_ping: bool = False) -> AsyncEngine:
+    # No pre-ping by default: it would add a round trip to every checkout of a hot path (tests, tools,
+    # benchmarks). The API's engine serves only start-up checks and cached OIDC tenant lookups, where a
+    # connection that died with a database restart must not fail a request: it pre-pings.
+    # Dead connections are recycled after 30 minutes and a failed statement invalidates its connection.
     # No overflow: under a burst, requests queue for one of `pool_size` long-lived connections. Overflow
     # connections are closed again on check-in, so every burst paid a backend start-up and re-planned
     # every prepared statement (16 clients: ~half the requests ran on a brand-new connection).
     return create_async_engine(
-        normalise(url), pool_size=pool_size, max_overflow=0, pool_timeout=30, pool_pre_ping=False,
-        pool_recycle=1800,
+        normalise(url), pool_size=pool_size, max_overflow=0, pool_timeout=30, pool_pre_ping=pre_ping,
+        pool_recycle=1800, connect_args={"connect_timeout": 2},
     )
 
 

@@ -4,22 +4,42 @@ An empty RLS transaction (checkout, BEGIN + principal settings, COMMIT, check-in
 CPU through SQLAlchemy's async engine and 220 µs on psycopg directly (docs/benchmarks.md); every MCP
 call runs one, plus a token lookup. `Session` offers the one method the request path uses —
 `execute(text_or_sql, params)` with `:name` placeholders, returning rows with attribute access — so
-tool code runs unchanged on either. Administrative paths (readiness, capacity, start-up checks) keep
-the SQLAlchemy engine.
+tool code runs unchanged on either. Readiness and /capacity use this pool too (they report what the
+request path sees); start-up checks keep the SQLAlchemy engine. `ApiPool` also rides out database
+restarts and outages (see its docstring).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+import psycopg
 from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 from sqlalchemy import TextClause
 from sqlalchemy.engine import URL
 
 from kdbl_core.db.driver import named_rows, pyformat
+from kdbl_core.errors import Unavailable
+
+log = logging.getLogger(__name__)
+
+# Measured (tests/integration/test_db_restart.py, embedded PostgreSQL on 2 cores): before, a restart
+# failed the next ~20 requests of each idle API process and an outage held requests ~14 s; now a
+# restart fails none and an outage answers 503 within milliseconds (a probe that cannot connect is
+# refused at once, or after libpq's minimum connect timeout of 2 s on a silent network).
+PROBE_INTERVAL_S = 1.0
+CONNECT_TIMEOUT_S = 2
+RETRY_AFTER_S = 1
+UNAVAILABLE_MESSAGE = "the database is unreachable; retry shortly"
+LOST_MESSAGE = "the database connection was lost during the request; retry shortly"
 
 
 class Rows:
@@ -79,33 +99,213 @@ def libpq_url(url: URL) -> str:
     return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-class ApiPool:
-    """A fixed-size pool (no overflow connections: each would re-plan every prepared statement)."""
+def _connection_lost(exc: BaseException, raw: AsyncConnection[Any]) -> bool:
+    return isinstance(exc, psycopg.OperationalError) and (raw.broken or raw.closed)
 
-    def __init__(self, url: URL, size: int) -> None:
-        self._pool = AsyncConnectionPool(libpq_url(url), min_size=size, max_size=size, open=False,
-                                         name="kdbl-api", timeout=30.0, max_lifetime=1800.0)
+
+class ApiPool:
+    """A fixed-size pool (no overflow connections: each would re-plan every prepared statement) that
+    survives a database restart and fails fast while the database is down.
+
+    - A connection found dead at the first statement of a unit of work (its BEGIN + principal
+      settings, or an autocommit session's first statement) had done nothing yet, so the work is
+      retried once. A dead connection means the server restarted or went away: every idle connection
+      died with it, so the whole pool is retired and the database probed with one direct connection.
+    - Up: a fresh pool serves the retry. Down: `Unavailable` (HTTP 503, JSON-RPC UNAVAILABLE,
+      Retry-After) at once, and every later request too — without waiting for a connection — until a
+      probe (one at a time, at most every `probe_interval_s`) connects again; then a fresh pool takes
+      over and service resumes by itself.
+    - A connection lost in the middle of a unit of work is `Unavailable` for that request (its
+      transaction was rolled back by the server; nothing is retried after a statement ran).
+    """
+
+    def __init__(self, url: URL, size: int, *, probe_interval_s: float = PROBE_INTERVAL_S) -> None:
+        self._conninfo = libpq_url(url)
+        self._size = size
+        self._probe_interval = probe_interval_s
+        self._pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None  # None: the database is down
+        self._last_probe = -math.inf
+        self._reopening: asyncio.Task[AsyncConnectionPool[AsyncConnection[Any]]] | None = None
+        self._retiring: set[asyncio.Task[None]] = set()
+        self.replacements = 0  # pools retired after a lost connection (tests and logs read it)
+
+    @property
+    def available(self) -> bool:
+        """False from a lost connection until a probe connects again (no I/O: readiness reads it)."""
+        return self._pool is not None
 
     async def open(self) -> None:
-        await self._pool.open(wait=True, timeout=30.0)
+        self._pool = await self._new_pool(timeout=30.0)
 
     async def close(self) -> None:
-        await self._pool.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+        for task in list(self._retiring):
+            await task
+
+    async def _new_pool(self, *, timeout: float) -> AsyncConnectionPool[AsyncConnection[Any]]:
+        pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
+            self._conninfo, min_size=self._size, max_size=self._size, open=False, name="kdbl-api",
+            timeout=30.0, max_lifetime=1800.0, kwargs={"connect_timeout": CONNECT_TIMEOUT_S})
+        await pool.open(wait=True, timeout=timeout)
+        return pool
+
+    def _retire(self, pool: AsyncConnectionPool[AsyncConnection[Any]]) -> None:
+        """Stop using `pool`: requests waiting in it get PoolClosed (and look again), connections still
+        lent out are closed when they come back."""
+        if self._pool is not pool:
+            return  # another request retired it already
+        self._pool = None
+        self._last_probe = -math.inf  # the next request probes at once
+        self.replacements += 1
+        log.warning("database connection lost; retiring the connection pool", extra={"pool": pool.name})
+        task = asyncio.get_running_loop().create_task(pool.close(timeout=5.0))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _reopen(self) -> AsyncConnectionPool[AsyncConnection[Any]]:
+        """A fresh pool if a probe connects; `Unavailable` at once while the last probe failed less than
+        `probe_interval_s` ago. Requests arriving during a probe wait for its answer (one probe at a time)."""
+        if self._reopening is None:
+            now = time.monotonic()
+            if now - self._last_probe < self._probe_interval:
+                raise Unavailable(UNAVAILABLE_MESSAGE, retry_after_sec=RETRY_AFTER_S)
+            self._last_probe = now
+            task = asyncio.get_running_loop().create_task(self._probe_and_open())
+            task.add_done_callback(self._probe_done)
+            self._reopening = task
+        return await asyncio.shield(self._reopening)
+
+    def _probe_done(self, task: asyncio.Task[AsyncConnectionPool[AsyncConnection[Any]]]) -> None:
+        self._reopening = None
+        if not task.cancelled():
+            task.exception()  # retrieved here too: every waiter may have gone
+
+    async def _probe_and_open(self) -> AsyncConnectionPool[AsyncConnection[Any]]:
+        try:
+            probe = await AsyncConnection.connect(self._conninfo, connect_timeout=CONNECT_TIMEOUT_S)
+        except psycopg.Error as exc:
+            log.warning("database unreachable", extra={"error": type(exc).__name__})
+            raise Unavailable(UNAVAILABLE_MESSAGE, retry_after_sec=RETRY_AFTER_S) from None
+        await probe.close()
+        if self._pool is None:
+            try:
+                self._pool = await self._new_pool(timeout=10.0)
+            except PoolTimeout:
+                raise Unavailable(UNAVAILABLE_MESSAGE, retry_after_sec=RETRY_AFTER_S) from None
+            log.info("database reachable again; connection pool reopened")
+        return self._pool
+
+    async def _checkout(self) -> tuple[AsyncConnectionPool[AsyncConnection[Any]], AsyncConnection[Any]]:
+        while True:
+            pool = self._pool or await self._reopen()
+            try:
+                return pool, await pool.getconn()
+            except PoolClosed:
+                continue  # retired while this request waited: look again (probe or fail fast)
+            except PoolTimeout:
+                raise Unavailable("no database connection became free within 30 s",
+                                  retry_after_sec=RETRY_AFTER_S) from None
+
+    async def _start(self, first: Callable[[AsyncConnection[Any]], Awaitable[None]]
+                     ) -> tuple[AsyncConnectionPool[AsyncConnection[Any]], AsyncConnection[Any]]:
+        """A connection on which `first` ran; one found dead there is replaced once (nothing ran yet)."""
+        for attempt in (1, 2):
+            pool, raw = await self._checkout()
+            try:
+                await first(raw)
+            except BaseException as exc:
+                await pool.putconn(raw)  # the pool discards a broken connection
+                if not _connection_lost(exc, raw):
+                    raise
+                self._retire(pool)
+                if attempt == 2:
+                    raise Unavailable(UNAVAILABLE_MESSAGE, retry_after_sec=RETRY_AFTER_S) from None
+                continue
+            return pool, raw
+        raise AssertionError("unreachable")
 
     @asynccontextmanager
     async def transaction(self, set_principal_sql: str, params: Mapping[str, Any]) -> AsyncIterator[Session]:
         """BEGIN and the principal's settings in one round trip; COMMIT on success, ROLLBACK on error."""
-        async with self._pool.connection() as raw:
-            # the pool commits a clean exit and rolls back an exception, then checks the connection in
+        sql = pyformat(set_principal_sql)
+
+        async def begin(raw: AsyncConnection[Any]) -> None:
             async with raw.pipeline():
-                await raw.execute(pyformat(set_principal_sql), params)
-            yield Session(raw)
+                await raw.execute(sql, params)
+
+        pool, raw = await self._start(begin)
+        try:
+            async with raw:  # commits a clean exit, rolls back an exception (psycopg's connection block)
+                yield Session(raw)
+        except psycopg.OperationalError as exc:
+            if _connection_lost(exc, raw):
+                self._retire(pool)
+                raise Unavailable(LOST_MESSAGE, retry_after_sec=RETRY_AFTER_S) from exc
+            raise
+        finally:
+            await pool.putconn(raw)
 
     @asynccontextmanager
     async def autocommit(self) -> AsyncIterator[Session]:
-        async with self._pool.connection() as raw:
+        """A session outside any transaction, for idempotent one-statement lookups: a connection found
+        dead at the session's first statement is replaced and the statement run again."""
+        session = _AutocommitSession(self)
+        try:
+            yield session
+        except psycopg.OperationalError as exc:
+            if session.raw is not None and _connection_lost(exc, session.raw):
+                if session.pool is not None:
+                    self._retire(session.pool)
+                raise Unavailable(LOST_MESSAGE, retry_after_sec=RETRY_AFTER_S) from exc
+            raise
+        finally:
+            await session.release()
+
+    async def ping(self) -> None:
+        """One round trip through the request path's pool (readiness); `Unavailable` when down."""
+        async with self.autocommit() as session:
+            await session.execute("SELECT 1")
+
+
+class _AutocommitSession(Session):
+    """Checks a connection out at its first statement, so that statement can be retried on a fresh one."""
+
+    __slots__ = ("_api_pool", "pool")
+
+    def __init__(self, api_pool: ApiPool) -> None:
+        super().__init__(None)  # type: ignore[arg-type]
+        self._api_pool = api_pool
+        self.pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
+
+    async def execute(self, statement: TextClause | str, params: Mapping[str, Any] | None = None) -> Rows:
+        if self.raw is not None:
+            return await super().execute(statement, params)
+        result: list[Rows] = []
+
+        async def first(raw: AsyncConnection[Any]) -> None:
             await raw.set_autocommit(True)
+            self.raw = raw
             try:
-                yield Session(raw)
-            finally:
-                await raw.set_autocommit(False)
+                result.append(await super(_AutocommitSession, self).execute(statement, params))
+            except BaseException:
+                self.raw = None
+                await _restore(raw)
+                raise
+
+        self.pool, self.raw = await self._api_pool._start(first)
+        return result[0]
+
+    async def release(self) -> None:
+        if self.raw is None or self.pool is None:
+            return
+        raw, pool, self.raw, self.pool = self.raw, self.pool, None, None
+        await _restore(raw)
+        await pool.putconn(raw)
+
+
+async def _restore(raw: AsyncConnection[Any]) -> None:
+    if not raw.closed:
+        with contextlib.suppress(psycopg.Error):
+            await raw.set_autocommit(False)
