@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from contextlib import asynccontextmanager
 from urllib.parse import quote
@@ -145,7 +144,7 @@ async def test_list_files_of_another_tenants_source_is_unknown(env):
     assert err.value.code == -32602 and "source_id" in err.value.message
 
 
-async def test_resources_list_and_read_match_get_file_text(env):
+async def test_resources_read_returns_get_file_texts_text_typed_as_resources_list_announces_it(env):
     async with mcp(env) as client:
         listed, cursor = [], None
         while True:
@@ -159,9 +158,18 @@ async def test_resources_list_and_read_match_get_file_text(env):
         odd = f"kdbl://file/{sid}/{quote('odd name #1 %?.txt', safe='')}"
         assert odd in uris and len(uris) == 9  # the other tenant's file is not listed
         read = await client.read_resource(odd)
-        body = json.loads(read.contents[0].text)
+        [content] = read.contents
         text = (await client.call_tool("get_file_text", {"source_id": sid, "key": "odd name #1 %?.txt"}))
-        assert body == text.structured_content
+        [embedded] = [c for c in text.content if c.type == "resource"]
+        assert content.text == embedded.resource.text == "odd but fine"
+        assert content.mime_type == embedded.resource.mime_type == "text/plain"
+        assert content.meta["status"] == "ok" and content.meta["truncated"] is False
+        by_uri = {r.uri: r for r in listed}
+        assert by_uri[odd].mime_type == "text/plain"
+        md_uri = f"kdbl://file/{sid}/doc-01.md"
+        markdown = (await client.read_resource(md_uri)).contents[0]
+        assert by_uri[md_uri].mime_type == markdown.mime_type == "text/markdown"
+        assert markdown.text == "# Doc 1\n\nnumber 1"
         templates = await client.list_resource_templates()
         assert templates.resource_templates[0].uri_template == "kdbl://file/{source_id}/{key}"
         with pytest.raises(MCPError) as err:

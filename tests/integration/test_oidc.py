@@ -86,3 +86,18 @@ async def test_hs256_tokens_signed_with_the_public_key_are_refused(env, keys):
     forged = jwt.encode({"iss": ISSUER, "aud": AUDIENCE, "sub": "x", "exp": int(time.time()) + 60,
                          "kdbl_tenant": "oidc-t"}, "s" * 40, algorithm="HS256", headers={"kid": "k1"})
     assert (await _search(env, forged)).status_code == 401
+
+
+@pytest.mark.parametrize("overrides, claim", [
+    ({"sub": "alice\x1fgroup:admins"}, "sub"),
+    ({"sub": "ali\x00ce"}, "sub"),
+    ({"groups": ["eng\x1fuser:bob"]}, "groups"),
+    ({"groups": ["e\x00ng"]}, "groups"),
+    ({"groups": [{"name": "eng"}]}, "groups"),
+    ({"kdbl_tenant": "oidc-t\x00"}, "kdbl_tenant"),
+])
+async def test_a_separator_or_nul_in_a_subject_claim_is_a_401_naming_the_claim(env, keys, overrides, claim):
+    resp = await _search(env, token(keys, **overrides))
+    assert resp.status_code == 401, resp.text
+    assert f"claim '{claim}'" in resp.json()["error"]["message"]
+    assert 'error="invalid_token"' in resp.headers["www-authenticate"]

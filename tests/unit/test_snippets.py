@@ -72,3 +72,18 @@ def test_a_hyphenated_word_is_marked_once_not_with_its_parts_again() -> None:
     # Postgres indexes "c-myc" as "c-myc", "c" and "myc"
     out = snippet("Role for c-myc in apoptosis.", frozenset({"c-myc", "c", "myc"}), "english")
     assert out == "Role for <mark>c-myc</mark> in apoptosis."
+
+
+def test_markup_in_the_text_is_escaped_and_only_the_marks_remain_html() -> None:
+    text = 'Hostile <script>alert("x")</script> & <img src=x onerror=alert(1)> okapi <b>bold</b> \'q\''
+    out = snippet(text, frozenset({"okapi", "script"}), "english")
+    assert "<script>" not in out and "<img" not in out and "<b>" not in out
+    assert "&lt;<mark>script</mark>&gt;alert(&quot;x&quot;)&lt;/<mark>script</mark>&gt;" in out
+    assert "&amp; &lt;img src=x onerror=alert(1)&gt; <mark>okapi</mark> &lt;b&gt;bold&lt;/b&gt; &#x27;q&#x27;" in out
+    without_marks = out.replace("<mark>", "").replace("</mark>", "")
+    assert "<" not in without_marks and ">" not in without_marks
+
+
+def test_the_opening_without_a_match_is_escaped_too() -> None:
+    assert snippet("<script>x</script> a & b", frozenset({"okapi"}), "english") == (
+        "&lt;script&gt;x&lt;/script&gt; a &amp; b")

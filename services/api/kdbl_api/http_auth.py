@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from kdbl_api import jsonrpc_envelope
 from kdbl_api.observability import Observability
 from kdbl_api.ratelimit import RateLimiter
 from kdbl_api.server import PRINCIPAL_KEY
@@ -111,6 +112,11 @@ class McpFrontDoor:
         if body is None:
             await _jsonrpc_error(413, -32600, f"request body exceeds {self.settings.max_request_bytes} bytes")(
                 scope, receive, send)
+            return
+        try:
+            jsonrpc_envelope.parse(body)
+        except jsonrpc_envelope.EnvelopeError as exc:  # not one valid JSON-RPC message: answered naming the field
+            await JSONResponse(exc.body(), status_code=exc.error.http_status)(scope, receive, send)
             return
         missing = _missing_scope(body, principal.scopes)
         if missing:

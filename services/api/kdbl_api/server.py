@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types as types
-import orjson
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
@@ -23,11 +22,11 @@ from kdbl_api.observability import Observability
 from kdbl_api.tools import files
 from kdbl_api.tools.context import Services, ToolContext
 from kdbl_api.tools.models import FileRefArgs
-from kdbl_api.tools.registry import TOOLS, content_blocks
+from kdbl_api.tools.registry import TOOLS, content_blocks, text_mime_type
 from kdbl_core import __version__
 from kdbl_core.db import audit, reads
 from kdbl_core.db.engine import ContentDb, rls_transaction
-from kdbl_core.errors import INVALID_PARAMS, Forbidden, KdblError
+from kdbl_core.errors import INTERNAL_ERROR, INVALID_PARAMS, Forbidden, InvalidArgument, KdblError
 from kdbl_core.principal import SCOPE_READ, Principal
 from kdbl_core.uris import PREFIX, file_uri, parse_file_uri
 
@@ -104,6 +103,12 @@ def build_server(engine: ContentDb, state: AppState) -> Server[Any]:
         except MCPError as exc:
             await _audit_failure(engine, principal, name, arguments, exc.message, ctx, started)
             raise
+        except Exception as exc:  # unexpected: audited by its type only (the message may hold internals)
+            await _audit_failure(engine, principal, name, arguments, f"internal error ({type(exc).__name__})", ctx,
+                                 started)
+            # the SDK would send str(exc) with code 0; the caller gets -32603 and no internals
+            log.exception("tool call failed unexpectedly", extra={"tool": name})
+            raise MCPError(INTERNAL_ERROR, f"internal error in {name}; the server logged it") from None
         finally:
             effective = (tctx and getattr(tctx, "mode", None)) or mode
             state.observability.record_call(name, status, time.perf_counter() - started, effective)
@@ -134,7 +139,7 @@ def build_server(engine: ContentDb, state: AppState) -> Server[Any]:
 
         async def work(tctx: ToolContext) -> dict[str, Any]:
             after = None
-            if cursor:
+            if cursor is not None:
                 pos = tctx.services.cursors.decode(cursor, tctx.principal, "resources")
                 after = (pos["s"], pos["k"])
             rows = await reads.list_all_files(tctx.conn, after=after, limit=RESOURCE_PAGE + 1)
@@ -149,14 +154,16 @@ def build_server(engine: ContentDb, state: AppState) -> Server[Any]:
         out = await run(ctx, "resources/list", SCOPE_READ, {"cursor": cursor}, work)
         return types.ListResourcesResult(resources=[types.Resource(
             uri=file_uri(r["source_id"], r["key"]), name=r["key"], title=r["title"],
-            mime_type=r["content_type"], size=r["size"]) for r in out["rows"]], next_cursor=out["next"])
+            description=f"extracted text of a {r['content_type'] or 'file'} of {r['size'] or 0} bytes",
+            mime_type=text_mime_type(r["content_type"])) for r in out["rows"]], next_cursor=out["next"])
 
     async def list_templates(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                              ) -> types.ListResourceTemplatesResult:
         return types.ListResourceTemplatesResult(resource_templates=[types.ResourceTemplate(
             uri_template=PREFIX + "{source_id}/{key}", name="file", title="Indexed file",
-            description="A file's extracted text and status (same body as get_file_text); url-encode both parts.",
-            mime_type="application/json")])
+            description=("A file's extracted text (get_file_text's text, as text/markdown for markdown files, "
+                         "else text/plain; status and truncation in _meta); url-encode both parts."),
+            mime_type="text/plain")])
 
     async def read_resource(ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
                             ) -> types.ReadResourceResult:
@@ -164,11 +171,23 @@ def build_server(engine: ContentDb, state: AppState) -> Server[Any]:
 
         async def work(tctx: ToolContext) -> dict[str, Any]:
             source_id, key = parse_file_uri(uri)
-            return await files.file_text(tctx, FileRefArgs(source_id=source_id, key=key))
+            try:
+                ref = FileRefArgs(source_id=source_id, key=key)
+            except ValidationError as exc:
+                raise InvalidArgument("uri", f"bad key part: {exc.errors()[0].get('msg', 'invalid')}") from None
+            try:
+                return await files.file_text(tctx, ref)
+            except InvalidArgument as exc:  # the only argument is the uri: name it
+                raise InvalidArgument("uri", exc.message) from None
 
         body = await run(ctx, "resources/read", SCOPE_READ, {"uri": uri}, work)
+        # the text itself, typed as resources/list announces it (clients render resources by MIME type)
+        meta = {k: body[k] for k in ("status", "status_reason", "content_type", "total_chunks", "truncated",
+                                     "next_start")}
+        meta["chunks_returned"] = len(body["chunks"])
         return types.ReadResourceResult(contents=[types.TextResourceContents(
-            uri=uri, mime_type="application/json", text=orjson.dumps(body).decode())])
+            uri=uri, mime_type=text_mime_type(body["content_type"]), meta=meta,
+            text="\n\n".join(c["text"] for c in body["chunks"]))])
 
     return Server(
         "kdbl-context-lake", version=__version__, title="K-Lake", instructions=INSTRUCTIONS,

@@ -46,6 +46,19 @@ class InvalidArgument(KdblError):
         self.field = field
 
 
+class MalformedMessage(KdblError):
+    """A POST body that is not one valid JSON-RPC message: -32700 (not JSON) or -32600; names the field."""
+
+    jsonrpc_code = INVALID_REQUEST
+    http_status = 400
+
+    def __init__(self, field: str, message: str, *, parse_error: bool = False) -> None:
+        super().__init__(f"invalid request '{field}': {message}", data={"field": field})
+        self.field = field
+        if parse_error:
+            self.jsonrpc_code = PARSE_ERROR
+
+
 class NotFound(KdblError):
     jsonrpc_code = RESOURCE_NOT_FOUND
     http_status = 404

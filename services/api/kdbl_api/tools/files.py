@@ -6,6 +6,7 @@ from typing import Any
 
 from kdbl_api.tools.context import ToolContext
 from kdbl_api.tools.models import (
+    MAX_FILE_TEXT_BYTES,
     MAX_FILE_TEXT_CHUNKS,
     FileMetadataResult,
     FileRefArgs,
@@ -29,15 +30,28 @@ async def load_visible_file(ctx: ToolContext, args: FileRefArgs) -> dict[str, An
     return row
 
 
+def within_bytes(chunks: list[dict[str, Any]], max_bytes: int) -> list[dict[str, Any]]:
+    """The leading chunks whose text fits `max_bytes` of UTF-8 (at least one: a read always advances)."""
+    used = 0
+    for n, chunk in enumerate(chunks):
+        text = chunk["text"]
+        used += len(text) if text.isascii() else len(text.encode("utf-8"))
+        if used > max_bytes and n > 0:
+            return chunks[:n]
+    return chunks
+
+
 async def file_text(ctx: ToolContext, args: FileRefArgs) -> dict[str, Any]:
     row = await load_visible_file(ctx, args)
-    chunks = await reads.file_chunks(ctx.conn, row["id"], limit=MAX_FILE_TEXT_CHUNKS)
+    chunks = within_bytes(await reads.file_chunks(ctx.conn, row["id"], limit=MAX_FILE_TEXT_CHUNKS),
+                          MAX_FILE_TEXT_BYTES)
     ctx.row_count = len(chunks)
+    truncated = row["chunk_count"] > len(chunks)
     return FileTextResult(
         source_id=str(args.source_id), key=args.key, uri=file_uri(args.source_id, args.key),
         status=row["status"], status_reason=row["status_reason"], content_type=row["content_type"],
-        title=row["title"], chunks=chunks, total_chunks=row["chunk_count"],
-        truncated=row["chunk_count"] > len(chunks),
+        title=row["title"], chunks=chunks, total_chunks=row["chunk_count"], truncated=truncated,
+        next_start=chunks[-1]["seq"] + 1 if truncated and chunks else (0 if truncated else None),
     ).model_dump(mode="json")
 
 

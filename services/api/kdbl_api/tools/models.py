@@ -1,17 +1,51 @@
 """Tool inputs and outputs as pydantic models: the JSON Schemas advertised in tools/list derive from them.
 
 Limits and defaults are the skills reference's (search limit 20/100, file text 5000 chunks, ...).
+
+Arguments are checked strictly: numbers must be JSON integers and flags JSON booleans (`limit: true`,
+`limit: "5"` and `explain: "yes"` are refused, not coerced); dates must be ISO 8601 strings, and one
+without a zone is read as UTC, so a call may mix both; no text argument may hold NUL or a lone
+surrogate (PostgreSQL text cannot store either: the call used to fail inside the database).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Literal
+from datetime import datetime, timezone
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
 
 MAX_FILE_TEXT_CHUNKS = 5000
+# get_file_text's bound in UTF-8 bytes of chunk text (~250k tokens; a 3 MB file used to answer 9.5 MB):
+# beyond it the result is `truncated` with `next_start` for get_file_window
+MAX_FILE_TEXT_BYTES = 1_000_000
+
+
+def _storable(value: str) -> str:
+    """Text PostgreSQL can store: no NUL, no lone surrogate (neither can reach a text column)."""
+    if "\x00" in value:
+        raise ValueError("must not contain NUL (\\u0000) characters")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("must not contain lone surrogate characters") from None
+    return value
+
+
+def _iso_string(value: Any) -> Any:
+    if not isinstance(value, str):  # pydantic would read a number as a Unix timestamp; the contract says ISO 8601
+        raise ValueError("must be an ISO 8601 date or date-time string")
+    return value
+
+
+def _utc_if_naive(value: datetime) -> datetime:
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
+Text = Annotated[str, AfterValidator(_storable)]
+IsoDateTime = Annotated[datetime, BeforeValidator(_iso_string), AfterValidator(_utc_if_naive)]
 Cursor = Field(default=None, max_length=2048, description="Opaque next_cursor from a previous page.")
 
 
@@ -20,41 +54,43 @@ class _Args(BaseModel):
 
 
 class SearchContentArgs(_Args):
-    query: str = Field(min_length=1, description="What to look for. Lead with the most distinctive terms.")
+    query: Text = Field(min_length=1, description="What to look for. Lead with the most distinctive terms.")
     source_id: UUID | None = Field(default=None, description="Restrict to one source.")
-    limit: int = Field(default=20, ge=1, le=100, description="Number of hits (1-100).")
+    limit: StrictInt = Field(default=20, ge=1, le=100, description="Number of hits (1-100).")
     mode: Literal["hybrid", "lexical", "vector"] = Field(
         default="hybrid", description="hybrid (semantic + keyword, fused; default), lexical (keyword only: "
         "faster, exact terms) or vector (semantic arm only, for evaluation).")
-    path: str | None = Field(default=None, max_length=4096, description="Only keys starting with this prefix.")
-    content_type: str | None = Field(
+    path: Text | None = Field(default=None, max_length=4096, description="Only keys starting with this prefix.")
+    content_type: Text | None = Field(
         default=None, max_length=255, description="MIME type, or a family such as 'text/*' or 'application'.")
-    modified_after: datetime | None = Field(default=None, description="ISO 8601; files modified at/after.")
-    modified_before: datetime | None = Field(default=None, description="ISO 8601; files modified before.")
-    explain: bool = Field(default=False, description="Add each hit's per-arm ranks and scores.")
+    modified_after: IsoDateTime | None = Field(
+        default=None, description="ISO 8601; files modified at/after (no zone: UTC).")
+    modified_before: IsoDateTime | None = Field(
+        default=None, description="ISO 8601; files modified before (no zone: UTC).")
+    explain: StrictBool = Field(default=False, description="Add each hit's per-arm ranks and scores.")
 
 
 class FileRefArgs(_Args):
     source_id: UUID = Field(description="The file's source id (from a hit or list_sources).")
-    key: str = Field(min_length=1, max_length=4096, description="The file's key within the source.")
+    key: Text = Field(min_length=1, max_length=4096, description="The file's key within the source.")
 
 
 class FileWindowArgs(FileRefArgs):
-    start: int = Field(default=0, ge=0, le=10_000_000, description="0-based chunk index to start at.")
-    length: int = Field(default=40, ge=1, le=200, description="Chunks to return (1-200).")
-    cursor: str | None = Field(default=None, max_length=2048,
+    start: StrictInt = Field(default=0, ge=0, le=10_000_000, description="0-based chunk index to start at.")
+    length: StrictInt = Field(default=40, ge=1, le=200, description="Chunks to return (1-200).")
+    cursor: Text | None = Field(default=None, max_length=2048,
                                description="next_cursor of a previous window; overrides start.")
 
 
 class ListSourcesArgs(_Args):
-    cursor: str | None = Cursor
-    limit: int = Field(default=50, ge=1, le=200, description="Sources per page (1-200).")
+    cursor: Text | None = Cursor
+    limit: StrictInt = Field(default=50, ge=1, le=200, description="Sources per page (1-200).")
 
 
 class ListFilesArgs(_Args):
     source_id: UUID = Field(description="The source to browse (see list_sources).")
-    cursor: str | None = Cursor
-    limit: int = Field(default=50, ge=1, le=200, description="Files per page (1-200).")
+    cursor: Text | None = Cursor
+    limit: StrictInt = Field(default=50, ge=1, le=200, description="Files per page (1-200).")
 
 
 class HitExplain(BaseModel):
@@ -111,7 +147,9 @@ class FileTextResult(BaseModel):
     title: str | None
     chunks: list[ChunkOut]
     total_chunks: int
-    truncated: bool
+    truncated: bool = Field(description="More chunks exist than returned (5000 chunks or 1 MB of text).")
+    next_start: int | None = Field(
+        default=None, description="When truncated: the seq to continue from with get_file_window's `start`.")
 
 
 class WindowInfo(BaseModel):

@@ -63,7 +63,8 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
     ToolSpec(
         name="get_file_text", title="Get file text", scope=SCOPE_READ,
         description=("A file's full extracted text as ordered chunks plus its extraction status "
-                     "(ok/partial/failed/skipped). Bounded at 5000 chunks (`truncated`)."),
+                     "(ok/partial/failed/skipped). Bounded at 5000 chunks or 1 MB of text (`truncated`; "
+                     "continue with get_file_window from `next_start`)."),
         args=FileRefArgs, result=FileTextResult, handler=files.get_file_text,
     ),
     ToolSpec(
@@ -92,8 +93,34 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
 )}
 
 
+def text_mime_type(content_type: str | None) -> str:
+    """The MIME type of a file's extracted text: markdown stays markdown, everything else is plain text.
+
+    resources/list, resources/read and get_file_text's embedded resource all use it, so a client that
+    renders by MIME type sees the same type for the same text."""
+    return "text/markdown" if content_type == "text/markdown" else "text/plain"
+
+
+def _file_text_blocks(structured: dict[str, Any]) -> list[types.ContentBlock]:
+    """get_file_text's text once: the embedded resource carries it, the JSON block everything else.
+
+    The JSON block used to repeat every chunk's text, and the resource the whole text again (a 3 MB file
+    answered 9.5 MB). A client without structuredContent reads the text from the resource, one with it
+    from `chunks`; the text travels twice in all, once for each kind of client."""
+    chunks = structured["chunks"]
+    summary = {k: v for k, v in structured.items() if k != "chunks"}
+    summary["chunks_returned"] = len(chunks)
+    summary["text"] = "in the embedded resource below (structuredContent.chunks has it chunk by chunk)"
+    body = "\n\n".join(c["text"] for c in chunks)
+    return [types.TextContent(text=orjson.dumps(summary).decode()), types.EmbeddedResource(
+        resource=types.TextResourceContents(uri=structured["uri"], mime_type=text_mime_type(
+            structured["content_type"]), text=body))]
+
+
 def content_blocks(spec: ToolSpec, structured: dict[str, Any]) -> list[types.ContentBlock]:
     """Back-compat content: the JSON as text, plus citations (search) or the document (file reads)."""
+    if spec.name == "get_file_text":
+        return _file_text_blocks(structured)
     blocks: list[types.ContentBlock] = [types.TextContent(text=orjson.dumps(structured).decode())]
     if spec.name == "search_content":
         seen: set[str] = set()
@@ -102,10 +129,6 @@ def content_blocks(spec: ToolSpec, structured: dict[str, Any]) -> list[types.Con
                 continue
             seen.add(hit["uri"])
             blocks.append(types.ResourceLink(uri=hit["uri"], name=hit["key"], mime_type="text/plain"))
-    elif spec.name == "get_file_text":
-        body = "\n\n".join(c["text"] for c in structured["chunks"])
-        blocks.append(types.EmbeddedResource(
-            resource=types.TextResourceContents(uri=structured["uri"], mime_type="text/plain", text=body)))
     elif "uri" in structured:
         blocks.append(types.ResourceLink(uri=structured["uri"], name=structured["key"],
                                          mime_type=structured.get("content_type") or "text/plain"))

@@ -25,6 +25,22 @@ ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES
 ADMIN_ROLES = {"cluster-admin", "kdbl-cluster-admin"}
 
 
+def _claim_text(value: object, claim: str) -> str:
+    """A subject, group or tenant name as the RLS settings carry it: a non-empty string without control
+    characters. The subjects travel to PostgreSQL joined by U+001F, and text cannot hold NUL: a `sub` or
+    group with either failed the request inside the database (HTTP 500) instead of refusing the token."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise Unauthenticated(f"invalid token: claim '{claim}' must be a string")
+    text = str(value)
+    if not text or len(text) > 1024 or any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
+        raise Unauthenticated(f"invalid token: claim '{claim}' must be 1-1024 characters, no control characters")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Unauthenticated(f"invalid token: claim '{claim}' is not valid Unicode") from None
+    return text
+
+
 class OidcVerifier:
     def __init__(self, engine: AsyncEngine, *, issuer: str, audience: str, jwks_file: str,
                  tenant_claim: str = "kdbl_tenant", groups_claim: str = "groups") -> None:
@@ -77,6 +93,7 @@ class OidcVerifier:
             raise Unauthenticated("token expired") from None
         except jwt.InvalidTokenError as exc:
             raise Unauthenticated(f"invalid token: {exc}") from None
+        subject = _claim_text(claims["sub"], "sub")
         roles = claims.get("kdbl_role") or claims.get("roles") or []
         roles = {roles} if isinstance(roles, str) else set(roles)
         if roles & ADMIN_ROLES:
@@ -84,6 +101,7 @@ class OidcVerifier:
         tenant_name = claims.get(self._tenant_claim)
         if not isinstance(tenant_name, str) or not tenant_name:
             raise Forbidden(f"token carries no '{self._tenant_claim}' claim; MCP tools are tenant-scoped")
+        _claim_text(tenant_name, self._tenant_claim)
         tenant_id = await self._tenant_id(tenant_name)
         raw_scopes = claims.get("scope", "")
         scopes = set(raw_scopes.split()) if isinstance(raw_scopes, str) else set()
@@ -91,8 +109,9 @@ class OidcVerifier:
         scopes |= set(scp.split() if isinstance(scp, str) else scp)
         groups = claims.get(self._groups_claim) or []
         return Principal(
-            tenant_id=tenant_id, tenant_name=tenant_name, subject=f"user:{claims['sub']}",
-            groups=tuple(str(g) for g in (groups if isinstance(groups, list) else [groups])),
+            tenant_id=tenant_id, tenant_name=tenant_name, subject=f"user:{subject}",
+            groups=tuple(_claim_text(g, self._groups_claim)
+                         for g in (groups if isinstance(groups, list) else [groups])),
             scopes=frozenset(scopes & set(ALL_SCOPES)), token_id=None, auth_method="oidc",
         )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -36,8 +37,56 @@ async def record(
     duration_ms: float,
 ) -> None:
     await driver.execute(conn, _INSERT, {
-        "tenant_id": tenant_id, "principal": principal, "token_id": token_id, "tool": tool,
-        "arguments": json.dumps(arguments, default=str)[:20000], "source_ids": sorted(set(source_ids)),
+        "tenant_id": tenant_id, "principal": principal, "token_id": token_id,
+        "tool": storable(tool[:200]),
+        "arguments": arguments_json(arguments), "source_ids": sorted(set(source_ids)),
         "keys": list(dict.fromkeys(keys))[:1000], "row_count": row_count, "status": status,
-        "error": (error or None) and error[:2000], "client_ip": client_ip, "duration_ms": duration_ms,
+        "error": (error or None) and storable(error[:2000]), "client_ip": client_ip,
+        "duration_ms": duration_ms,
     })
+
+
+# The `arguments` column's bound. Cutting the JSON text at 20,000 characters (as this did) left invalid
+# JSON that CAST(... AS jsonb) refused, failing valid calls (`path: "☃"×3500` is 21,000 characters once
+# \u-escaped); NUL and lone surrogates, which jsonb cannot hold, failed the audit of the very refusal
+# that named them. Now the row keeps valid JSON: each string at most 2,000 characters, NUL and lone
+# surrogates as U+FFFD, and past 20,000 characters a marker with the JSON's head.
+ARGUMENTS_MAX_CHARS = 20_000
+_STRING_MAX_CHARS = 2_000
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def storable(text: str) -> str:
+    """`text` as PostgreSQL text/jsonb can store it: NUL and lone surrogates become U+FFFD."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    if not text.isascii():
+        text = _SURROGATES.sub("\ufffd", text)
+    return text
+
+
+def _clean(value: Any, depth: int = 0) -> Any:
+    if isinstance(value, str):
+        return storable(value[:_STRING_MAX_CHARS])
+    if depth > 8:
+        return "…"
+    if isinstance(value, dict):
+        return {storable(str(k)[:200]): _clean(v, depth + 1) for k, v in list(value.items())[:100]}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v, depth + 1) for v in value[:100]]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return storable(str(value)[:_STRING_MAX_CHARS])
+
+
+def arguments_json(arguments: dict[str, Any]) -> str:
+    """The call's arguments as JSON jsonb accepts, at most ~ARGUMENTS_MAX_CHARS characters."""
+    text = json.dumps(arguments, default=str, ensure_ascii=False)
+    plain = text.isascii() or not _SURROGATES.search(text)
+    if len(text) <= ARGUMENTS_MAX_CHARS and "\\u0000" not in text and plain:
+        return text  # the common case: one dumps, no copy
+    text = json.dumps(_clean(arguments), ensure_ascii=False)
+    if len(text) > ARGUMENTS_MAX_CHARS:
+        text = json.dumps({"truncated": True, "chars": len(text), "head": text[:_STRING_MAX_CHARS]},
+                          ensure_ascii=False)
+    return text

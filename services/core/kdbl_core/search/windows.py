@@ -35,29 +35,32 @@ class HitRef:
 
 def _assemble(hit: dict[str, Any], prev: dict[str, Any] | None, nxt: dict[str, Any] | None,
               budget: int) -> tuple[str, bool]:
-    """Matched chunk first, then as much of the neighbours as fits the budget."""
+    """Matched chunk first, then as much of the neighbours as fits: never more than `budget` characters.
+
+    Each neighbour costs its text plus the newline that joins it (the newline was left out of the
+    count, so a hit with only a previous neighbour came back at budget + 1 = 1,801 characters). When
+    both do not fit, each gets half the room, and what one leaves unused goes to the other."""
     body = hit["text"][:budget]
-    truncated = len(hit["text"]) > budget
     room = budget - len(body)
+    need_prev = len(prev["text"]) + 1 if prev is not None else 0
+    need_next = len(nxt["text"]) + 1 if nxt is not None else 0
+    give_prev = min(need_prev, max(room // 2, room - need_next))
+    give_next = min(need_next, room - give_prev)
+    truncated = len(hit["text"]) > budget or give_prev < need_prev or give_next < need_next
     before = after = ""
-    for side in ("prev", "next"):
-        neighbour = prev if side == "prev" else nxt
-        if neighbour is None:
-            continue
-        share = room // 2 if side == "prev" and nxt is not None else room
-        if share <= 0:
-            truncated = True
-            continue
-        chunk_text = neighbour["text"]
-        if len(chunk_text) > share:
-            truncated = True
-            chunk_text = ("…" + chunk_text[-(share - 1):]) if side == "prev" else (chunk_text[:share - 1] + "…")
-        if side == "prev":
-            before = chunk_text + "\n"
-        else:
-            after = "\n" + chunk_text
-        room -= len(chunk_text) + 1
+    if prev is not None and (give_prev >= 3 or give_prev == need_prev):  # 3: newline, ellipsis, one character
+        before = _fit(prev["text"], give_prev, keep_end=True) + "\n"
+    if nxt is not None and (give_next >= 3 or give_next == need_next):
+        after = "\n" + _fit(nxt["text"], give_next, keep_end=False)
     return before + body + after, truncated
+
+
+def _fit(text: str, room: int, *, keep_end: bool) -> str:
+    """`text` in `room - 1` characters (one is the joining newline), cut with an ellipsis on the far side."""
+    if len(text) < room:
+        return text
+    keep = room - 2  # the newline and the ellipsis
+    return "…" + text[-keep:] if keep_end else text[:keep] + "…"
 
 
 async def expand_hits(conn: AsyncConnection, hits: list[HitRef], *, query: str, ts_config: str,
