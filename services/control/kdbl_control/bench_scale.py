@@ -68,13 +68,13 @@ WITH f AS (
       FROM lex JOIN ch ON ch.file_id = lex.file_id AND ch.seq = lex.seq
     RETURNING term
 ), df AS (
-    INSERT INTO term_stats (tenant_id, term, shard, df)
-    SELECT :tenant, term, 0, count(*) FROM ins GROUP BY term ORDER BY term
-    ON CONFLICT (tenant_id, term, shard) DO UPDATE SET df = term_stats.df + EXCLUDED.df
+    INSERT INTO term_stats (tenant_id, term, source_id, shard, df)
+    SELECT :tenant, term, :source, 0, count(*) FROM ins GROUP BY term ORDER BY term
+    ON CONFLICT (tenant_id, term, source_id, shard) DO UPDATE SET df = term_stats.df + EXCLUDED.df
 )
-INSERT INTO corpus_stats (tenant_id, shard, n_chunks, total_len)
-SELECT :tenant, 0, count(*), coalesce(sum(token_count), 0) FROM ch
-ON CONFLICT (tenant_id, shard) DO UPDATE SET
+INSERT INTO corpus_stats (tenant_id, source_id, shard, n_chunks, total_len)
+SELECT :tenant, :source, 0, count(*), coalesce(sum(token_count), 0) FROM ch
+ON CONFLICT (tenant_id, source_id, shard) DO UPDATE SET
     n_chunks = corpus_stats.n_chunks + EXCLUDED.n_chunks, total_len = corpus_stats.total_len + EXCLUDED.total_len
 """
 

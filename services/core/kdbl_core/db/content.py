@@ -1,7 +1,10 @@
 """The write path of indexed content: one file's rows replaced atomically, BM25 statistics kept exact.
 
 Callers run these inside `tenant_transaction` (the worker role sees one tenant at a time);
-`FileWriter.write` runs its own transaction and sends it with its COMMIT in one round trip.
+`FileWriter.write` runs its own transaction in four round trips, the chunks sent by COPY (see
+`FileWriter.run` for why nothing large goes through psycopg's pipeline mode). BM25 statistics are kept
+per source (term_stats, corpus_stats: migration 0007) so the query side can sum those of the sources a
+principal sees (kdbl_core.search.lexical).
 A file is written in one transaction: its old chunks, postings and statistics go out and the new
 ones come in together, so a crash at any moment leaves either the old file or the new one.
 """
@@ -56,20 +59,21 @@ class FileState:
 
 
 # Dropping a file's indexed content, in one statement: its chunks and postings go, and the statistics
-# they contributed are subtracted (term order: two writers never deadlock on term_stats rows).
+# they contributed to their source are subtracted (term order: two writers never deadlock on term_stats rows).
 _DROP_TEMPLATE = f"""
 WITH old AS ({{old}}),
-gone_chunks AS (DELETE FROM chunks WHERE file_id IN (SELECT id FROM old) RETURNING token_count),
-gone AS (DELETE FROM postings WHERE file_id IN (SELECT id FROM old) RETURNING term),
+gone_chunks AS (DELETE FROM chunks WHERE file_id IN (SELECT id FROM old) RETURNING source_id, token_count),
+gone AS (DELETE FROM postings WHERE file_id IN (SELECT id FROM old) RETURNING source_id, term),
 df AS (
-    INSERT INTO term_stats (tenant_id, term, shard, df)
-    SELECT :tenant_id, term, {_SHARD}, -count(*) FROM gone GROUP BY term ORDER BY term
-    ON CONFLICT (tenant_id, term, shard) DO UPDATE SET df = term_stats.df + EXCLUDED.df
+    INSERT INTO term_stats (tenant_id, term, source_id, shard, df)
+    SELECT :tenant_id, term, source_id, {_SHARD}, -count(*) FROM gone GROUP BY term, source_id
+     ORDER BY term, source_id
+    ON CONFLICT (tenant_id, term, source_id, shard) DO UPDATE SET df = term_stats.df + EXCLUDED.df
 ), cs AS (
-    INSERT INTO corpus_stats (tenant_id, shard, n_chunks, total_len)
-    SELECT :tenant_id, {_SHARD}, -count(*), -coalesce(sum(token_count), 0)
-      FROM gone_chunks HAVING count(*) > 0
-    ON CONFLICT (tenant_id, shard) DO UPDATE SET
+    INSERT INTO corpus_stats (tenant_id, source_id, shard, n_chunks, total_len)
+    SELECT :tenant_id, source_id, {_SHARD}, -count(*), -coalesce(sum(token_count), 0)
+      FROM gone_chunks GROUP BY source_id ORDER BY source_id
+    ON CONFLICT (tenant_id, source_id, shard) DO UPDATE SET
         n_chunks = corpus_stats.n_chunks + EXCLUDED.n_chunks,
         total_len = corpus_stats.total_len + EXCLUDED.total_len
 )
@@ -104,10 +108,7 @@ WITH old AS (
         index_runs = files.index_runs + 1, indexed_at = now(), seen_at = now()
     RETURNING id
 ), input AS (
-    SELECT * FROM unnest(CAST(:seqs AS int[]), CAST(:bodies AS text[]), CAST(:pages AS int[]),
-                         CAST(:starts AS int[]), CAST(:ends AS int[]), CAST(:ts_starts AS bigint[]),
-                         CAST(:ts_ends AS bigint[]))
-                AS u(seq, body, page_no, char_start, char_end, ts_start_ms, ts_end_ms)
+    {{input}}
 ), lex AS (
     SELECT i.seq, t.lexeme AS term, coalesce(array_length(t.positions, 1), 1) AS tf
       FROM input i, unnest(to_tsvector(CAST(:cfg AS regconfig), i.body)) AS t
@@ -126,22 +127,39 @@ WITH old AS (
       FROM lex JOIN ch ON ch.seq = lex.seq
     RETURNING term
 ), df AS (
-    INSERT INTO term_stats (tenant_id, term, shard, df)
-    SELECT :tenant_id, term, {_SHARD}, count(*) FROM ins GROUP BY term ORDER BY term
-    ON CONFLICT (tenant_id, term, shard) DO UPDATE SET df = term_stats.df + EXCLUDED.df
+    INSERT INTO term_stats (tenant_id, term, source_id, shard, df)
+    SELECT :tenant_id, term, :source_id, {_SHARD}, count(*) FROM ins GROUP BY term ORDER BY term
+    ON CONFLICT (tenant_id, term, source_id, shard) DO UPDATE SET df = term_stats.df + EXCLUDED.df
 ), cs AS (
-    INSERT INTO corpus_stats (tenant_id, shard, n_chunks, total_len)
-    SELECT :tenant_id, {_SHARD}, count(*), coalesce(sum(token_count), 0) FROM ch HAVING count(*) > 0
-    ON CONFLICT (tenant_id, shard) DO UPDATE SET
+    INSERT INTO corpus_stats (tenant_id, source_id, shard, n_chunks, total_len)
+    SELECT :tenant_id, :source_id, {_SHARD}, count(*), coalesce(sum(token_count), 0) FROM ch HAVING count(*) > 0
+    ON CONFLICT (tenant_id, source_id, shard) DO UPDATE SET
         n_chunks = corpus_stats.n_chunks + EXCLUDED.n_chunks,
         total_len = corpus_stats.total_len + EXCLUDED.total_len
 )
 SELECT (SELECT id FROM f) AS file_id, (SELECT n FROM old) AS old_chunks{{check}}
 """
-_WRITE = text(_WRITE_TEMPLATE.format(check=""))
+# The chunks come from array parameters (`write_file`, on a SQLAlchemy connection) or from the session's
+# staging table, filled by COPY (`FileWriter`).
+_ARRAY_INPUT = """SELECT * FROM unnest(CAST(:seqs AS int[]), CAST(:bodies AS text[]), CAST(:pages AS int[]),
+                         CAST(:starts AS int[]), CAST(:ends AS int[]), CAST(:ts_starts AS bigint[]),
+                         CAST(:ts_ends AS bigint[]))
+                AS u(seq, body, page_no, char_start, char_end, ts_start_ms, ts_end_ms)"""
+_STAGE_COLUMNS = "seq, body, page_no, char_start, char_end, ts_start_ms, ts_end_ms"
+_STAGE_INPUT = f"SELECT {_STAGE_COLUMNS} FROM pg_temp.kdbl_stage"
+_WRITE = text(_WRITE_TEMPLATE.format(input=_ARRAY_INPUT, check=""))
 # For a pipeline (the COMMIT is already on its way): a file that still has content aborts the transaction.
 _WRITE_CHECKED = text(_WRITE_TEMPLATE.format(
+    input=_STAGE_INPUT,
     check=",\n       kdbl_check((SELECT n FROM old) = 0, 'KL002', 'the file still has indexed content')"))
+
+# A file's chunks travel to Postgres by COPY into this per-session table, emptied by every COMMIT (and
+# by a rollback, which discards the rows). COPY streams: psycopg writes and flushes COPY data until the
+# server has it, so a file of any size goes through (see FileWriter.write).
+_CREATE_STAGE = (f"CREATE TEMP TABLE IF NOT EXISTS kdbl_stage (seq int NOT NULL, body text NOT NULL, page_no int, "
+                 "char_start int NOT NULL, char_end int NOT NULL, ts_start_ms bigint, ts_end_ms bigint) "
+                 "ON COMMIT DELETE ROWS")
+_COPY_STAGE = f"COPY pg_temp.kdbl_stage ({_STAGE_COLUMNS}) FROM STDIN"
 
 HAS_CONTENT = "KL002"
 FENCE_LOST = "KL001"
@@ -171,10 +189,12 @@ def native_sql(stmt: TextClause) -> str:
 
 
 class FileWriter:
-    """Pipelined file transactions over one connection, held across files (one per writer thread).
+    """File transactions over one connection, held across files (one per writer thread).
 
     Holding it saves the pool's checkout and liveness ping per file and keeps psycopg's prepared
-    statements warm. A broken connection is thrown away and the next call takes a fresh one.
+    statements warm. A broken connection is thrown away and the next call takes a fresh one. The
+    connection comes from `engine` (its connect options and events apply: the worker's per-file
+    deadlines are set there, kdbl_worker.deadlines).
     """
 
     def __init__(self, engine: Engine) -> None:
@@ -186,19 +206,44 @@ class FileWriter:
             self._pooled.close()
             self._pooled = None
 
-    def run(self, statements: Sequence[tuple[TextClause, dict]]) -> None:
-        """Run statements and COMMIT as one transaction in ONE round trip (psycopg pipeline mode).
-
-        A statement that fails (kdbl_check included) aborts the transaction: the COMMIT becomes a rollback.
-        """
+    def _connection(self) -> psycopg.Connection:
         if self._pooled is None:
-            self._pooled = self.engine.raw_connection()
-        raw = self._pooled.driver_connection
-        try:
-            with raw.pipeline(), raw.cursor() as cur:
-                for stmt, params in statements:
-                    cur.execute(native_sql(stmt), params)
+            pooled = self.engine.raw_connection()
+            try:
+                raw = pooled.driver_connection
+                raw.execute(_CREATE_STAGE)
                 raw.commit()
+            except BaseException:
+                pooled.invalidate()
+                raise
+            self._pooled = pooled
+        return self._pooled.driver_connection
+
+    def run(self, setup: Sequence[tuple[TextClause, dict]], chunks: Sequence[ChunkRow],
+            statements: Sequence[tuple[TextClause, dict]]) -> None:
+        """One transaction: `setup` (pipelined), the chunks COPYed into the staging table, then
+        `statements` and COMMIT (pipelined). Four round trips whatever the file's size.
+
+        Nothing large goes through pipeline mode: psycopg's pipeline stops flushing once its command
+        queue is empty (3.3: `pipeline_communicate` ignores PQflush's "data left"), so a message larger
+        than the socket buffers could stay half-sent while it waits for results, and Postgres waits
+        for the rest in ClientRead (the hang of a 5 MB text file, issue 12). COPY data is flushed until
+        the server has it. A statement that fails (kdbl_check included) aborts the transaction.
+        """
+        raw = self._connection()
+        try:
+            with raw.cursor() as cur:
+                with raw.pipeline():
+                    for stmt, params in setup:
+                        cur.execute(native_sql(stmt), params)
+                with cur.copy(_COPY_STAGE) as copy:
+                    for c in chunks:
+                        copy.write_row((c.seq, c.text, c.page_no, c.char_start, c.char_end, c.ts_start_ms,
+                                        c.ts_end_ms))
+                with raw.pipeline():
+                    for stmt, params in statements:
+                        cur.execute(native_sql(stmt), params)
+                    raw.commit()
         except BaseException:
             if raw.closed or raw.broken:
                 self._pooled.invalidate()
@@ -223,7 +268,7 @@ class FileWriter:
         durable: bool = True,
         then: Sequence[tuple[TextClause, dict]] = (),
     ) -> None:
-        """`write_file` in its own transaction, sent with its COMMIT in one round trip.
+        """`write_file` in its own transaction (see `run`), the chunks sent by COPY.
 
         `then`: more statements for the same transaction (a queue item's completion); one that aborts
         with SQLSTATE KL001 (`kdbl_check`) raises FenceLost and nothing is written.
@@ -234,13 +279,14 @@ class FileWriter:
         completed in the same transaction is forgotten with it, so the file is simply indexed again. A
         worker crash loses nothing. Any later durable commit (end of a listing, of a run) flushes them.
         """
-        params = _file_params(tenant_id, source_id, meta, status, status_reason, title, chunks, text_chars,
+        params = _file_params(tenant_id, source_id, meta, status, status_reason, title, (), text_chars,
                               ts_config)
-        setup = (_FILE_TX, {"tenant": str(tenant_id), "sync": "on" if durable else "off"})
+        params["chunk_count"] = len(chunks)
+        tx = (_FILE_TX, {"tenant": str(tenant_id), "sync": "on" if durable else "off"})
         for drop in ((True,) if replace else (False, True)):
-            statements = [setup, *([(_DROP_BY_KEY, params)] if drop else []), (_WRITE_CHECKED, params), *then]
             try:
-                self.run(statements)
+                self.run([tx, *([(_DROP_BY_KEY, params)] if drop else [])], chunks,
+                         [(_WRITE_CHECKED, params), *then])
                 return
             except psycopg.Error as exc:
                 if exc.sqlstate == FENCE_LOST:

@@ -4,7 +4,7 @@ diversification, and per-hit explanations.
 RRF (score = Σ w_arm / (k + rank_arm)) needs no score calibration between BM25 and cosine, which have
 unrelated scales. Two safeguards on top:
   * exact identifiers — a query term that looks like an identifier (contains a digit, or '_'/'-' inside)
-    and is rare in the tenant (df ≤ 3) pins the keyword hits that contain it to the top, so a vector
+    and is rare in what the caller sees (df ≤ 3) pins the keyword hits that contain it to the top, so a vector
     arm full of near-paraphrases can never bury the one chunk holding "ERR-4021";
   * diversification — at most `max_per_file` hits per file, and a chunk adjacent (±1 seq) to an
     already chosen one is skipped, since each hit's text already carries its neighbours.

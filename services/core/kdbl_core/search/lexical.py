@@ -2,8 +2,15 @@
 
 Scoring is Okapi BM25 (k1=1.2, b=0.75, Lucene's idf = ln(1 + (N - df + 0.5) / (df + 0.5))) over the
 postings the principal may see: row-level security filters postings *before* ranking, so a
-principal finds its own documents even where invisible ones dominate the corpus. Term statistics
-(df, N, average length) are the tenant's, kept in Postgres so every API replica ranks the same.
+principal finds its own documents even where invisible ones dominate the corpus.
+
+Term statistics (df, N, average length) are those of what the principal sees, so hidden content never
+moves a score (issue 13: tenant-wide df let a user count the hidden chunks holding a word). They are
+kept per source (term_stats, corpus_stats, sharded) and row-level security returns only the rows of
+sources the principal sees whole, which the query sums: a few rows per (source, term), never a scan.
+Files granted one by one (in a source the principal does not see whole) add their exact counts: df
+from their postings of the query's terms, N and length from their chunks — work proportional to those
+files, done only for principals that hold such grants (an uncorrelated EXISTS skips it otherwise).
 """
 
 from __future__ import annotations
@@ -82,28 +89,48 @@ def filters_sql(filters: Filters, params: dict, alias: str) -> str:
     return extra
 
 
-# The query's terms with their idf and the tenant's average chunk length; _BM25 scores one posting.
+# Statistics of what the principal sees (see the module docstring), for the terms of CTE `q`.
+# `gf`: files granted one by one in sources not seen whole; their counts come from postings and chunks.
+_STATS = """
+gf AS MATERIALIZED (
+    SELECT f.id, f.chunk_count FROM files f
+     WHERE f.tenant_id = kdbl_tenant() AND f.id IN (SELECT g.id FROM kdbl_granted_files() AS g(id))
+       AND f.source_id NOT IN (SELECT ws.id FROM kdbl_whole_sources() AS ws(id))
+), corpus AS (
+    SELECT coalesce((SELECT sum(n_chunks) FROM corpus_stats WHERE tenant_id = kdbl_tenant()), 0)
+           + coalesce((SELECT sum(chunk_count) FROM gf), 0) AS n,
+           coalesce((SELECT sum(total_len) FROM corpus_stats WHERE tenant_id = kdbl_tenant()), 0)
+           + coalesce((SELECT sum(c.token_count) FROM chunks c WHERE c.file_id IN (SELECT id FROM gf)
+                        AND EXISTS (SELECT 1 FROM gf)), 0) AS total_len
+), dfs AS (
+    SELECT term, sum(df) AS df FROM (
+        SELECT s.term, s.df FROM term_stats s WHERE s.tenant_id = kdbl_tenant() AND s.term IN (SELECT term FROM q)
+        UNION ALL
+        SELECT p.term, 1 FROM postings p
+         WHERE p.tenant_id = kdbl_tenant() AND p.term IN (SELECT term FROM q)
+           AND p.file_id IN (SELECT id FROM gf) AND EXISTS (SELECT 1 FROM gf)
+    ) d GROUP BY term HAVING sum(df) > 0
+)"""
+
+# The query's terms with their idf and the visible average chunk length; _BM25 scores one posting.
 _TERMS = f"""
 WITH q AS (
     SELECT DISTINCT lexeme AS term FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :query))
-), corpus AS (
-    SELECT greatest(sum(n_chunks), 1)::float8 AS n,
-           greatest(sum(total_len), 1)::float8 / greatest(sum(n_chunks), 1)::float8 AS avgdl
-      FROM corpus_stats WHERE tenant_id = kdbl_tenant()
+), {_STATS.strip()}, nc AS (
+    SELECT greatest(n, 1)::float8 AS n, greatest(total_len, 1)::float8 / greatest(n, 1)::float8 AS avgdl
+      FROM corpus
 ), w AS (
-    SELECT s.term, ln(1 + (c.n - sum(s.df) + 0.5) / (sum(s.df) + 0.5)) AS idf, c.avgdl, sum(s.df) AS df, c.n,
-           ln(1 + (c.n - sum(s.df) + 0.5) / (sum(s.df) + 0.5)) * CAST({K1 + 1} AS float8) AS idf_k1,
-           CAST({K1 * B:.6g} AS float8) / c.avgdl AS k1b_avgdl
-      FROM term_stats s JOIN q ON q.term = s.term CROSS JOIN corpus c
-     WHERE s.tenant_id = kdbl_tenant()
-     GROUP BY s.term, c.n, c.avgdl HAVING sum(s.df) > 0
+    SELECT d.term, ln(1 + (nc.n - d.df + 0.5) / (d.df + 0.5)) AS idf, nc.avgdl, d.df, nc.n,
+           ln(1 + (nc.n - d.df + 0.5) / (d.df + 0.5)) * CAST({K1 + 1} AS float8) AS idf_k1,
+           CAST({K1 * B:.6g} AS float8) / nc.avgdl AS k1b_avgdl
+      FROM dfs d CROSS JOIN nc
 )"""
 # idf·tf·(k1+1) / (tf + k1·(1 - b + b·dl/avgdl)), arranged so that each posting costs a few float8
 # operations: idf·(k1+1) and k1·b/avgdl are computed once per term (an untyped 0.75 would make every row numeric math).
 _BM25 = f"w.idf_k1 * p.tf / (p.tf + (CAST({K1 * (1 - B):.6g} AS float8) + w.k1b_avgdl * p.dl))"
 
 
-# A term is "common" when it has more than COMMON_DF postings visible to the tenant (KDBL_BM25_COMMON_DF):
+# A term is "common" when it has more than COMMON_DF postings visible to the principal (KDBL_BM25_COMMON_DF):
 # reading all of them costs more than it can change the ranking (see build_query).
 COMMON_DF = 20_000
 CANDIDATES = 1_000
@@ -191,14 +218,14 @@ async def query_terms(conn: AsyncConnection, query: str, ts_config: str) -> list
     return [r[0] for r in rows]
 
 
-_RARE_TERMS = text("""
-SELECT s.term FROM term_stats s
- WHERE s.tenant_id = kdbl_tenant() AND s.term = ANY(:terms)
- GROUP BY s.term HAVING sum(s.df) BETWEEN 1 AND :max_df
+_RARE_TERMS = text(f"""
+WITH q AS (SELECT DISTINCT unnest(CAST(:terms AS text[])) AS term), {_STATS.strip()}
+SELECT term FROM dfs WHERE df BETWEEN 1 AND :max_df
 """)
 
 
 async def rare_terms(conn: AsyncConnection, terms: list[str], max_df: int = 3) -> list[str]:
+    """The terms in at most `max_df` chunks the principal sees (the statistics BM25 uses)."""
     if not terms:
         return []
     return [r[0] for r in await conn.execute(_RARE_TERMS, {"terms": terms, "max_df": max_df})]

@@ -1,4 +1,4 @@
-"""per-source BM25 statistics (issue 13 item 4) (see ../sql/0007_per_source_stats.sql).
+"""Per-source BM25 statistics (issue 13 item 4): see ../sql/0007_per_source_stats.sql and its _down twin.
 
 Revision ID: 0007
 Revises: 0006
@@ -14,6 +14,7 @@ branch_labels = None
 depends_on = None
 
 _SQL = Path(__file__).resolve().parent.parent / "sql" / "0007_per_source_stats.sql"
+_DOWN = _SQL.with_name("0007_per_source_stats_down.sql")
 
 
 def upgrade() -> None:
@@ -21,5 +22,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.get_bind().connection.driver_connection.execute(
-        "SELECT 1;  -- TODO(per_source_stats): undo ../sql/0007_per_source_stats.sql")
+    op.get_bind().connection.driver_connection.execute(_DOWN.read_text())
