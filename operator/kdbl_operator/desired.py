@@ -36,6 +36,7 @@ SOURCE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$")
 
 TOOLS = ("search_content", "get_file_text", "get_file_window", "get_file_metadata", "list_sources", "list_files")
 MODES = ("hybrid", "lexical")
+DOWNLOAD_MODES = ("off", "inline", "attachment")  # kdbl_core.policy.DOWNLOAD_MODES
 SCOPES = ("kdbl.search", "kdbl.read")  # kdbl_core.principal.ALL_SCOPES (a unit test keeps them equal)
 PROTOCOLS = ("fs", "s3", "smb", "webdav", "http")
 # Keys the worker reads from a mounted credentials Secret (one file per key), per protocol.
@@ -255,6 +256,14 @@ def owner_marker(body: Mapping[str, Any]) -> dict[str, Any]:
     return marker
 
 
+def _rate_tiers(rate: Mapping[str, Any], where: str) -> dict[str, int]:
+    """{requestsPerMinute, requestsPerHour, requestsPerDay, burst} -> the settings keys kdbl_core.policy reads."""
+    tiers = {snake: _int(rate.get(camel), f"{where}.{camel}", low=low) for camel, snake, low in (
+        ("requestsPerMinute", "per_minute", 0), ("requestsPerHour", "per_hour", 0),
+        ("requestsPerDay", "per_day", 0), ("burst", "burst", 1))}
+    return {k: v for k, v in tiers.items() if v is not None}
+
+
 def tenant(body: Mapping[str, Any], *, operator_namespace: str) -> DesiredTenant:
     """The tenants row (and bootstrap-token plan) a Tenant resource asks for."""
     name = _meta(body).get("name") or ""
@@ -290,15 +299,24 @@ def tenant(body: Mapping[str, Any], *, operator_namespace: str) -> DesiredTenant
                    "groups": _strings(admins.get("groups"), "spec.admins.groups")},
         "oidc": {"subjects": _strings(oidc.get("subjects"), "spec.oidc.subjects"),
                  "groups": _strings(oidc.get("groups"), "spec.oidc.groups")},
-        "downloads": {"enabled": _bool(downloads.get("enabled"), "spec.downloads.enabled", True)},
+        "downloads": {"enabled": _bool(downloads.get("enabled"), "spec.downloads.enabled", True)},  # + mode below
         "operator": {"owner": owner_marker(body), "namespace": namespace, "source_namespaces": source_namespaces},
     }
     if spec.get("description"):
         settings["description"] = str(spec["description"])
-    per_minute = _int(rate.get("requestsPerMinute"), "spec.rateLimit.requestsPerMinute", low=0)
-    burst = _int(rate.get("burst"), "spec.rateLimit.burst", low=1)
-    if per_minute is not None or burst is not None:
-        settings["rate_limit"] = {k: v for k, v in (("per_minute", per_minute), ("burst", burst)) if v is not None}
+    rate_limit = _rate_tiers(rate, "spec.rateLimit")
+    tenant_rate = _rate_tiers(_obj(rate.get("tenant"), "spec.rateLimit.tenant"), "spec.rateLimit.tenant")
+    if tenant_rate:
+        rate_limit["tenant"] = tenant_rate
+    if rate_limit:
+        settings["rate_limit"] = rate_limit
+    mode = downloads.get("mode")
+    if mode is not None:
+        if mode not in DOWNLOAD_MODES:
+            raise InvalidSpec(INVALID_SPEC, f"spec.downloads.mode must be one of {', '.join(DOWNLOAD_MODES)}")
+        if downloads.get("enabled") is False and mode != "off":
+            raise InvalidSpec(INVALID_SPEC, "spec.downloads.enabled is false but spec.downloads.mode is not 'off'")
+        settings["downloads"] = {"enabled": mode != "off", "mode": mode}
     ttl = _int(downloads.get("linkTtlSeconds"), "spec.downloads.linkTtlSeconds", low=10, high=86400)
     if ttl is not None:
         settings["downloads"]["link_ttl_seconds"] = ttl

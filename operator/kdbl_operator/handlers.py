@@ -182,7 +182,7 @@ async def _bootstrap(raw: dict[str, Any], want: desired.DesiredTenant, tenant_id
             raise InvalidSpec(desired.NAMESPACE_NOT_FOUND, f"namespace '{boot.namespace}' for the bootstrap "
                                                            "Secret does not exist") from None
         del body
-        await _db(memo, reconcile.record_bootstrap, engine, tenant_id, boot, new=(new.lookup_id, new.hash),
+        await _db(memo, reconcile.record_bootstrap, engine, tenant_id, boot, new=(new.lookup_id, new.hash, new.fingerprint),
                   keep=None, revoke=plan.revoke)
         reason = "BootstrapTokenRotated" if plan.why == "rotation" else "BootstrapTokenIssued"
         k8s.event(raw, type="Normal", reason=reason,

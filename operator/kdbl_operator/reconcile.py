@@ -101,14 +101,14 @@ def active_bootstrap_tokens(engine: Engine, tenant_id: uuid.UUID) -> list[dict[s
 
 
 def record_bootstrap(engine: Engine, tenant_id: uuid.UUID, boot: desired.BootstrapToken, *,
-                     new: tuple[str, str] | None, keep: str | None, revoke: tuple[str, ...]) -> bool:
-    """new: (lookup_id, hash) of a freshly written token; keep: the lookup id that stays. Returns whether
+                     new: tuple[str, str, bytes] | None, keep: str | None, revoke: tuple[str, ...]) -> bool:
+    """new: (lookup_id, hash, fingerprint) of a freshly written token; keep: the lookup id that stays. Returns whether
     a row changed."""
     changed = False
     with db.transaction(engine) as conn:
         if new is not None:
-            db.insert_bootstrap_token(conn, tenant_id, lookup_id=new[0], token_hash=new[1], subject=boot.subject,
-                                      groups=list(boot.groups), scopes=list(boot.scopes))
+            db.insert_bootstrap_token(conn, tenant_id, lookup_id=new[0], token_hash=new[1], fingerprint=new[2],
+                                      subject=boot.subject, groups=list(boot.groups), scopes=list(boot.scopes))
             changed = True
         elif keep is not None:
             for token in db.bootstrap_tokens(conn, tenant_id):

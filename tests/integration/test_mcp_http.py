@@ -136,7 +136,8 @@ async def test_forged_tokens_are_401(api_url, token):
     assert resp.status_code == 401 and 'error="invalid_token"' in resp.headers["www-authenticate"]
 
 
-async def test_repeated_wrong_secrets_for_one_token_get_429_with_retry_after(api_url, owner_engine, world):
+async def test_repeated_wrong_secrets_for_one_token_stay_401_and_the_genuine_token_still_works(
+        api_url, owner_engine, world):
     token, _ = admin.create_token(owner_engine, tenant_name="acme-mcp", name="guessed")
     statuses = []
     async with httpx.AsyncClient() as http:
@@ -144,10 +145,9 @@ async def test_repeated_wrong_secrets_for_one_token_get_429_with_retry_after(api
             resp = await http.post(f"{api_url}/mcp", headers={"Authorization": f"Bearer {token[:-4]}{n:04d}"},
                                    json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
             statuses.append(resp.status_code)
-    assert statuses[:5] == [401] * 5 and statuses[5:] == [429, 429]
-    assert 1 <= int(resp.headers["retry-after"]) <= 60
-    assert resp.json()["error"]["data"]["retry_after_sec"] == int(resp.headers["retry-after"])
-    assert "too many failed attempts" in resp.json()["error"]["message"]
+    assert statuses == [401] * 7  # refuted by the token's fingerprint: no lockout of the holder
+    async with mcp(api_url, token) as client:
+        assert len((await client.list_tools()).tools) == 6
 
 
 async def test_revoked_token_is_401(api_url, owner_engine, world):

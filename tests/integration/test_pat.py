@@ -101,45 +101,49 @@ def _forge(token: str, n: int) -> str:
     return token[:-4] + f"{n:04d}"
 
 
-async def test_a_guessing_flood_on_one_lookup_id_stops_costing_argon2(owner_url, owner_engine, tenant, monkeypatch):
-    engine = async_engine(for_role(owner_url, "kdbl_api"))
-    verifier = PatVerifier(engine, max_failures=3, failure_window_s=60)
+async def test_wrong_guesses_cost_no_argon2_and_never_lock_out_the_holder_on_a_fresh_process(
+        owner_url, owner_engine, tenant, monkeypatch):
     checks = []
     real_verify = pat.verify
     monkeypatch.setattr(pat, "verify", lambda h, t: checks.append(t) or real_verify(h, t))
+    attacked, fresh = (async_engine(for_role(owner_url, "kdbl_api")) for _ in range(2))
     try:
         token, _ = admin.create_token(owner_engine, tenant_name=tenant.name, name="flood")
-        await verifier.verify(token)  # the owner's token, verified before the attack
-        for n in range(3):
-            with pytest.raises(Unauthenticated, match="invalid token"):
-                await verifier.verify(_forge(token, n))
-        assert len(checks) == 4
-        # concurrent guesses queue on the single-flight lock and stop there too
-        results = await asyncio.gather(*(verifier.verify(_forge(token, n)) for n in range(3, 13)),
-                                       return_exceptions=True)
-        assert all(isinstance(r, RateLimited) for r in results)
-        assert 1 <= results[0].retry_after_sec <= 60 and "too many failed attempts" in results[0].message
-        assert len(checks) == 4, "no argon2 check once the budget is spent"
-        assert (await verifier.verify(token)).subject == "user:flood"  # the cached genuine token still works
-        other, _ = admin.create_token(owner_engine, tenant_name=tenant.name, name="other")
-        assert (await verifier.verify(other)).subject == "user:other"  # other lookup ids are unaffected
+        guesser = PatVerifier(attacked, max_failures=3, failure_window_s=60)
+        results = await asyncio.gather(*(guesser.verify(_forge(token, n)) for n in range(50)), return_exceptions=True)
+        assert all(isinstance(r, Unauthenticated) and r.message == "invalid token" for r in results)
+        assert checks == [], "a wrong secret is refuted by the fingerprint, never by argon2"
+        # the genuine holder, on a process that never verified the token, right after the flood
+        assert (await PatVerifier(fresh).verify(token)).subject == "user:flood"
+        assert (await guesser.verify(token)).subject == "user:flood"  # and on the attacked one too
+        assert len(checks) == 2  # one argon2 check per process, for the genuine secret only
     finally:
-        await engine.dispose()
+        await attacked.dispose()
+        await fresh.dispose()
 
 
-async def test_the_failure_budget_recovers_after_its_window_and_resets_on_success(owner_url, owner_engine, tenant):
+async def test_a_token_from_before_fingerprints_keeps_the_failure_budget_until_first_verified(
+        owner_url, owner_engine, tenant):
     engine = async_engine(for_role(owner_url, "kdbl_api"))
-    verifier = PatVerifier(engine, max_failures=2, failure_window_s=0.5)
+    verifier = PatVerifier(engine, max_failures=2, failure_window_s=60)
     try:
-        token, _ = admin.create_token(owner_engine, tenant_name=tenant.name, name="window")
+        token, row = admin.create_token(owner_engine, tenant_name=tenant.name, name="legacy")
+        with owner_engine.begin() as conn:  # as made before migration 0009
+            conn.execute(text("UPDATE tokens SET fingerprint = NULL WHERE id = :id"), {"id": row.id})
         for n in range(2):
             with pytest.raises(Unauthenticated):
                 await verifier.verify(_forge(token, n))
-        with pytest.raises(RateLimited):
-            await verifier.verify(token)  # not verified before: it waits out the window like any secret
-        await asyncio.sleep(0.6)
-        assert (await verifier.verify(token)).subject == "user:window"
-        with pytest.raises(Unauthenticated):  # the success cleared the failures: one more wrong secret is
-            await verifier.verify(_forge(token, 7))  # checked (and refuted), not throttled
+        with pytest.raises(RateLimited, match="too many failed attempts"):
+            await verifier.verify(_forge(token, 3))  # argon2 work stays bounded for these tokens
+        assert (await PatVerifier(engine).verify(token)).subject == "user:legacy"  # another process
+        with owner_engine.connect() as conn:
+            stored = conn.execute(text("SELECT fingerprint FROM tokens WHERE id = :id"), {"id": row.id}).scalar()
+        assert bytes(stored) == pat.fingerprint(token)  # recorded by the first successful check
+        assert (await verifier.verify(token)).subject == "user:legacy"  # the throttled process accepts it now
+        fresh = PatVerifier(engine, max_failures=2, failure_window_s=60)
+        for n in range(10):
+            with pytest.raises(Unauthenticated):
+                await fresh.verify(_forge(token, n))
+        assert (await fresh.verify(token)).subject == "user:legacy"
     finally:
         await engine.dispose()

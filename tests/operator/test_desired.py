@@ -81,7 +81,29 @@ def test_a_full_tenant_spec_maps_to_the_settings_document():
     assert boot.subject == "user:robot" and boot.groups == ("bots",)
 
 
+def test_rate_tiers_and_download_modes_map_to_the_keys_the_policy_reads():
+    from kdbl_core import policy
+
+    s = desired.tenant(tenant_body(
+        rateLimit={"requestsPerMinute": 60, "requestsPerHour": 1000, "requestsPerDay": 5000,
+                   "tenant": {"requestsPerMinute": 300, "burst": 50}},
+        downloads={"mode": "inline", "linkTtlSeconds": 60}), operator_namespace="kdbl").settings
+    assert s["rate_limit"] == {"per_minute": 60, "per_hour": 1000, "per_day": 5000,
+                               "tenant": {"per_minute": 300, "burst": 50}}
+    assert s["downloads"] == {"enabled": True, "mode": "inline", "link_ttl_seconds": 60}
+    effective = policy.parse(s).describe()
+    assert effective["rate_limit"] == {"per_token": {"per_minute": 60, "per_hour": 1000, "per_day": 5000, "burst": 60},
+                                       "tenant": {"per_minute": 300, "burst": 50}}
+    assert (effective["downloads"], effective["link_ttl_seconds"]) == ("inline", 60)
+    assert set(desired.TOOLS) == set(policy.TOOLS)
+    assert set(desired.MODES) == set(policy.MODES) and desired.DOWNLOAD_MODES == policy.DOWNLOAD_MODES
+
+
 @pytest.mark.parametrize("body,reason", [
+    (tenant_body(downloads={"mode": "sometimes"}), "InvalidSpec"),
+    (tenant_body(downloads={"enabled": False, "mode": "inline"}), "InvalidSpec"),
+    (tenant_body(rateLimit={"requestsPerHour": -1}), "InvalidSpec"),
+    (tenant_body(rateLimit={"tenant": {"burst": 0}}), "InvalidSpec"),
     (tenant_body("dotted.name"), "InvalidName"),
     (tenant_body("x" * 64), "InvalidName"),
     (tenant_body(displayName=""), "InvalidSpec"),

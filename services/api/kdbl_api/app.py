@@ -19,6 +19,7 @@ from starlette.routing import Route
 
 from kdbl_api.downloads import Downloads
 from kdbl_api.http_auth import PRM_PATH, McpFrontDoor, public_base
+from kdbl_api.policies import Policies
 from kdbl_api.ratelimit import RateLimiter
 from kdbl_api.server import AppState, build_server
 from kdbl_api.tools.context import Services
@@ -70,9 +71,11 @@ def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | Non
         max_request_body_size=settings.max_request_bytes,
     )
     verifier = BearerVerifier(PatVerifier(pool), _oidc(settings, engine))
-    limiter = RateLimiter(settings.rate_limit_per_minute, settings.rate_limit_burst)
-    front_door = McpFrontDoor(StreamableHTTPASGIApp(manager), verifier, settings, limiter, state.observability)
-    downloads = Downloads(settings, pool, state.observability)
+    policies = Policies(pool, settings)
+    limiter = RateLimiter(pool)
+    front_door = McpFrontDoor(StreamableHTTPASGIApp(manager), verifier, settings, limiter, state.observability,
+                              policies, pool)
+    downloads = Downloads(settings, pool, state.observability, policies)
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
@@ -117,8 +120,9 @@ def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | Non
                             "latency": obs.mode_latency("lexical")},
                 "hybrid": hybrid,
             },
-            "rate_limit": {"per_minute": settings.rate_limit_per_minute, "burst": settings.rate_limit_burst,
-                           "scope": "per token, per API replica"},
+            "rate_limit": {"default_per_token": {"per_minute": settings.rate_limit_per_minute,
+                                                 "burst": settings.rate_limit_burst},
+                           "scope": "shared by every API replica (token buckets in PostgreSQL)"},
         })
 
     async def metrics(request: Request) -> Response:

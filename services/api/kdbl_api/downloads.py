@@ -1,7 +1,11 @@
 """GET /api/files/download?t=<signed token>[&dl=1]: the original file, re-checked against RLS.
 
 The token names the principal it was minted for; the file must still be visible to that principal
-(404 otherwise). Bytes come from the worker's internal fetch endpoint — the API holds no source
+(404 otherwise). The link is only as good as what minted it: the tenant must still be enabled and
+allow downloads (its policy: off / inline / attachment, at most 2 s old), and the PAT that minted
+it must still be valid (not revoked, not expired) — 403 otherwise, so revoking a token also ends
+the links it minted (issue 13 item 3). Bytes come from the worker's internal fetch endpoint — the
+API holds no source
 credentials — and stream through. Every download writes an audit row (tool `files/download`).
 """
 
@@ -9,21 +13,26 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import UTC, datetime
 from urllib.parse import quote
 
 import httpx
+from sqlalchemy import text
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from kdbl_api.observability import Observability
+from kdbl_api.policies import Policies
+
 from kdbl_core.db import audit, reads
-from kdbl_core.db.engine import ContentDb, rls_transaction
+from kdbl_core.db.engine import ContentDb, autocommit_connection, rls_transaction
 from kdbl_core.errors import Forbidden
 from kdbl_core.settings import Settings
-from kdbl_core.signing import DownloadSigner
+from kdbl_core.signing import DownloadClaims, DownloadSigner
 
 log = logging.getLogger(__name__)
+_TOKEN_STATE = "SELECT tenant_id, expires_at, revoked_at FROM kdbl_token_state(:token)"
 
 
 def _disposition(key: str, attachment: bool) -> str:
@@ -34,7 +43,8 @@ def _disposition(key: str, attachment: bool) -> str:
 
 
 class Downloads:
-    def __init__(self, settings: Settings, engine: ContentDb, observability: Observability) -> None:
+    def __init__(self, settings: Settings, engine: ContentDb, observability: Observability,
+                 policies: Policies) -> None:
         self.enabled = bool(settings.download_signing_secret and settings.api_public_url
                             and settings.internal_fetch_token)
         self.signer = DownloadSigner(settings.download_signing_secret.get_secret_value()) if self.enabled else None
@@ -42,6 +52,7 @@ class Downloads:
         self._worker = settings.worker_fetch_url.rstrip("/")
         self._engine = engine
         self._obs = observability
+        self._policies = policies
         self._http: httpx.AsyncClient | None = None
 
     async def aclose(self) -> None:
@@ -58,6 +69,11 @@ class Downloads:
             self._obs.downloads.labels("forbidden").inc()
             return JSONResponse({"error": exc.message}, status_code=403)
         principal = claims.principal()
+        refusal = await self._refusal(claims, request.query_params.get("dl") == "1")
+        if refusal is not None:
+            await self._audit(principal, claims, "denied", refusal, request, started)
+            self._obs.downloads.labels("forbidden").inc()
+            return JSONResponse({"error": refusal}, status_code=403)
         async with rls_transaction(self._engine, principal) as conn:
             row = await reads.get_file(conn, claims.source_id, claims.key)
         if row is None:
@@ -96,11 +112,31 @@ class Downloads:
                                  media_type=row["content_type"] or upstream.headers.get("content-type"),
                                  background=BackgroundTask(upstream.aclose))
 
+    async def _refusal(self, claims: DownloadClaims, attachment: bool) -> str | None:
+        """Why the link may no longer be used (tenant policy, minting token), or None."""
+        policy = await self._policies.get(claims.tenant_id)
+        if not policy.enabled:
+            return f"tenant '{claims.tenant_name}' is disabled"
+        if policy.downloads == "off":
+            return "downloads are disabled for this tenant"
+        if attachment and policy.downloads == "inline":
+            return "this tenant allows inline downloads only (drop dl=1)"
+        if claims.token_id is None:
+            return None
+        async with autocommit_connection(self._engine) as conn:
+            rows = (await conn.execute(text(_TOKEN_STATE), {"token": claims.token_id})).all()
+        row = rows[0] if rows else None
+        if row is None or row.tenant_id != claims.tenant_id or row.revoked_at is not None:
+            return "the token that minted this link was revoked"
+        if row.expires_at is not None and row.expires_at <= datetime.now(UTC):
+            return "the token that minted this link has expired"
+        return None
+
     async def _audit(self, principal, claims, status: str, error: str | None, request: Request,
                      started: float) -> None:
         async with rls_transaction(self._engine, principal) as conn:
             await audit.record(
-                conn, tenant_id=principal.tenant_id, principal=principal.subject, token_id=None,
+                conn, tenant_id=principal.tenant_id, principal=principal.subject, token_id=claims.token_id,
                 tool="files/download", arguments={"source_id": str(claims.source_id), "key": claims.key,
                                                   "dl": request.query_params.get("dl") == "1"},
                 source_ids=[str(claims.source_id)], keys=[claims.key], row_count=1 if status == "ok" else 0,

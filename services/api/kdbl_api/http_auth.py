@@ -2,12 +2,18 @@
 
 401s carry `WWW-Authenticate: Bearer ... resource_metadata="..."` (RFC 9728); a token without the
 scope a tools/call needs is refused with 403 `insufficient_scope` before the SDK parses anything.
+
+Then the tenant's policy (kdbl_api.policies, at most 2 s old): a disabled tenant's tokens get 403;
+a tool outside the allowlist passes as an unknown tool would (the SDK layer refuses it); requests
+that do work take from the shared rate-limit buckets (kdbl_api.ratelimit) and carry RateLimit-*
+headers. Every refusal here writes an audit row (kdbl_core.db.audit.record_refusal).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any
 
 from starlette.requests import Request
@@ -16,12 +22,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kdbl_api import jsonrpc_envelope
 from kdbl_api.observability import Observability
-from kdbl_api.ratelimit import RateLimiter
-from kdbl_api.server import PRINCIPAL_KEY
+from kdbl_api.policies import Policies
+from kdbl_api.ratelimit import Decision, RateLimiter
+from kdbl_api.server import POLICY_KEY, PRINCIPAL_KEY
 from kdbl_api.tools.registry import TOOLS
-from kdbl_core.auth.verifier import BearerVerifier
-from kdbl_core.errors import Forbidden, RateLimited, Unauthenticated
-from kdbl_core.principal import SCOPE_READ
+from kdbl_core.auth.verifier import BearerVerifier, TokenRefused
+from kdbl_core.db import audit
+from kdbl_core.db.engine import ContentDb
+from kdbl_core.errors import PARSE_ERROR, Forbidden, RateLimited, Unauthenticated
+from kdbl_core.policy import TenantPolicy
+from kdbl_core.principal import SCOPE_READ, Principal
 from kdbl_core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -42,19 +52,42 @@ def _jsonrpc_error(status: int, code: int, message: str, headers: dict[str, str]
     return JSONResponse({"jsonrpc": "2.0", "id": None, "error": error}, status_code=status, headers=headers)
 
 
-def _too_many_requests(exc: RateLimited) -> Response:
-    return _jsonrpc_error(429, exc.jsonrpc_code, exc.message, {"Retry-After": str(exc.retry_after_sec)},
+def _too_many_requests(exc: RateLimited, headers: dict[str, str] | None = None) -> Response:
+    return _jsonrpc_error(429, exc.jsonrpc_code, exc.message,
+                          {**(headers or {}), "Retry-After": str(exc.retry_after_sec)},
                           {"retry_after_sec": exc.retry_after_sec})
+
+
+def disabled_message(tenant_name: str) -> str:
+    return f"tenant '{tenant_name}' is disabled: its tokens are refused until an administrator enables it"
 
 
 class McpFrontDoor:
     def __init__(self, sdk_app: ASGIApp, verifier: BearerVerifier, settings: Settings, limiter: RateLimiter,
-                 observability: Observability) -> None:
+                 observability: Observability, policies: Policies, db: ContentDb) -> None:
         self.sdk_app = sdk_app
         self.verifier = verifier
         self.settings = settings
         self.limiter = limiter
         self.obs = observability
+        self.policies = policies
+        self.db = db
+
+    async def quota(self, principal: Principal) -> dict[str, Any]:
+        """/capacity's rate_limit: the caller's tiers (per token, tenant) and what is left of the tightest
+        bucket (read without taking anything; null when no tier applies)."""
+        policy = await self.policies.get(principal.tenant_id)
+        decision = await self.limiter.peek(principal, policy)
+        return {**policy.describe()["rate_limit"], "remaining": decision.as_json() if decision else None,
+                "scope": "shared by every API replica (token buckets in PostgreSQL)"}
+
+    async def _refused(self, request: Request, principal: Principal, calls: list[tuple[str, str, Any]],
+                       status: str, reason: str, started: float) -> None:
+        _, tool, arguments = calls[0] if calls else ("", "mcp", {})
+        await audit.record_refusal(
+            self.db, principal, tool=tool, arguments=arguments if isinstance(arguments, dict) else {},
+            status=status, reason=reason, client_ip=request.client.host if request.client else None,
+            duration_ms=(time.perf_counter() - started) * 1000)
 
     def _challenge(self, request: Request, error: str | None = None, description: str | None = None,
                    scope: str | None = None) -> str:
@@ -86,8 +119,18 @@ class McpFrontDoor:
             await _jsonrpc_error(401, -32001, "authentication required: send Authorization: Bearer <token>",
                                  {"WWW-Authenticate": self._challenge(request)})(scope, receive, send)
             return
+        started = time.perf_counter()
         try:
             principal = await self.verifier.verify(token.strip())
+        except TokenRefused as exc:  # a known token of a known tenant: audited
+            self.obs.auth_failures.labels("invalid").inc()
+            if exc.tenant_id is not None:
+                who = Principal(tenant_id=exc.tenant_id, tenant_name=exc.tenant_name, subject=exc.subject,
+                                token_id=exc.token_id)
+                await self._refused(request, who, [], "unauthenticated", exc.message, started)
+            await _jsonrpc_error(401, -32001, exc.message, {
+                "WWW-Authenticate": self._challenge(request, "invalid_token", exc.message)})(scope, receive, send)
+            return
         except Unauthenticated as exc:
             self.obs.auth_failures.labels("invalid").inc()
             await _jsonrpc_error(401, -32001, exc.message, {
@@ -102,12 +145,7 @@ class McpFrontDoor:
             await _jsonrpc_error(403, exc.jsonrpc_code, exc.message)(scope, receive, send)
             return
 
-        wait = self.limiter.check(str(principal.token_id or principal.subject + "@" + principal.tenant_name))
-        if wait:
-            self.obs.rate_limited.inc()
-            await _too_many_requests(RateLimited(wait))(scope, receive, send)
-            return
-
+        policy = await self.policies.get(principal.tenant_id)
         body = await self._read_body(request)
         if body is None:
             await _jsonrpc_error(413, -32600, f"request body exceeds {self.settings.max_request_bytes} bytes")(
@@ -116,17 +154,38 @@ class McpFrontDoor:
         try:
             jsonrpc_envelope.parse(body)
         except jsonrpc_envelope.EnvelopeError as exc:  # not one valid JSON-RPC message: answered naming the field
+            calls = [] if exc.error.jsonrpc_code == PARSE_ERROR else _calls(body)
+            await self._refused(request, principal, calls, "error", exc.error.message, started)
             await JSONResponse(exc.body(), status_code=exc.error.http_status)(scope, receive, send)
             return
-        missing = _missing_scope(body, principal.scopes)
+        calls = _calls(body)
+        if not policy.enabled:
+            self.obs.auth_failures.labels("forbidden").inc()
+            message = disabled_message(principal.tenant_name)
+            await self._refused(request, principal, calls, "denied", message, started)
+            await _jsonrpc_error(403, -32003, message, data={"tenant_disabled": True})(scope, receive, send)
+            return
+        missing = _missing_scope(calls, principal.scopes, policy)
         if missing:
-            await _jsonrpc_error(403, -32003, f"insufficient scope: this call needs '{missing}'", {
+            message = f"insufficient scope: this call needs '{missing}'"
+            await self._refused(request, principal, calls, "denied", message, started)
+            await _jsonrpc_error(403, -32003, message, {
                 "WWW-Authenticate": self._challenge(request, "insufficient_scope", None, missing)},
                 {"required_scope": missing})(scope, receive, send)
             return
+        decision: Decision | None = None
+        if any(method in _COUNTED or method.startswith("resources/") for method, _, _ in calls):
+            decision = await self.limiter.take(principal, policy)
+            if decision is not None and not decision.allowed:
+                self.obs.rate_limited.inc()
+                exc = RateLimited(decision.retry_after_sec)
+                await self._refused(request, principal, calls, "rate_limited", exc.message, started)
+                await _too_many_requests(exc, decision.headers())(scope, receive, send)
+                return
 
         scope[PRINCIPAL_KEY] = principal
-        await self.sdk_app(scope, _replay(body), send)
+        scope[POLICY_KEY] = policy
+        await self.sdk_app(scope, _replay(body), _with_headers(send, decision.headers() if decision else None))
 
     async def _read_body(self, request: Request) -> bytes | None:
         limit = self.settings.max_request_bytes
@@ -142,25 +201,50 @@ class McpFrontDoor:
         return b"".join(chunks)
 
 
-def _missing_scope(body: bytes, scopes: frozenset[str]) -> str | None:
+_COUNTED = frozenset({"tools/call", "tools/list"})
+
+
+def _calls(body: bytes) -> list[tuple[str, str, Any]]:
+    """(method, tool name or method, arguments) of each request in the body (notifications and replies left out)."""
     try:
         payload = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None  # the SDK answers parse errors
-    messages = payload if isinstance(payload, list) else [payload]
-    for message in messages:
-        if not isinstance(message, dict):
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return []  # the SDK answers parse errors
+    out = []
+    for message in payload if isinstance(payload, list) else [payload]:
+        if not isinstance(message, dict) or not isinstance(message.get("method"), str) or "id" not in message:
             continue
-        method = message.get("method")
-        if isinstance(method, str) and method.startswith("resources/") and SCOPE_READ not in scopes:
+        method, params = message["method"], message.get("params")
+        params = params if isinstance(params, dict) else {}
+        if method == "tools/call" and isinstance(params.get("name"), str):
+            out.append((method, params["name"], params.get("arguments") or {}))
+        else:
+            out.append((method, method, params if method.startswith("resources/") else {}))
+    return out
+
+
+def _missing_scope(calls: list[tuple[str, str, Any]], scopes: frozenset[str], policy: TenantPolicy) -> str | None:
+    for method, name, _ in calls:
+        if method.startswith("resources/") and SCOPE_READ not in scopes:
             return SCOPE_READ
-        if method != "tools/call":
-            continue
-        params = message.get("params") or {}
-        spec = TOOLS.get(params.get("name")) if isinstance(params, dict) else None
+        spec = TOOLS.get(name) if method == "tools/call" and policy.allows_tool(name) else None
+        # a tool outside the allowlist is left to the SDK layer, which refuses it as an unknown tool
         if spec is not None and spec.scope not in scopes:
             return spec.scope
     return None
+
+
+def _with_headers(send: Send, headers: dict[str, str] | None) -> Send:
+    if not headers:
+        return send
+    raw = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+
+    async def wrapped(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *raw]}
+        await send(message)
+
+    return wrapped
 
 
 def _replay(body: bytes) -> Receive:

@@ -1,7 +1,9 @@
 """The MCP server (official SDK, low-level Server): tools and resources over RLS transactions.
 
 Every call — tool or resource — runs in one RLS transaction for the caller's principal, writes one
-audit row (a failed call is audited in its own transaction), and is counted in the metrics.
+audit row (a failed call is audited in its own transaction, an unexpected failure too), and is
+counted in the metrics. The tenant's policy (put in the request scope by the front door) limits the
+tools listed and callable: a tool outside its allowlist is refused exactly as an unknown tool.
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ from kdbl_api.tools.registry import TOOLS, content_blocks, text_mime_type
 from kdbl_core import __version__
 from kdbl_core.db import audit, reads
 from kdbl_core.db.engine import ContentDb, rls_transaction
-from kdbl_core.errors import INTERNAL_ERROR, INVALID_PARAMS, Forbidden, InvalidArgument, KdblError
+from kdbl_core.errors import (
+    FORBIDDEN, INTERNAL_ERROR, INVALID_PARAMS, Forbidden, InvalidArgument, KdblError, RateLimited,
+)
+from kdbl_core.policy import TenantPolicy
 from kdbl_core.principal import SCOPE_READ, Principal
 from kdbl_core.uris import PREFIX, file_uri, parse_file_uri
 
@@ -40,6 +45,7 @@ INSTRUCTIONS = (
     "answers, say so — do not fall back to prior knowledge."
 )
 PRINCIPAL_KEY = "kdbl.principal"
+POLICY_KEY = "kdbl.policy"
 RESOURCE_PAGE = 100
 
 
@@ -57,6 +63,20 @@ def _principal(ctx: ServerRequestContext[Any]) -> Principal:
     if principal is None:  # the HTTP layer authenticates before the SDK sees the request
         raise MCPError(-32001, "unauthenticated")
     return principal
+
+
+def _policy(ctx: ServerRequestContext[Any]) -> TenantPolicy:
+    request = ctx.request
+    found = request.scope.get(POLICY_KEY) if request is not None else None
+    return found if found is not None else TenantPolicy()
+
+
+def _status(exc: KdblError | MCPError) -> str:
+    if isinstance(exc, Forbidden) or (isinstance(exc, MCPError) and exc.error.code == FORBIDDEN):
+        return "denied"
+    if isinstance(exc, RateLimited):
+        return "rate_limited"
+    return "error"
 
 
 def _client_ip(ctx: ServerRequestContext[Any]) -> str | None:
@@ -92,20 +112,20 @@ def build_server(engine: ContentDb, state: AppState) -> Server[Any]:
             if not principal.has_scope(scope):
                 raise Forbidden(f"token lacks scope '{scope}' required by {name}", data={"required_scope": scope})
             async with rls_transaction(engine, principal) as conn:
-                tctx = ToolContext(conn=conn, principal=principal, services=state.services)
+                tctx = ToolContext(conn=conn, principal=principal, services=state.services, policy=_policy(ctx))
                 result = await work(tctx)
                 await _audit(conn, tctx, principal, name, arguments, "ok", None, _client_ip(ctx), started)
             status = "ok"
             return result
         except KdblError as exc:
-            await _audit_failure(engine, principal, name, arguments, exc.message, ctx, started)
+            await _audit_failure(engine, principal, name, arguments, exc.message, ctx, started, _status(exc))
             raise MCPError(exc.jsonrpc_code, exc.message, exc.data or None) from None
         except MCPError as exc:
-            await _audit_failure(engine, principal, name, arguments, exc.message, ctx, started)
+            await _audit_failure(engine, principal, name, arguments, exc.error.message, ctx, started, _status(exc))
             raise
         except Exception as exc:  # unexpected: audited by its type only (the message may hold internals)
             await _audit_failure(engine, principal, name, arguments, f"internal error ({type(exc).__name__})", ctx,
-                                 started)
+                                 started, "error")
             # the SDK would send str(exc) with code 0; the caller gets -32603 and no internals
             log.exception("tool call failed unexpectedly", extra={"tool": name})
             raise MCPError(INTERNAL_ERROR, f"internal error in {name}; the server logged it") from None
@@ -115,13 +135,17 @@ def build_server(engine: ContentDb, state: AppState) -> Server[Any]:
 
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                          ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=definitions)
+        allowed = _policy(ctx).tools
+        return types.ListToolsResult(tools=[d for d in definitions if d.name in allowed])
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
-        spec = TOOLS.get(params.name)
-        if spec is None:
-            raise MCPError(INVALID_PARAMS, f"invalid argument 'name': unknown tool '{params.name}'", {"field": "name"})
+        spec = TOOLS.get(params.name) if _policy(ctx).allows_tool(params.name) else None
         arguments = params.arguments or {}
+        if spec is None:
+            error = MCPError(INVALID_PARAMS, f"invalid argument 'name': unknown tool '{params.name}'", {"field": "name"})
+            await _audit_failure(engine, _principal(ctx), str(params.name)[:200], arguments, error.error.message, ctx,
+                                 time.perf_counter(), "error")
+            raise error
 
         async def work(tctx: ToolContext) -> dict[str, Any]:
             try:
@@ -207,9 +231,9 @@ async def _audit(conn: Any, tctx: ToolContext | None, principal: Principal, tool
 
 
 async def _audit_failure(engine: ContentDb, principal: Principal, tool: str, arguments: dict[str, Any],
-                         error: str, ctx: ServerRequestContext[Any], started: float) -> None:
+                         error: str, ctx: ServerRequestContext[Any], started: float, status: str = "error") -> None:
     try:
         async with rls_transaction(engine, principal) as conn:
-            await _audit(conn, None, principal, tool, arguments, "error", error, _client_ip(ctx), started)
+            await _audit(conn, None, principal, tool, arguments, status, error, _client_ip(ctx), started)
     except Exception:  # noqa: BLE001 - never mask the caller's error with an audit failure
         log.exception("audit write failed", extra={"tool": tool})

@@ -7,7 +7,7 @@ manages (managed_by='operator') are refused without force=True.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from sqlalchemy import Engine, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from kdbl_core import policy
 from kdbl_core.auth import pat
 from kdbl_core.db.models import AuditRow, Grant, Source, Tenant, Token
 from kdbl_core.errors import InvalidArgument, KdblError, NotFound
@@ -65,6 +66,38 @@ def list_tenants(engine: Engine) -> list[dict[str, Any]]:
                    (SELECT count(*) FROM files f WHERE f.tenant_id = t.id) AS files
               FROM tenants t ORDER BY t.name"""))
         return [dict(r) for r in rows.mappings()]
+
+
+def show_tenant(engine: Engine, name: str) -> dict[str, Any]:
+    """The tenant's effective policy (defaults filled in), as the API, worker and CLI apply it."""
+    from kdbl_core.settings import Settings
+
+    with Session(engine) as session:
+        tenant = _tenant(session, name)
+        defaults = Settings()
+        effective = policy.parse(tenant.settings, default_per_minute=defaults.rate_limit_per_minute,
+                                 default_burst=defaults.rate_limit_burst)
+        return {"name": tenant.name, "display_name": tenant.display_name, "managed_by": tenant.managed_by,
+                "hybrid_enabled": tenant.hybrid_enabled, **effective.describe()}
+
+
+def update_tenant(engine: Engine, name: str, *, enabled: bool | None = None, tools: str | None = None,
+                  modes: str | None = None, rate_limit: str | None = None, tenant_rate_limit: str | None = None,
+                  downloads: str | None = None, force: bool = False) -> dict[str, Any]:
+    """Change a tenant's policy (for installs without the operator); running APIs apply it within ~2 s."""
+    with Session(engine) as session, session.begin():
+        tenant = _tenant(session, name)
+        _guard(tenant, force)
+        tenant.settings = policy.apply_update(
+            tenant.settings or {}, enabled=enabled,
+            tools=policy.parse_list(tools, policy.TOOLS, "tools") if tools is not None else None,
+            modes=policy.parse_list(modes, policy.MODES, "modes") if modes is not None else None,
+            rate=policy.parse_rate(rate_limit) if rate_limit is not None else None,
+            tenant_rate=policy.parse_rate(tenant_rate_limit, "tenant-rate-limit")
+            if tenant_rate_limit is not None else None,
+            downloads=downloads)
+        tenant.updated_at = datetime.now(UTC)
+    return show_tenant(engine, name)
 
 
 def add_source(engine: Engine, tenant_name: str, *, protocol: str, config: dict[str, Any], name: str | None,
@@ -129,7 +162,8 @@ def create_token(engine: Engine, *, tenant_name: str | None, name: str, scopes: 
         tenant_id = None if admin else _tenant(session, tenant_name or "").id
         token = Token(lookup_id=new.lookup_id, tenant_id=tenant_id, kind="admin" if admin else "tenant",
                       name=name, subject=subject or f"user:{name}", groups=groups or [],
-                      scopes=[] if admin else scopes, hash=new.hash, expires_at=expires_at)
+                      scopes=[] if admin else scopes, hash=new.hash, fingerprint=new.fingerprint,
+                      expires_at=expires_at)
         session.add(token)
         session.flush()
         session.refresh(token)
@@ -219,13 +253,25 @@ def revoke_grant(engine: Engine, grant_id: int, *, force: bool = False) -> None:
 
 
 def audit_rows(engine: Engine, *, tool: str | None = None, tenant_name: str | None = None,
-               limit: int = 50) -> list[dict[str, Any]]:
+               status: str | None = None, principal: str | None = None, since: datetime | None = None,
+               until: datetime | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    """Newest first; every filter optional. `principal` matches 'user:NAME' or plain NAME."""
     with Session(engine) as session:
         query = select(AuditRow).order_by(AuditRow.id.desc()).limit(limit)
         if tool:
             query = query.where(AuditRow.tool == tool)
         if tenant_name:
             query = query.where(AuditRow.tenant_id == _tenant(session, tenant_name).id)
+        if status:
+            query = query.where(AuditRow.status == status)
+        if principal:
+            names = [principal] if ":" in principal else [principal, f"user:{principal}"]
+            query = query.where(AuditRow.principal.in_(names))
+        if since:
+            query = query.where(AuditRow.ts >= since)
+        if until:
+            query = query.where(AuditRow.ts < until)
         return [{"ts": r.ts, "principal": r.principal, "tool": r.tool, "arguments": r.arguments,
-                 "row_count": r.row_count, "status": r.status, "error": r.error, "client_ip": r.client_ip,
-                 "keys": r.keys, "duration_ms": r.duration_ms} for r in session.scalars(query)]
+                 "source_ids": [str(s) for s in r.source_ids], "row_count": r.row_count, "status": r.status,
+                 "error": r.error, "client_ip": r.client_ip, "keys": r.keys, "duration_ms": r.duration_ms}
+                for r in session.scalars(query)]

@@ -34,6 +34,26 @@ def parse_expiry(value: str) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+def _bool_arg(value: str) -> bool:
+    if value.lower() in ("true", "yes", "1", "on"):
+        return True
+    if value.lower() in ("false", "no", "0", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
+def parse_time(value: str) -> datetime:
+    """An ISO time (UTC when no zone is given) or an age before now: 30s, 15m, 2h, 7d."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if value[:-1].isdigit() and value[-1:] in units:
+        return datetime.now(UTC) - timedelta(seconds=int(value[:-1]) * units[value[-1]])
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an ISO time or an age like 15m, got {value!r}") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
 def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
     """Global options, accepted before or after the sub-command (`up --data-dir D` and `--data-dir D up`)."""
     default = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
@@ -71,6 +91,18 @@ def build_parser() -> argparse.ArgumentParser:
     tc.add_argument("--display-name")
     tc.add_argument("--no-hybrid", action="store_true")
     tenant.add_parser("list")
+    tshow = tenant.add_parser("show", help="the tenant's effective policy")
+    tshow.add_argument("name")
+    tu = tenant.add_parser("update", help="change the tenant's policy (running APIs apply it within ~2 s)")
+    tu.add_argument("name")
+    tu.add_argument("--enabled", type=_bool_arg, help="true|false: false refuses every token of the tenant")
+    tu.add_argument("--tools", help="allowed tools, comma-separated (e.g. search_content,list_sources)")
+    tu.add_argument("--modes", help="allowed search modes: lexical or lexical,hybrid")
+    tu.add_argument("--rate-limit", help="per token: e.g. 60/m,1000/h,10000/d (0 = unlimited)")
+    tu.add_argument("--tenant-rate-limit", help="all tokens of the tenant together, same syntax")
+    tu.add_argument("--downloads", choices=["off", "inline", "attachment"],
+                    help="download links: off, inline only, or inline + attachment")
+    tu.add_argument("--force", action="store_true", help="even for a tenant the operator manages")
 
     source = sub.add_parser("source").add_subparsers(dest="action", required=True)
     sa = source.add_parser("add", help="register a source (prints its id)")
@@ -151,6 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     au = mcp.add_parser("audit", help="recent MCP calls")
     au.add_argument("--tool")
     au.add_argument("--tenant")
+    au.add_argument("--status", choices=["ok", "error", "denied", "rate_limited", "unauthenticated"])
+    au.add_argument("--principal", help="user:NAME, group:NAME or NAME")
+    au.add_argument("--since", type=parse_time, help="ISO time (e.g. 2026-01-31T12:00Z) or an age: 15m, 2h, 1d")
+    au.add_argument("--until", type=parse_time, help="same forms as --since")
     au.add_argument("--limit", type=int, default=50)
     bench = sub.add_parser("bench", help="benchmarks (numbers for docs/benchmarks.md)")
     bsub = bench.add_subparsers(dest="action", required=True)
@@ -384,6 +420,12 @@ def _dispatch(args: argparse.Namespace, settings: Settings, engine: Any, admin: 
     if cmd == "tenant" and action == "create":
         tenant = admin.create_tenant(engine, args.name, display_name=args.display_name, hybrid=not args.no_hybrid)
         _print(args, {"id": str(tenant.id), "name": tenant.name})
+    elif cmd == "tenant" and action == "show":
+        _print(args, admin.show_tenant(engine, args.name))
+    elif cmd == "tenant" and action == "update":
+        _print(args, admin.update_tenant(
+            engine, args.name, enabled=args.enabled, tools=args.tools, modes=args.modes, rate_limit=args.rate_limit,
+            tenant_rate_limit=args.tenant_rate_limit, downloads=args.downloads, force=args.force))
     elif cmd == "tenant":
         _print(args, admin.list_tenants(engine), ["name", "display_name", "sources", "files", "hybrid_enabled",
                                                   "managed_by"])
@@ -425,8 +467,11 @@ def _dispatch(args: argparse.Namespace, settings: Settings, engine: Any, admin: 
         admin.set_source_acl(engine, args.source, restricted=not args.open, force=args.force)
         print("open to the tenant" if args.open else "restricted to granted principals")
     elif cmd == "mcp" and action == "audit":
-        _print(args, admin.audit_rows(engine, tool=args.tool, tenant_name=args.tenant, limit=args.limit),
-               ["ts", "principal", "tool", "status", "row_count", "duration_ms", "client_ip", "arguments"])
+        _print(args, admin.audit_rows(engine, tool=args.tool, tenant_name=args.tenant, status=args.status,
+                                      principal=args.principal, since=args.since, until=args.until,
+                                      limit=args.limit),
+               ["ts", "principal", "tool", "status", "row_count", "source_ids", "duration_ms", "client_ip", "error",
+                "arguments"])
     return 0
 
 

@@ -2,7 +2,8 @@
 
 Cursors are `base64url(json) . base64url(hmac-sha256)`, bound to the tenant, the subject and the
 listing they page; anything altered, or presented by another principal, is rejected as invalid.
-Download tokens are HS256 JWTs (~15 min) naming the principal, tenant, source and key.
+Download tokens are HS256 JWTs (~15 min, or the tenant's link_ttl_seconds) naming the principal,
+tenant, source and key, and the PAT that minted them (`tok`), which the download re-checks.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class DownloadClaims:
     groups: tuple[str, ...]
     source_id: uuid.UUID
     key: str
+    token_id: uuid.UUID | None = None  # the PAT the link was minted with (None: an OIDC principal)
 
     def principal(self) -> Principal:
         return Principal(tenant_id=self.tenant_id, tenant_name=self.tenant_name, subject=self.subject,
@@ -85,20 +87,24 @@ class DownloadSigner:
         self._secret = secret
         self._ttl = ttl_seconds
 
-    def sign(self, principal: Principal, source_id: uuid.UUID | str, key: str) -> str:
+    def sign(self, principal: Principal, source_id: uuid.UUID | str, key: str, *, ttl_seconds: int | None = None) -> str:
         now = int(time.time())
-        return jwt.encode({
-            "aud": DOWNLOAD_AUDIENCE, "iat": now, "exp": now + self._ttl, "sub": principal.subject,
+        claims = {
+            "aud": DOWNLOAD_AUDIENCE, "iat": now, "exp": now + (ttl_seconds or self._ttl), "sub": principal.subject,
             "tid": str(principal.tenant_id), "tnm": principal.tenant_name, "grp": list(principal.groups),
             "sid": str(source_id), "key": key,
-        }, self._secret, algorithm="HS256")
+        }
+        if principal.token_id is not None:
+            claims["tok"] = str(principal.token_id)
+        return jwt.encode(claims, self._secret, algorithm="HS256")
 
     def verify(self, token: str) -> DownloadClaims:
         try:
             claims = jwt.decode(token, self._secret, algorithms=["HS256"], audience=DOWNLOAD_AUDIENCE,
                                 options={"require": ["exp", "iat", "sub", "tid", "sid", "key"]})
             return DownloadClaims(uuid.UUID(claims["tid"]), claims.get("tnm", ""), claims["sub"],
-                                  tuple(claims.get("grp", [])), uuid.UUID(claims["sid"]), claims["key"])
+                                  tuple(claims.get("grp", [])), uuid.UUID(claims["sid"]), claims["key"],
+                                  uuid.UUID(claims["tok"]) if claims.get("tok") else None)
         except jwt.ExpiredSignatureError:
             raise Forbidden("download link expired; search again for a fresh link") from None
         except (jwt.InvalidTokenError, ValueError, KeyError):

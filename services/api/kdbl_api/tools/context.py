@@ -1,4 +1,4 @@
-"""What a tool handler gets: the open RLS connection, the principal, settings, and an audit sink."""
+"""What a tool handler gets: the open RLS connection, the principal, its tenant's policy, settings, and an audit sink."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from kdbl_core.db.engine import ContentConnection
 from kdbl_core.embed import Embedder
+from kdbl_core.policy import TenantPolicy
 from kdbl_core.principal import Principal
 from kdbl_core.settings import Settings
 from kdbl_core.signing import CursorCodec, DownloadSigner
@@ -26,6 +27,7 @@ class ToolContext:
     conn: ContentConnection
     principal: Principal
     services: Services
+    policy: TenantPolicy = field(default_factory=TenantPolicy)
     # filled by the handler for the audit row
     source_ids: list[str] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
@@ -37,8 +39,9 @@ class ToolContext:
         return self.services.settings
 
     def download_url(self, source_id: str, key: str) -> str | None:
-        """A short-lived signed link to the original file, when downloads are enabled."""
+        """A short-lived signed link to the original file, when downloads are enabled here and for the tenant."""
         signer, base = self.services.downloads, self.settings.api_public_url
-        if signer is None or not base:
+        if signer is None or not base or self.policy.downloads == "off":
             return None
-        return f"{base.rstrip('/')}/api/files/download?t={signer.sign(self.principal, source_id, key)}"
+        link = signer.sign(self.principal, source_id, key, ttl_seconds=self.policy.link_ttl_s)
+        return f"{base.rstrip('/')}/api/files/download?t={link}"

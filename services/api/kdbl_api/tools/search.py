@@ -1,7 +1,8 @@
 """search_content: BM25 keyword arm, pgvector semantic arm, fused (hybrid) — or degraded to lexical.
 
-Hybrid needs an embedder in this API replica, hybrid enabled for the tenant, and (with a source_id
-filter) for that source; otherwise the request is served lexically and says so (`degraded`).
+Hybrid needs an embedder in this API replica, hybrid allowed by the tenant's policy (mcp.modes) and
+enabled for the tenant, and (with a source_id filter) for that source; otherwise the request is
+served lexically and says so (`degraded`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ async def effective_mode(ctx: ToolContext, args: SearchContentArgs) -> tuple[str
     """(mode to run, reason it was degraded or None)."""
     if args.mode == "lexical":
         return "lexical", None
+    if "hybrid" not in ctx.policy.modes:  # the tenant's policy allows lexical search only
+        return "lexical", "semantic search is not allowed for this tenant (policy: lexical only)"
     if ctx.services.embedder is None:
         return "lexical", "no embedder deployed"
     flags = (await ctx.conn.execute(_HYBRID_FLAGS, {"sid": str(args.source_id) if args.source_id else None})).one()

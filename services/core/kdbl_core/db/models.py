@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from pgvector.sqlalchemy import Vector
-from sqlalchemy import ARRAY, BigInteger, Boolean, DateTime, ForeignKey, Integer, SmallInteger, Text
+from sqlalchemy import ARRAY, BigInteger, Boolean, DateTime, ForeignKey, Integer, LargeBinary, SmallInteger, Text
 from sqlalchemy import text as sql_text
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -127,6 +127,7 @@ class Token(Base):
     groups: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=sql_text("'{}'"))
     scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=sql_text("'{}'"))
     hash: Mapped[str] = mapped_column(Text)
+    fingerprint: Mapped[bytes | None] = mapped_column(LargeBinary)  # pat.fingerprint (migration 0009)
     managed_by: Mapped[str] = mapped_column(Text, server_default=sql_text("'cli'"))
     created_at: Mapped[datetime] = _now()
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -185,12 +185,12 @@ def bootstrap_tokens(conn: Connection, tenant_id: uuid.UUID) -> list[dict[str, A
 
 
 def insert_bootstrap_token(conn: Connection, tenant_id: uuid.UUID, *, lookup_id: str, token_hash: str,
-                           subject: str, groups: list[str], scopes: list[str]) -> uuid.UUID:
+                           fingerprint: bytes | None, subject: str, groups: list[str], scopes: list[str]) -> uuid.UUID:
     return conn.execute(text("""
-        INSERT INTO tokens (lookup_id, tenant_id, kind, name, subject, groups, scopes, hash, managed_by)
-        VALUES (:lookup, :t, 'tenant', :n, :subject, :groups, :scopes, :hash, 'operator') RETURNING id"""),
+        INSERT INTO tokens (lookup_id, tenant_id, kind, name, subject, groups, scopes, hash, fingerprint, managed_by)
+        VALUES (:lookup, :t, 'tenant', :n, :subject, :groups, :scopes, :hash, :fp, 'operator') RETURNING id"""),
         {"lookup": lookup_id, "t": tenant_id, "n": BOOTSTRAP_TOKEN_NAME, "subject": subject, "groups": groups,
-         "scopes": scopes, "hash": token_hash}).scalar_one()
+         "scopes": scopes, "hash": token_hash, "fp": fingerprint}).scalar_one()
 
 
 def update_token_grants(conn: Connection, token_id: uuid.UUID, *, subject: str, groups: list[str],

@@ -1,0 +1,44 @@
+"""Each tenant's policy as this process sees it: tenants.settings, re-read after `TTL_S` seconds.
+
+A change (operator or `kdbl-control tenant update`) takes effect on every running replica within
+`TTL_S` without a restart; the read is one statement per tenant per process per `TTL_S` (nothing on
+the request path in between). Two seconds bounds how long a disabled tenant keeps working.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from uuid import UUID
+
+from sqlalchemy import text
+
+from kdbl_core import policy
+from kdbl_core.db.engine import ContentDb, autocommit_connection
+from kdbl_core.policy import TenantPolicy
+from kdbl_core.settings import Settings
+
+TTL_S = 2.0
+_READ = "SELECT settings FROM kdbl_tenant_settings(:tenant)"
+
+
+class Policies:
+    def __init__(self, db: ContentDb, settings: Settings, *, ttl_s: float = TTL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._db, self._ttl, self._clock = db, ttl_s, clock
+        self._defaults = {"default_per_minute": settings.rate_limit_per_minute,
+                          "default_burst": settings.rate_limit_burst}
+        self._cache: dict[UUID, tuple[float, TenantPolicy]] = {}
+
+    async def get(self, tenant_id: UUID) -> TenantPolicy:
+        hit = self._cache.get(tenant_id)
+        now = self._clock()
+        if hit is not None and now - hit[0] < self._ttl:
+            return hit[1]
+        async with autocommit_connection(self._db) as conn:
+            rows = (await conn.execute(text(_READ), {"tenant": tenant_id})).all()
+        parsed = policy.parse(rows[0].settings if rows else None, **self._defaults)
+        if len(self._cache) > 10_000:
+            self._cache.clear()
+        self._cache[tenant_id] = (now, parsed)
+        return parsed

@@ -1,0 +1,191 @@
+"""A tenant's policy: tenants.settings (jsonb) parsed into one typed, validated `TenantPolicy`.
+
+The operator (from the Tenant resource) and `kdbl-control tenant update` write the settings; the API
+(tools, modes, rate limits, downloads, `enabled`), the worker (`enabled`, `quotas`) and the CLI read
+them through `parse`, so every reader applies the same defaults:
+
+    enabled        true
+    mcp.tools      the six tools;  mcp.modes  lexical + hybrid
+    rate_limit     per token: per_minute/per_hour/per_day (+ burst, the minute bucket's size);
+                   rate_limit.tenant: the same tiers for all of the tenant's tokens together.
+                   Absent per-token tiers fall back to the installation default (KDBL_RATE_LIMIT_*).
+    downloads      mode off | inline | attachment (inline + attachment); `enabled: false` (the older
+                   field) means off; link_ttl_seconds (default 900)
+    quotas         max_sources / max_files / max_bytes (absent = unlimited)
+
+`parse` never fails on stored settings (a reader must not break a tenant over a bad value: unknown
+tools and modes are dropped, bad numbers ignored); `validate_update` is the strict path for writers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kdbl_core.errors import InvalidArgument
+
+TOOLS = ("search_content", "get_file_text", "get_file_window", "get_file_metadata", "list_sources", "list_files")
+MODES = ("lexical", "hybrid")
+DOWNLOAD_MODES = ("off", "inline", "attachment")
+DEFAULT_LINK_TTL_S = 15 * 60
+PERIODS = {"minute": 60, "hour": 3600, "day": 86400}
+_UNIT = {"s": None, "m": "minute", "min": "minute", "minute": "minute", "h": "hour", "hour": "hour",
+         "d": "day", "day": "day"}
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*([a-z]+)\s*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    """A token bucket: `limit` requests per `period_s`, holding at most `burst` at once."""
+
+    limit: int
+    period_s: int
+    burst: int
+
+    @property
+    def name(self) -> str:
+        return next(k for k, v in PERIODS.items() if v == self.period_s)
+
+    @property
+    def rate_per_s(self) -> float:
+        return self.limit / self.period_s
+
+
+@dataclass(frozen=True, slots=True)
+class TenantPolicy:
+    enabled: bool = True
+    tools: frozenset[str] = frozenset(TOOLS)
+    modes: frozenset[str] = frozenset(MODES)
+    token_tiers: tuple[Tier, ...] = ()
+    tenant_tiers: tuple[Tier, ...] = ()
+    downloads: str = "attachment"
+    link_ttl_s: int = DEFAULT_LINK_TTL_S
+    quotas: Mapping[str, int] = field(default_factory=dict)
+
+    def allows_tool(self, name: str) -> bool:
+        return name in self.tools
+
+    def describe(self) -> dict[str, Any]:
+        """The effective policy as JSON (for `tenant show` and /capacity)."""
+        return {
+            "enabled": self.enabled, "tools": [t for t in TOOLS if t in self.tools],
+            "modes": [m for m in MODES if m in self.modes],
+            "rate_limit": {"per_token": _tiers_json(self.token_tiers), "tenant": _tiers_json(self.tenant_tiers)},
+            "downloads": self.downloads, "link_ttl_seconds": self.link_ttl_s, "quotas": dict(self.quotas),
+        }
+
+
+def _tiers_json(tiers: tuple[Tier, ...]) -> dict[str, Any]:
+    return {f"per_{t.name}": t.limit for t in tiers} | (
+        {"burst": t.burst for t in tiers if t.period_s == 60})
+
+
+def _int(value: Any, low: int = 0) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        return None
+    return value
+
+
+def tiers(spec: Mapping[str, Any] | None, *, default_per_minute: int | None = None,
+          default_burst: int | None = None) -> tuple[Tier, ...]:
+    """Tiers from {per_minute, per_hour, per_day, burst}; a limit of 0 (or none) means no such tier."""
+    spec = spec if isinstance(spec, Mapping) else {}
+    per_minute = _int(spec.get("per_minute"))
+    burst = _int(spec.get("burst"), low=1)
+    if per_minute is None and not any(_int(spec.get(f"per_{p}")) for p in ("hour", "day")):
+        per_minute = default_per_minute
+        burst = burst or default_burst
+    out = []
+    for period, seconds in PERIODS.items():
+        limit = per_minute if period == "minute" else _int(spec.get(f"per_{period}"))
+        if limit:
+            out.append(Tier(limit, seconds, burst if period == "minute" and burst else limit))
+    return tuple(out)
+
+
+def parse(settings: Mapping[str, Any] | None, *, default_per_minute: int | None = None,
+          default_burst: int | None = None) -> TenantPolicy:
+    """The effective policy of stored settings (lenient: see the module docstring)."""
+    s = settings if isinstance(settings, Mapping) else {}
+    mcp = s.get("mcp") if isinstance(s.get("mcp"), Mapping) else {}
+    tools = mcp.get("tools")
+    modes = mcp.get("modes")
+    rate = s.get("rate_limit") if isinstance(s.get("rate_limit"), Mapping) else {}
+    downloads = s.get("downloads") if isinstance(s.get("downloads"), Mapping) else {}
+    mode = downloads.get("mode")
+    if mode not in DOWNLOAD_MODES:
+        mode = "off" if downloads.get("enabled") is False else "attachment"
+    quotas = s.get("quotas") if isinstance(s.get("quotas"), Mapping) else {}
+    return TenantPolicy(
+        enabled=s.get("enabled") is not False,
+        tools=frozenset(t for t in tools if t in TOOLS) if isinstance(tools, list) else frozenset(TOOLS),
+        modes=frozenset(m for m in modes if m in MODES) if isinstance(modes, list) else frozenset(MODES),
+        token_tiers=tiers(rate, default_per_minute=default_per_minute, default_burst=default_burst),
+        tenant_tiers=tiers(rate.get("tenant")),
+        downloads=mode,
+        link_ttl_s=_int(downloads.get("link_ttl_seconds"), low=10) or DEFAULT_LINK_TTL_S,
+        quotas={k: v for k in ("max_sources", "max_files", "max_bytes")
+                if (v := _int(quotas.get(k))) is not None},
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# writers: strict parsing of what an administrator typed
+# ------------------------------------------------------------------------------------------------
+def parse_rate(text: str, field_name: str = "rate-limit") -> dict[str, int]:
+    """'60/m,1000/h,5000/d' -> {per_minute: 60, per_hour: 1000, per_day: 5000}; '0' or 'off' -> {}."""
+    if text.strip().lower() in ("0", "off", "none", ""):
+        return {}
+    out: dict[str, int] = {}
+    for part in text.split(","):
+        match = _RATE.match(part.lower())
+        unit = _UNIT.get(match.group(2)) if match else None
+        if match is None or unit is None:
+            raise InvalidArgument(field_name, f"'{part.strip()}' is not N/m, N/h or N/d (e.g. 60/m,1000/h)")
+        key = f"per_{unit}"
+        if key in out:
+            raise InvalidArgument(field_name, f"the {unit} tier is given twice")
+        out[key] = int(match.group(1))
+    return out
+
+
+def parse_list(text: str, allowed: tuple[str, ...], field_name: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [t for t in items if t not in allowed]
+    if unknown:
+        raise InvalidArgument(field_name, f"unknown {', '.join(unknown)} (known: {', '.join(allowed)})")
+    if not items:
+        raise InvalidArgument(field_name, "name at least one")
+    return [t for t in allowed if t in items]
+
+
+def apply_update(settings: Mapping[str, Any], *, enabled: bool | None = None, tools: list[str] | None = None,
+                 modes: list[str] | None = None, rate: dict[str, int] | None = None,
+                 tenant_rate: dict[str, int] | None = None, downloads: str | None = None) -> dict[str, Any]:
+    """New settings with the given fields changed (the keys the operator writes; the rest is kept)."""
+    out = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in settings.items()}
+    if enabled is not None:
+        out["enabled"] = enabled
+    if tools is not None or modes is not None:
+        mcp = out.setdefault("mcp", {})
+        if tools is not None:
+            mcp["tools"] = tools
+        if modes is not None:
+            mcp["modes"] = modes
+    if rate is not None or tenant_rate is not None:
+        old = out.get("rate_limit") or {}
+        new = {k: v for k, v in old.items() if k == "tenant"} if rate is not None else dict(old)
+        if rate is not None:
+            new.update(rate if rate else {"per_minute": 0})  # 0 = no per-token limit (not the default)
+        if tenant_rate is not None:
+            new.pop("tenant", None)
+            if tenant_rate:
+                new["tenant"] = tenant_rate
+        out["rate_limit"] = new
+    if downloads is not None:
+        if downloads not in DOWNLOAD_MODES:
+            raise InvalidArgument("downloads", f"use one of {', '.join(DOWNLOAD_MODES)}")
+        out["downloads"] = {**(out.get("downloads") or {}), "mode": downloads, "enabled": downloads != "off"}
+    return out
