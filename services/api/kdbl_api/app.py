@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from kdbl_api.downloads import Downloads
+from kdbl_api.host_hint import HostHint
 from kdbl_api.http_auth import PRM_PATH, McpFrontDoor, public_base
 from kdbl_api.policies import Policies
 from kdbl_api.ratelimit import RateLimiter
@@ -73,7 +74,8 @@ def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | Non
     verifier = BearerVerifier(PatVerifier(pool), _oidc(settings, engine))
     policies = Policies(pool, settings)
     limiter = RateLimiter(pool)
-    front_door = McpFrontDoor(StreamableHTTPASGIApp(manager), verifier, settings, limiter, state.observability,
+    mcp_app = HostHint(StreamableHTTPASGIApp(manager), settings)  # a 421 names --host / KDBL_ALLOWED_HOSTS
+    front_door = McpFrontDoor(mcp_app, verifier, settings, limiter, state.observability,
                               policies, pool)
     downloads = Downloads(settings, pool, state.observability, policies)
 

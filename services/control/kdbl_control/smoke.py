@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+
+from kdbl_core.errors import ConfigError
 
 
 async def run_smoke(api_url: str, token: str, query: str = "search") -> dict[str, Any]:
@@ -27,3 +30,16 @@ async def run_smoke(api_url: str, token: str, query: str = "search") -> dict[str
         structured = result.structured_content or json.loads(result.content[0].text)
         report["hits"] = [{"key": h["key"], "seq": h["seq"], "rank": h["rank"]} for h in structured["hits"]]
     return report
+
+
+def read_token(path: str | Path | None) -> str | None:
+    """The PAT in `path` (--api-token-file / KDBL_API_TOKEN_FILE): the first line, whitespace stripped."""
+    if not path:
+        return None
+    try:
+        token = Path(path).expanduser().read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the API token file {path}: {exc.strerror}") from None
+    if not token:
+        raise ConfigError(f"the API token file {path} is empty")
+    return token.splitlines()[0].strip()

@@ -1,10 +1,20 @@
-"""`kdbl-control up`: the whole platform on one machine — embedded Postgres, crawl, MCP on localhost."""
+"""`kdbl-control up`: the whole platform on one machine — embedded Postgres, crawl, MCP on localhost.
+
+MCP is served as soon as the database is up (~3 s); the first crawl and the embedding run behind it,
+so a folder with one 10 MB file no longer keeps `up` from serving (search finds what is indexed so
+far; `list_sources` shows the counts grow). Ctrl-C and SIGTERM stop the API, the crawl and the
+embedded PostgreSQL in order (uvicorn re-raises the SIGTERM it handled; without a handler of ours
+that killed the process and orphaned the server).
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import secrets
+import shlex
+import shutil
+import signal
 import socket
 import sys
 import threading
@@ -70,6 +80,62 @@ def client_config(url: str, token: str) -> str:
         "type": "streamable-http", "url": url, "headers": {"Authorization": f"Bearer {token}"}}}}, indent=2)
 
 
+def _write_client_config(data_dir: Path, url: str, token: str) -> Path:
+    """The ready-to-use client config, token included, in DIR/mcp-client.json (0600): the banner shows
+    it with a placeholder, so the token never reaches a terminal, a log or a screen share."""
+    path = data_dir / "mcp-client.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(client_config(url, token) + "\n")
+    os.chmod(path, 0o600)
+    return path
+
+
+def control_command() -> str:
+    """How to run kdbl-control from any shell: the executable beside this Python (.venv/bin is often
+    not on PATH), else this Python with -m."""
+    for candidate in (Path(sys.argv[0]) if Path(sys.argv[0]).name == "kdbl-control" else None,
+                      Path(sys.executable).parent / "kdbl-control"):
+        if candidate is not None and candidate.is_file() and os.access(candidate, os.X_OK):
+            return shlex.quote(str(candidate.absolute()))
+    found = shutil.which("kdbl-control")
+    return shlex.quote(found) if found else f"{shlex.quote(sys.executable)} -m kdbl_control.cli"
+
+
+WILDCARDS = ("0.0.0.0", "::", "")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def host_names(host: str) -> list[str]:
+    """The Host header names `--host` lets through besides loopback's (KDBL_ALLOWED_HOSTS adds more).
+
+    A specific address or name allows itself. Every interface (0.0.0.0 or ::) allows the machine's
+    host name, its fully qualified name, each interface address and host.docker.internal (how a
+    container on this machine reaches it) — never any Host: DNS-rebinding protection stays on.
+    """
+    if host in LOOPBACK:
+        return []
+    if host not in WILDCARDS:
+        return [host]
+    import psutil
+
+    names = {socket.gethostname(), socket.getfqdn(), "host.docker.internal"}
+    for addresses in psutil.net_if_addrs().values():
+        for address in addresses:
+            if address.family in (socket.AF_INET, socket.AF_INET6):
+                names.add(address.address.split("%")[0])
+    return sorted(n for n in names if n and n not in LOOPBACK)
+
+
+def _allowed(settings: Settings, host: str) -> dict[str, list[str]]:
+    hosts, origins = list(settings.allowed_hosts), list(settings.allowed_origins)
+    for name in host_names(host):
+        literal = f"[{name}]" if ":" in name else name
+        hosts.append(f"{literal}:*")
+        origins.append(f"http://{literal}:*")
+    return {"allowed_hosts": hosts, "allowed_origins": origins}
+
+
 def _local_secrets(data_dir: Path) -> dict[str, str]:
     """Download-signing secret and internal fetch token for this data dir, kept in DIR/secrets.json (0600)."""
     path = data_dir / "secrets.json"
@@ -88,26 +154,54 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+class Stopping(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: the `with` blocks unwind and stop the server in order."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Stopping()
+
+
 def run_up(folders: list[Path], data_dir: Path, port: int, host: str = "127.0.0.1") -> int:
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _run_up(folders, data_dir, port, host)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM before serving: everything opened is closed
+        print("kdbl: stopped.", file=sys.stderr)
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_up(folders: list[Path], data_dir: Path, port: int, host: str) -> int:
     _check_port(host, port)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    local = _local_secrets(data_dir)
-    fetch_port = free_port(host)
-    model = os.environ.get("KDBL_EMBED_MODEL_PATH") or default_model_path()
-    settings = Settings(
-        mcp_enabled=True, api_public_url=f"http://{host}:{port}", worker_fetch_url=f"http://{host}:{fetch_port}",
-        download_signing_secret=local["download_signing_secret"], internal_fetch_token=local["internal_fetch_token"],
-        embed_model_path=str(model) if model else None,
-    )
-    if model is None:
-        print("kdbl: no embedding model found: hybrid search degrades to lexical "
-              "(build it with: python airgap/model/build_model.py)", file=sys.stderr)
     folders = [f.expanduser().resolve() for f in (folders or [default_folder()])]
     for folder in folders:
         if not folder.is_dir():
             raise ConfigError(f"{folder} is not a directory")
+    if not data_dir.exists():
+        data_dir.mkdir(parents=True, mode=0o700)
+    local = _local_secrets(data_dir)
+    loopback = "127.0.0.1" if host in WILDCARDS else host
+    fetch_port = free_port(loopback)
+    model = os.environ.get("KDBL_EMBED_MODEL_PATH") or default_model_path()
+    # links to originals use it: on every interface, KDBL_API_PUBLIC_URL names the address clients use
+    base_url = f"http://{'localhost' if host in WILDCARDS else host}:{port}"
+    public_url = os.environ.get("KDBL_API_PUBLIC_URL") or base_url
+    settings = Settings(
+        mcp_enabled=True, api_public_url=public_url, worker_fetch_url=f"http://{loopback}:{fetch_port}",
+        download_signing_secret=local["download_signing_secret"], internal_fetch_token=local["internal_fetch_token"],
+        embed_model_path=str(model) if model else None,
+    )
+    settings = settings.model_copy(update=_allowed(settings, host))
+    if model is None:
+        print("kdbl: no embedding model found: hybrid search degrades to lexical "
+              "(build it with: python airgap/model/build_model.py)", file=sys.stderr)
     print(f"kdbl: starting embedded PostgreSQL in {data_dir} ...", file=sys.stderr)
     with EmbeddedDatabase(data_dir) as db:
+        if db.stale_pid:
+            print(f"kdbl: stopped a PostgreSQL server (pid {db.stale_pid}) that an earlier run left behind "
+                  "when it was killed; started a fresh one on the same data", file=sys.stderr)
         owner = sync_engine(db.owner_url)
         admin.create_tenant(owner, DEMO_TENANT, display_name="Demo tenant", exist_ok=True)
         for folder in folders:
@@ -115,31 +209,32 @@ def run_up(folders: list[Path], data_dir: Path, port: int, host: str = "127.0.0.
                              name=_source_name(owner, folder), exist_ok=True)
         worker = sync_engine(for_role(db.owner_url, "kdbl_worker"))
         indexer = Indexer(worker, settings)
-        for source in load_sources(worker, tenant=DEMO_TENANT):
-            crawl_with_progress(indexer, source)
         token = _demo_token(owner, data_dir)
-        url = f"http://{host}:{port}/mcp"
+        url = f"{base_url}/mcp"
         stop = threading.Event()
-        # One model instance serves both the API's query embeddings and the background embedding.
+        # One model instance serves both the API's query embeddings (first in line) and the background embedding.
         embedder = load_embedder(settings)
-        rescanner = threading.Thread(target=_rescan, args=(indexer, worker, embedder, stop), daemon=True)
-        rescanner.start()
-        fetch = uvicorn.Server(uvicorn.Config(create_fetch_app(settings, worker), host=host, port=fetch_port,
+        background = threading.Thread(target=_background, args=(indexer, worker, embedder, stop),
+                                      name="crawl", daemon=True)
+        fetch = uvicorn.Server(uvicorn.Config(create_fetch_app(settings, worker), host=loopback, port=fetch_port,
                                               log_level="warning", server_header=False))
         threading.Thread(target=fetch.run, name="fetch", daemon=True).start()
         api_engine = async_engine(for_role(db.owner_url, "kdbl_api"))
         server = uvicorn.Server(uvicorn.Config(create_app(settings, api_engine, embedder), host=host, port=port,
-                                               log_level="warning", lifespan="on", server_header=False))
-        threading.Thread(target=_announce_when_listening, args=(server, stop, url, token, data_dir),
+                                               log_level="warning", lifespan="on", server_header=False,
+                                               proxy_headers=False))  # X-Forwarded-For: KDBL_TRUSTED_PROXIES only
+        banner = _banner(url, data_dir, _write_client_config(data_dir, url, token), settings, host)
+        threading.Thread(target=_announce_when_listening, args=(server, stop, banner, background),
                          daemon=True).start()
         try:
             server.run()
-        except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it handled after a graceful shutdown
+        except KeyboardInterrupt:  # uvicorn re-raises the SIGINT/SIGTERM it handled after a graceful shutdown
             pass
         finally:
             fetch.should_exit = True
             stop.set()
-            rescanner.join(timeout=10)
+            if background.is_alive():
+                background.join(timeout=30)
             if embedder is not None:
                 embedder.close()
             worker.dispose()
@@ -148,17 +243,29 @@ def run_up(folders: list[Path], data_dir: Path, port: int, host: str = "127.0.0.
     return 0
 
 
-def _announce_when_listening(server: uvicorn.Server, stop: threading.Event, url: str, token: str,
-                             data_dir: Path) -> None:
-    """Print the ready banner only once the socket accepts connections."""
+def _banner(url: str, data_dir: Path, config_file: Path, settings: Settings, host: str) -> str:
+    token_file = data_dir / "demo-token"
+    placeholder = "<the token in " + str(token_file) + ">"
+    lines = [f"\nK-Lake is serving MCP at {url}",
+             f"Demo token written to {token_file} (0600); the client config with it to {config_file} (0600):",
+             client_config(url, placeholder)]
+    if host not in LOOPBACK:
+        lines.append("Host headers accepted (add more with KDBL_ALLOWED_HOSTS): " + ", ".join(settings.allowed_hosts))
+    lines += [f"Smoke test: {control_command()} --api-url {shlex.quote(url.removesuffix('/mcp'))} "
+              f"--api-token-file {shlex.quote(str(token_file))} mcp smoke",
+              "Indexing continues in the background (search finds what is indexed so far; "
+              "list_sources shows the counts). Ctrl-C to stop."]
+    return "\n".join(lines)
+
+
+def _announce_when_listening(server: uvicorn.Server, stop: threading.Event, banner: str,
+                             background: threading.Thread) -> None:
+    """Print the ready banner once the socket accepts connections, then start the first crawl."""
     while not server.started:
         if stop.wait(0.05):
             return
-    base = url.removesuffix("/mcp")
-    print(f"\nK-Lake is serving MCP at {url}\nDemo token written to {data_dir / 'demo-token'} (0600).\n"
-          f"Paste into an MCP client config:\n{client_config(url, token)}\n"
-          f"Smoke test: kdbl-control --api-url {base} --api-token \"$(cat {data_dir / 'demo-token'})\" "
-          f"mcp smoke\nCtrl-C to stop.", file=sys.stderr, flush=True)
+    print(banner, file=sys.stderr, flush=True)
+    background.start()
 
 
 def _source_name(owner, folder: Path) -> str:
@@ -172,22 +279,34 @@ def _source_name(owner, folder: Path) -> str:
     return candidate
 
 
-def _rescan(indexer: Indexer, worker, embedder: Embedder | None, stop: threading.Event) -> None:
-    """Embed what the first crawl wrote (lexical first: search works meanwhile), then pick up edits:
-    re-crawl every RESCAN_SECONDS (unchanged files cost a stat) and embed the changes."""
+def _background(indexer: Indexer, worker, embedder: Embedder | None, stop: threading.Event) -> None:
+    """Crawl every source (lexical first: search works meanwhile), embed what it wrote, then pick up
+    edits: re-crawl every RESCAN_SECONDS (unchanged files cost a stat) and embed the changes."""
     settings = indexer.settings
-    while True:
+    first = True
+    while not stop.is_set():
+        for source in load_sources(worker, tenant=DEMO_TENANT):
+            if stop.is_set():
+                return
+            try:
+                if first:
+                    crawl_with_progress(indexer, source)
+                else:
+                    indexer.crawl(source)
+            except Exception as exc:  # noqa: BLE001 - keep serving; the next pass retries
+                if stop.is_set():
+                    return
+                print(f"kdbl: crawl of source {source.id} failed: {exc}", file=sys.stderr)
+        first = False
         if embedder is not None:
             try:
-                count = embed_pending(worker, embedder, batch=settings.embed_batch, stop=stop)
+                # small batches: a stop (and a query, which goes first anyway) waits at most one of them
+                count = embed_pending(worker, embedder, batch=min(settings.embed_batch, 8), stop=stop)
                 if count:
                     print(f"kdbl: embedded {count} chunks for hybrid search", file=sys.stderr)
             except Exception as exc:  # noqa: BLE001 - keep serving lexically
+                if stop.is_set():
+                    return
                 print(f"kdbl: embedding failed: {exc}", file=sys.stderr)
         if stop.wait(RESCAN_SECONDS):
             return
-        for source in load_sources(worker, tenant=DEMO_TENANT):
-            try:
-                indexer.crawl(source)
-            except Exception as exc:  # noqa: BLE001 - keep serving; the next pass retries
-                print(f"kdbl: re-crawl of {source.id} failed: {exc}", file=sys.stderr)

@@ -109,6 +109,11 @@ class Settings(BaseSettings):
                                       "exact BM25 and cosine scores (see docs/benchmarks.md), or not.")
     hybrid_rerank_lexical_weight: float = Field(default=0.5, ge=0.0, le=1.0)
 
+    # --- kdbl-control client -----------------------------------------------------------
+    api_token_file: str | None = Field(default=None, description=(
+        "File holding the PAT `kdbl-control mcp smoke` sends (--api-token-file); a file, not argv, so the "
+        "token stays out of ps and shell history."))
+
     # --- logging -----------------------------------------------------------------------
     log_level: str = "INFO"
     log_format: str = Field(default="json", pattern=r"^(json|text)$")
