@@ -66,7 +66,9 @@ def running_api(owner_url: str, settings: Settings | None = None) -> Iterator[st
     port = free_port()
     settings = settings or Settings(mcp_enabled=True)
     app = create_app(settings, async_engine(for_role(owner_url, "kdbl_api")))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    # proxy_headers=False as kdbl-api (kdbl_api.main): uvicorn's default believes X-Forwarded-For from loopback
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           proxy_headers=False))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

@@ -116,7 +116,8 @@ async def test_capacity_and_list_sources_report_embedding_progress(world):
     import httpx
 
     async with httpx.AsyncClient() as http:
-        capacity = (await http.get(f"{world['url']}/capacity")).json()
+        capacity = (await http.get(f"{world['url']}/capacity",
+                                   headers={"Authorization": f"Bearer {world['token']}"})).json()
     hybrid = capacity["modes"]["hybrid"]
     assert hybrid["available"] is True and hybrid["dimensions"] == 384
     assert hybrid["embedding_progress"]["embedded_chunks"] > 0

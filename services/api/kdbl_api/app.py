@@ -1,4 +1,13 @@
-"""The API application: /mcp, downloads, capacity, metrics, health and protected-resource metadata."""
+"""The API application: /mcp, downloads, capacity, metrics, health and protected-resource metadata.
+
+Exposure (issue 13 item 12): /mcp, downloads and /capacity need a valid token — /capacity shows the
+caller's tenant only (its embedding progress, its rate limits). /metrics is not on the API port: it is
+served on KDBL_METRICS_PORT for the cluster's Prometheus (no tenant data in any metric), which the
+chart's NetworkPolicy opens to the monitoring namespace only. /healthz, /readyz and the protected-
+resource metadata stay open (probes and OAuth discovery need them; they reveal no data).
+While the database is unreachable every request that needs it gets 503 with `Retry-After` at once
+(kdbl_core.errors.Unavailable, raised by the request path's pool), and /readyz says so.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +22,16 @@ from mcp.server.transport_security import TransportSecuritySettings
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from kdbl_api.downloads import Downloads
 from kdbl_api.host_hint import HostHint
 from kdbl_api.http_auth import PRM_PATH, McpFrontDoor, public_base
+from kdbl_api.observability import MetricsPort
 from kdbl_api.policies import Policies
 from kdbl_api.ratelimit import RateLimiter
 from kdbl_api.server import AppState, build_server
@@ -28,13 +40,33 @@ from kdbl_core.auth.oidc import OidcVerifier
 from kdbl_core.auth.verifier import BearerVerifier, PatVerifier
 from kdbl_core.db import embeddings, reads
 from kdbl_core.embed import Embedder
-from kdbl_core.db.engine import assert_runtime_role
+from kdbl_core.db.engine import assert_runtime_role, rls_transaction
 from kdbl_core.db.pgpool import ApiPool
-from kdbl_core.principal import ALL_SCOPES
+from kdbl_core.errors import Forbidden, RateLimited, TemporaryError, Unauthenticated
+from kdbl_core.principal import ALL_SCOPES, Principal
 from kdbl_core.settings import Settings
 from kdbl_core.signing import CursorCodec
 
 log = logging.getLogger(__name__)
+
+# hybrid-enabled sources of the caller's tenant (RLS: only those the principal sees)
+_HYBRID_SOURCES = text("""
+SELECT s.id FROM sources s JOIN tenants t ON t.id = s.tenant_id
+ WHERE s.tenant_id = kdbl_tenant() AND s.hybrid_enabled AND t.hybrid_enabled
+""")
+
+
+def unavailable(request: Request, exc: Exception) -> Response:
+    """503 + Retry-After for a TemporaryError (the database is down): JSON-RPC shaped on /mcp."""
+    assert isinstance(exc, TemporaryError)
+    retry = int(exc.data.get("retry_after_sec", 1))
+    headers = {"Retry-After": str(retry)}
+    if request.url.path == "/mcp":
+        body = {"jsonrpc": "2.0", "id": None,
+                "error": {"code": exc.jsonrpc_code, "message": exc.message, "data": {"retry_after_sec": retry}}}
+    else:
+        body = {"error": exc.message, "retry_after_sec": retry}
+    return JSONResponse(body, status_code=exc.http_status, headers=headers)
 
 
 def _oidc(settings: Settings, engine: AsyncEngine) -> OidcVerifier | None:
@@ -83,13 +115,32 @@ def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | Non
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> JSONResponse:
+        """Through the request path's pool: what requests would get (a probe also reopens it)."""
         try:
-            async with engine.begin() as conn:
-                await conn.execute(text("SELECT 1"))
+            await pool.ping()
         except Exception as exc:  # noqa: BLE001 - readiness reports any database failure
             log.warning("database not reachable", extra={"error": type(exc).__name__})
-            return JSONResponse({"status": "unavailable", "database": "unreachable"}, status_code=503)
+            reason = exc.message if isinstance(exc, TemporaryError) else f"database check failed ({type(exc).__name__})"
+            return JSONResponse({"status": "unavailable", "database": "unreachable", "reason": reason},
+                                status_code=503, headers={"Retry-After": "1"})
         return JSONResponse({"status": "ok", "database": "ok"})
+
+    async def authenticate(request: Request) -> Principal | Response:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        challenge = f'Bearer realm="kdbl", resource_metadata="{public_base(request, settings)}{PRM_PATH}/mcp"'
+        if scheme.lower() != "bearer" or not token.strip():
+            return JSONResponse({"error": "authentication required: send Authorization: Bearer <token>"},
+                                status_code=401, headers={"WWW-Authenticate": challenge})
+        try:
+            return await verifier.verify(token.strip())
+        except Unauthenticated as exc:
+            return JSONResponse({"error": exc.message}, status_code=401,
+                                headers={"WWW-Authenticate": challenge + ', error="invalid_token"'})
+        except RateLimited as exc:
+            return JSONResponse({"error": exc.message}, status_code=429,
+                                headers={"Retry-After": str(exc.retry_after_sec)})
+        except Forbidden as exc:
+            return JSONResponse({"error": exc.message}, status_code=403)
 
     async def protected_resource(request: Request) -> JSONResponse:
         base = public_base(request, settings)
@@ -101,11 +152,18 @@ def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | Non
             "resource_name": "K-Lake Context Lake MCP",
         }, headers={"Cache-Control": "public, max-age=300"})
 
-    async def capacity(request: Request) -> JSONResponse:
+    async def capacity(request: Request) -> Response:
+        """The caller's view: service-wide modes and latency, its tenant's embedding progress."""
+        principal = await authenticate(request)
+        if isinstance(principal, Response):
+            return principal
         obs = state.observability
         embedder = state.services.embedder if state.services else None
-        async with engine.begin() as conn:
-            progress = await embeddings.global_progress(conn)
+        async with rls_transaction(pool, principal) as conn:
+            ids = [row.id for row in await conn.execute(_HYBRID_SOURCES)]
+            per_source = await embeddings.source_progress(conn, ids, embedder.model_id if embedder else None)
+        progress = {"hybrid_chunks": sum(p["total"] for p in per_source.values()),
+                    "embedded_chunks": sum(p["embedded"] for p in per_source.values()) if embedder else 0}
         hybrid = {"available": embedder is not None, "latency": obs.mode_latency("hybrid"),
                   "embedding_progress": progress,
                   "cost": "query embedding (~4 ms CPU, cached) + BM25 + HNSW scan + fusion"}
@@ -126,9 +184,6 @@ def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | Non
                                                  "burst": settings.rate_limit_burst},
                            "scope": "shared by every API replica (token buckets in PostgreSQL)"},
         })
-
-    async def metrics(request: Request) -> Response:
-        return Response(state.observability.render(), media_type="text/plain; version=0.0.4")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -151,10 +206,13 @@ def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | Non
         Route("/mcp", front_door, methods=["GET", "POST", "DELETE", "PUT", "PATCH"]),
         Route("/api/files/download", downloads.handle, methods=["GET"]),
         Route("/capacity", capacity, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route(PRM_PATH, protected_resource, methods=["GET"]),
         Route(PRM_PATH + "/mcp", protected_resource, methods=["GET"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    middleware = [Middleware(MetricsPort, port=settings.metrics_port, observability=state.observability)]
+    if settings.trusted_proxies:  # X-Forwarded-* from these peers only (never by default, not even loopback)
+        middleware.append(Middleware(ProxyHeadersMiddleware, trusted_hosts=list(settings.trusted_proxies)))
+    return Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
+                     exception_handlers={TemporaryError: unavailable})

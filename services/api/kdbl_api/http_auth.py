@@ -16,6 +16,7 @@ import logging
 import time
 from typing import Any
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -146,7 +147,12 @@ class McpFrontDoor:
             return
 
         policy = await self.policies.get(principal.tenant_id)
-        body = await self._read_body(request)
+        try:
+            body = await self._read_body(request)
+        except TimeoutError:  # a stalled body holds a connection: 408, and uvicorn closes it
+            await _jsonrpc_error(408, -32600, "request body not received within "
+                                 f"{self.settings.body_read_timeout_s:g} s", {"Connection": "close"})(scope, receive, send)
+            return
         if body is None:
             await _jsonrpc_error(413, -32600, f"request body exceeds {self.settings.max_request_bytes} bytes")(
                 scope, receive, send)
@@ -188,16 +194,19 @@ class McpFrontDoor:
         await self.sdk_app(scope, _replay(body), _with_headers(send, decision.headers() if decision else None))
 
     async def _read_body(self, request: Request) -> bytes | None:
+        """The body (None: over the size limit); TimeoutError if it does not arrive in
+        KDBL_BODY_READ_TIMEOUT_S (a client that sent headers and half a body held it > 25 s)."""
         limit = self.settings.max_request_bytes
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > limit:
             return None
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                return None
-            chunks.append(chunk)
+        with anyio.fail_after(self.settings.body_read_timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    return None
+                chunks.append(chunk)
         return b"".join(chunks)
 
 

@@ -1,8 +1,17 @@
-"""`kdbl-api`: serve MCP over Streamable HTTP as the non-owner kdbl_api database role."""
+"""`kdbl-api`: serve MCP over Streamable HTTP as the non-owner kdbl_api database role.
+
+Each process listens on the API port and, unless KDBL_METRICS_PORT is 0, on the metrics port (one
+app serves both; kdbl_api.observability.MetricsPort tells them apart). uvicorn's own proxy-header
+handling is off: it believes X-Forwarded-For from 127.0.0.1 by default (or from $FORWARDED_ALLOW_IPS),
+so any local process could put an address of its choice into audit rows. The app believes only
+KDBL_TRUSTED_PROXIES (kdbl_api.app).
+"""
 
 from __future__ import annotations
 
+import socket
 import sys
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -14,15 +23,23 @@ from kdbl_core.db.engine import async_engine
 from kdbl_core.errors import ConfigError
 from kdbl_core.settings import Settings
 
+# uvicorn options of every kdbl-api process (and of anything else serving create_app's app)
+SERVER_OPTIONS: dict[str, Any] = {"log_config": None, "proxy_headers": False, "server_header": False}
+
 
 def build() -> Starlette:
     """The app from the environment (also the uvicorn factory each worker process calls)."""
     settings = Settings()
     logging_setup.configure(settings.log_level, settings.log_format)
-    # start-up checks, /readyz, /capacity and OIDC tenant lookups (cached) only: the request path has its
-    # own pool of KDBL_DB_POOL_SIZE connections (kdbl_core.db.pgpool)
-    engine = async_engine(settings.require_database_url(), pool_size=2)
+    # start-up checks and OIDC tenant lookups (cached) only, pre-pinged so a database restart fails no
+    # request: the request path, /readyz and /capacity use their own pool (kdbl_core.db.pgpool)
+    engine = async_engine(settings.require_database_url(), pool_size=2, pre_ping=True)
     return create_app(settings, engine)
+
+
+def listen_sockets(settings: Settings) -> list[socket.socket]:
+    """The API port's socket and the metrics port's (bound, not listening: see workers.bound_socket)."""
+    return [workers.bound_socket(settings.api_host, port) for port in workers.listen_ports(settings)]
 
 
 def main() -> None:
@@ -30,13 +47,15 @@ def main() -> None:
     logging_setup.configure(settings.log_level, settings.log_format)
     try:
         settings.require_database_url()
+        if settings.metrics_port == settings.api_port:
+            raise ConfigError("KDBL_METRICS_PORT must differ from KDBL_API_PORT (or be 0: no metrics)")
     except ConfigError as exc:
         print(f"kdbl-api: {exc.message}", file=sys.stderr)
         sys.exit(2)
-    options = {"log_config": None, "proxy_headers": True, "server_header": False}
     if settings.api_workers > 1:
-        sys.exit(workers.serve(settings.api_host, settings.api_port, settings.api_workers, options))
-    uvicorn.run(build(), host=settings.api_host, port=settings.api_port, **options)
+        sys.exit(workers.serve(settings, SERVER_OPTIONS))
+    sockets = listen_sockets(settings)
+    uvicorn.Server(uvicorn.Config(build(), **SERVER_OPTIONS)).run(sockets=sockets)
 
 
 if __name__ == "__main__":

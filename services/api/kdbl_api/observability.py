@@ -1,4 +1,9 @@
-"""Prometheus metrics and the rolling latency figures /capacity reports."""
+"""Prometheus metrics and the rolling latency figures /capacity reports.
+
+Metrics carry no tenant data (labels: tool, status, reason; no tenant, principal or path) and are
+served only on KDBL_METRICS_PORT (`MetricsPort`), never on the API port: the cluster's Prometheus
+scrapes that port, and the chart's NetworkPolicy opens it to the monitoring namespace only.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,8 @@ import threading
 from collections import deque
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 _BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
@@ -48,3 +55,29 @@ class Observability:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class MetricsPort:
+    """GET /metrics on the metrics port, and nothing else there; on any other port /metrics is 404.
+
+    One app serves both listening sockets (kdbl_api.main binds them); a request's local port
+    (`scope["server"]`) tells them apart.
+    """
+
+    def __init__(self, app: ASGIApp, port: int, observability: Observability) -> None:
+        self.app, self.port, self.obs = app, port, observability
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        server = scope.get("server")
+        on_metrics_port = bool(self.port) and server is not None and server[1] == self.port
+        if on_metrics_port and scope["path"] == "/metrics" and scope["method"] in ("GET", "HEAD"):
+            response = PlainTextResponse(self.obs.render(), media_type="text/plain; version=0.0.4")
+        elif on_metrics_port or scope["path"] == "/metrics":
+            response = PlainTextResponse("Not Found", status_code=404)
+        else:
+            await self.app(scope, receive, send)
+            return
+        await response(scope, receive, send)

@@ -22,6 +22,8 @@ from typing import Any
 
 import uvicorn
 
+from kdbl_core.settings import Settings
+
 BACKLOG = 2048
 
 
@@ -37,20 +39,28 @@ def bound_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _worker(host: str, port: int, options: dict[str, Any]) -> None:
-    sock = bound_socket(host, port)
+def listen_ports(settings: Settings) -> list[int]:
+    """The API port, and the metrics port unless it is 0."""
+    return [settings.api_port] + ([settings.metrics_port] if settings.metrics_port else [])
+
+
+def _worker(host: str, ports: list[int], options: dict[str, Any]) -> None:
+    sockets = [bound_socket(host, port) for port in ports]
     config = uvicorn.Config("kdbl_api.main:build", factory=True, backlog=BACKLOG, **options)
-    uvicorn.Server(config).run(sockets=[sock])
+    uvicorn.Server(config).run(sockets=sockets)
 
 
-def serve(host: str, port: int, workers: int, options: dict[str, Any]) -> int:
-    """Run `workers` processes until a signal (exit 0) or until one of them dies (exit 1)."""
-    probe = bound_socket(host, port)  # fail here, in the supervisor, if the port is taken
-    probe.close()
+def serve(settings: Settings, options: dict[str, Any]) -> int:
+    """Run KDBL_API_WORKERS processes until a signal (exit 0) or until one of them dies (exit 1).
+
+    Each binds the API port and the metrics port; a scrape reads the process the kernel picks."""
+    host, ports = settings.api_host, listen_ports(settings)
+    for port in ports:  # fail here, in the supervisor, if a port is taken
+        bound_socket(host, port).close()
     context = multiprocessing.get_context("spawn")
     procs: list[BaseProcess] = [
-        context.Process(target=_worker, args=(host, port, options), name=f"kdbl-api-{i}", daemon=False)
-        for i in range(workers)
+        context.Process(target=_worker, args=(host, ports, options), name=f"kdbl-api-{i}", daemon=False)
+        for i in range(settings.api_workers)
     ]
     stopping = False
 

@@ -56,6 +56,15 @@ class Settings(BaseSettings):
     max_query_chars: int = Field(default=1000, ge=16, le=100_000)
     rate_limit_per_minute: int = Field(default=600, ge=0, description="Per token and replica; 0 disables.")
     rate_limit_burst: int = Field(default=60, ge=1)
+    body_read_timeout_s: float = Field(default=10.0, gt=0, le=600, description=(
+        "A /mcp request body must arrive within this many seconds of its headers, else 408 and the "
+        "connection is closed (a stalled body used to hold a connection and its slot open > 25 s)."))
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list, description=(
+        "CIDRs of reverse proxies whose X-Forwarded-For / X-Forwarded-Proto are believed (audit rows "
+        "record the client they name). Empty: none, not even loopback: the peer address is recorded."))
+    metrics_port: int = Field(default=9464, ge=0, le=65535, description=(
+        "kdbl-api serves GET /metrics (Prometheus) on this port only, not on the API port, so a "
+        "NetworkPolicy can limit it to the monitoring namespace. 0: no metrics listener."))
 
     # --- OIDC access tokens, verified offline against a JWKS file (no IdP call at request time) ---
     oidc_issuer: str | None = None
@@ -118,7 +127,17 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_format: str = Field(default="json", pattern=r"^(json|text)$")
 
-    _split_hosts = field_validator("allowed_hosts", "allowed_origins", mode="before")(_split_csv)
+    _split_hosts = field_validator("allowed_hosts", "allowed_origins", "trusted_proxies", mode="before")(_split_csv)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        import ipaddress
+
+        try:
+            return [str(ipaddress.ip_network(item, strict=False)) for item in value]
+        except ValueError as exc:
+            raise ValueError(f"KDBL_TRUSTED_PROXIES: {exc}") from None
 
     def require_database_url(self) -> str:
         if self.database_url is None:

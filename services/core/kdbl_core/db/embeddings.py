@@ -73,7 +73,3 @@ async def source_progress(conn: AsyncConnection, source_ids: Sequence[uuid.UUID]
     rows = await conn.execute(_SOURCE_PROGRESS, {"ids": list(source_ids), "model": model_id or ""})
     return {r.source_id: {"embedded": r.embedded, "total": r.total} for r in rows}
 
-
-async def global_progress(conn: AsyncConnection) -> dict[str, int]:
-    row = (await conn.execute(text("SELECT hybrid_chunks, embedded_chunks FROM kdbl_embedding_progress()"))).one()
-    return {"hybrid_chunks": row.hybrid_chunks, "embedded_chunks": row.embedded_chunks}
