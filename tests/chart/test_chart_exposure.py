@@ -36,9 +36,9 @@ def test_the_metrics_port_is_reachable_only_from_the_monitoring_namespace(chart:
 
 
 def test_who_may_scrape_metrics_is_a_value(chart: Chart) -> None:
-    docs = chart.render("--set-json", 'api.metrics.allowFrom=[{"namespaceSelector":{"matchLabels":{"team":"obs"}},'
-                                      '"podSelector":{"matchLabels":{"app":"prometheus"}}}]',
-                        "--set", "api.metrics.port=9100")
+    peers = ('[{"namespaceSelector":{"matchLabels":{"team":"obs"}},'
+             '"podSelector":{"matchLabels":{"app":"prometheus"}}}]')
+    docs = chart.render("--set-json", f"api.metrics.allowFrom={peers}", "--set", "api.metrics.port=9100")
     [rule] = _rules_for_port(docs, 9100)
     assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"team": "obs"}},
                              "podSelector": {"matchLabels": {"app": "prometheus"}}}]

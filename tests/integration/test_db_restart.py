@@ -8,6 +8,7 @@ dead before the request did anything is replaced and the request runs (0 failure
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 import time
@@ -72,6 +73,18 @@ def test_after_a_database_restart_no_request_fails(world):
           f"first request {results[0][1] * 1000:.0f} ms, slowest {max(s for _, s in results) * 1000:.0f} ms")
     assert failed == []
     assert ready.status_code == 200
+
+
+async def test_a_burst_of_concurrent_requests_after_a_restart_all_succeed(world):
+    async with httpx.AsyncClient(timeout=30) as http:
+        async def search() -> httpx.Response:
+            return await http.post(f"{world['url']}/mcp", json=SEARCH, headers=world["auth"])
+
+        assert all(_ok(r) for r in await asyncio.gather(*(search() for _ in range(10))))
+        world["db"].stop()
+        world["db"].start()
+        burst = await asyncio.gather(*(search() for _ in range(16)))  # more than the pool's 10 connections
+    assert [r.status_code for r in burst if not _ok(r)] == []
 
 
 def test_during_an_outage_requests_get_503_at_once_and_service_resumes_by_itself(world):

@@ -33,11 +33,12 @@ SEARCH = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
 @contextmanager
 def kdbl_api(owner_url: str, **overrides) -> Iterator[Settings]:
     """create_app on the API port and the metrics port, with kdbl-api's uvicorn options."""
-    settings = Settings(mcp_enabled=True, api_host="127.0.0.1", api_port=free_port(), metrics_port=free_port(),
-                        **overrides)
+    settings = Settings(mcp_enabled=True, api_host="127.0.0.1", api_port=free_port(),
+                        metrics_port=free_port(), **overrides)
     app = create_app(settings, async_engine(for_role(owner_url, "kdbl_api"), pool_size=2, pre_ping=True))
     server = uvicorn.Server(uvicorn.Config(app, **main.SERVER_OPTIONS))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": main.listen_sockets(settings)}, daemon=True)
+    sockets = main.listen_sockets(settings)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": sockets}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
     while not server.started:
@@ -86,6 +87,14 @@ def test_a_configured_proxys_forwarded_for_header_is_recorded(owner_url, owner_e
     with kdbl_api(owner_url, trusted_proxies=["127.0.0.1/32"]) as settings:
         recorded = _client_ip_of_a_search(owner_engine, settings, world["one"], "203.0.113.7, 6.6.6.6")
     assert recorded == "6.6.6.6"  # the nearest hop the trusted proxy saw, not what the client claimed
+
+
+def test_a_trusted_proxy_that_is_not_an_address_is_a_clear_settings_error():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="KDBL_TRUSTED_PROXIES"):
+        Settings(trusted_proxies="ingress-nginx")
+    assert Settings(trusted_proxies="10.0.0.1, 192.168.0.0/16").trusted_proxies == ["10.0.0.1/32", "192.168.0.0/16"]
 
 
 def test_metrics_are_served_only_on_the_metrics_port_and_name_no_tenant(owner_url, world):

@@ -62,8 +62,8 @@ def unavailable(request: Request, exc: Exception) -> Response:
     retry = int(exc.data.get("retry_after_sec", 1))
     headers = {"Retry-After": str(retry)}
     if request.url.path == "/mcp":
-        body = {"jsonrpc": "2.0", "id": None,
-                "error": {"code": exc.jsonrpc_code, "message": exc.message, "data": {"retry_after_sec": retry}}}
+        error = {"code": exc.jsonrpc_code, "message": exc.message, "data": {"retry_after_sec": retry}}
+        body = {"jsonrpc": "2.0", "id": None, "error": error}
     else:
         body = {"error": exc.message, "retry_after_sec": retry}
     return JSONResponse(body, status_code=exc.http_status, headers=headers)
@@ -120,7 +120,8 @@ def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | Non
             await pool.ping()
         except Exception as exc:  # noqa: BLE001 - readiness reports any database failure
             log.warning("database not reachable", extra={"error": type(exc).__name__})
-            reason = exc.message if isinstance(exc, TemporaryError) else f"database check failed ({type(exc).__name__})"
+            reason = (exc.message if isinstance(exc, TemporaryError)
+                      else f"database check failed ({type(exc).__name__})")
             return JSONResponse({"status": "unavailable", "database": "unreachable", "reason": reason},
                                 status_code=503, headers={"Retry-After": "1"})
         return JSONResponse({"status": "ok", "database": "ok"})

@@ -150,8 +150,8 @@ class McpFrontDoor:
         try:
             body = await self._read_body(request)
         except TimeoutError:  # a stalled body holds a connection: 408, and uvicorn closes it
-            await _jsonrpc_error(408, -32600, "request body not received within "
-                                 f"{self.settings.body_read_timeout_s:g} s", {"Connection": "close"})(scope, receive, send)
+            message = f"request body not received within {self.settings.body_read_timeout_s:g} s"
+            await _jsonrpc_error(408, -32600, message, {"Connection": "close"})(scope, receive, send)
             return
         if body is None:
             await _jsonrpc_error(413, -32600, f"request body exceeds {self.settings.max_request_bytes} bytes")(

@@ -127,7 +127,8 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_format: str = Field(default="json", pattern=r"^(json|text)$")
 
-    _split_hosts = field_validator("allowed_hosts", "allowed_origins", "trusted_proxies", mode="before")(_split_csv)
+    _split_hosts = field_validator("allowed_hosts", "allowed_origins", "trusted_proxies",
+                                   mode="before")(_split_csv)
 
     @field_validator("trusted_proxies")
     @classmethod
