@@ -274,7 +274,7 @@ def test_leases_expiring_too_often_give_up(owner_engine, worker_engine, empty_so
                               " WHERE job_id = :j"), {"j": job.id})
     with worker_engine.begin() as conn:
         assert jobs.claim_items(conn, "w3", n=1, lease_s=60, max_attempts=2, source_id=empty_source.id) == []
-        assert jobs.sweep(conn, max_attempts=2) >= 1
+        assert [g.key for g in jobs.sweep(conn, max_attempts=2)] == ["f0.txt"]
         assert jobs.finalize(conn, empty_source.id) == [job.id]
     with worker_engine.connect() as conn:
         status = jobs.job_status(conn, [job.id])[job.id]

@@ -394,6 +394,8 @@ def _crawl(args: argparse.Namespace, settings: Settings, engine: Any) -> int:
     sources = load_sources(engine, tenant=args.tenant, source_id=args.source)
     if not sources:
         raise ConfigError("no matching source")
+    from kdbl_control.signals import stop_on_signals
+
     if args.queue:
         from kdbl_worker.queue import enqueue, wait_for
 
@@ -402,10 +404,14 @@ def _crawl(args: argparse.Namespace, settings: Settings, engine: Any) -> int:
         if args.no_wait:
             return 0
         try:
-            statuses = wait_for(engine, ids, timeout_s=args.timeout, poll_s=1.0)
+            with stop_on_signals() as stop:
+                statuses = wait_for(engine, ids, timeout_s=args.timeout, poll_s=1.0, stop=stop)
         except TimeoutError as exc:
             print(f"kdbl-control: {exc}", file=sys.stderr)
             return 3
+        if stop.is_set():
+            print("kdbl-control: stopped waiting; the runs go on in the workers", file=sys.stderr)
+            return stop.exit_code
         for st in statuses.values():
             print(f"run {st.id} (source {st.source_id}): {st.state}, {st.listed} listed, {st.indexed} indexed, "
                   f"{st.unchanged} unchanged, {st.deleted} deleted, {st.failed} failed"
@@ -415,8 +421,11 @@ def _crawl(args: argparse.Namespace, settings: Settings, engine: Any) -> int:
 
     indexer = Indexer(engine, settings)
     try:
-        for source in sources:
-            crawl_with_progress(indexer, source)
+        with stop_on_signals() as stop:
+            for source in sources:
+                if crawl_with_progress(indexer, source, stop=stop).stopped:
+                    print("kdbl-control: crawl stopped; run it again to go on", file=sys.stderr)
+                    return stop.exit_code
     finally:
         indexer.close()
     return 0

@@ -1,27 +1,79 @@
-"""Crawl with a progress line on a terminal (plain summary otherwise)."""
+"""Crawl progress: a live line on a terminal, and a log line every few seconds when stderr is not one.
+
+Without a terminal (a pipe, a container log, systemd) the `\r` line is useless and nothing else would
+show that a crawl is alive, so a ticker thread prints one line every KDBL_PROGRESS_INTERVAL_S (5 s):
+files listed / indexed / unchanged / failed, files per second, and the file in hand — also while a
+single big file is being written and no file finishes. `crawl` and `up` both crawl through here.
+"""
 
 from __future__ import annotations
 
 import sys
+import threading
+import time
+from typing import TextIO
 
 from kdbl_worker.pipeline import CrawlStats, Indexer, SourceRow
 
 
-def crawl_with_progress(indexer: Indexer, source: SourceRow) -> CrawlStats:
-    tty = sys.stderr.isatty()
+def source_label(source: SourceRow) -> str:
+    config = source.config or {}
+    where = config.get("root") or config.get("bucket") or config.get("url") or config.get("share") or ""
+    return f"{str(source.id)[:8]} {where}".strip()
+
+
+def progress_line(label: str, stats: CrawlStats | None, current: str, elapsed_s: float) -> str:
+    s = stats or CrawlStats(source_id=None)  # type: ignore[arg-type]
+    rate = (s.indexed + s.unchanged) / elapsed_s if elapsed_s > 0 else 0.0
+    return (f"kdbl: crawl {label}: {s.listed} listed, {s.indexed} indexed, {s.unchanged} unchanged, "
+            f"{s.failed} failed, {rate:.1f} files/s, {elapsed_s:.0f} s; now: {current[-120:] or '-'}")
+
+
+class ProgressLog:
+    """Prints `progress_line` every `interval_s` until stopped (a daemon thread)."""
+
+    def __init__(self, indexer: Indexer, label: str, interval_s: float, out: TextIO) -> None:
+        self.indexer, self.label, self.interval_s, self.out = indexer, label, interval_s, out
+        self._done = threading.Event()
+        self._started = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="kdbl-progress", daemon=True)
+
+    def __enter__(self) -> ProgressLog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._done.wait(self.interval_s):
+            line = progress_line(self.label, self.indexer.local_stats, self.indexer.activity.oldest_key(),
+                                 time.monotonic() - self._started)
+            print(line, file=self.out, flush=True)
+
+
+def crawl_with_progress(indexer: Indexer, source: SourceRow, *, stop: threading.Event | None = None,
+                        out: TextIO | None = None) -> CrawlStats:
+    """Crawl `source` (until done or `stop`), showing progress on `out` (stderr); its statistics."""
+    out = out or sys.stderr
+    tty = out.isatty()
 
     def show(stats: CrawlStats, key: str) -> None:
-        if tty:
-            sys.stderr.write(f"\r  {stats.listed} files ({stats.indexed} indexed, {stats.unchanged} unchanged) "
-                             f"{key[-50:]:<50}")
-            sys.stderr.flush()
+        out.write(f"\r  {stats.listed} files ({stats.indexed} indexed, {stats.unchanged} unchanged) "
+                  f"{key[-50:]:<50}")
+        out.flush()
 
-    stats = indexer.crawl(source, progress=show)
+    label = source_label(source)
     if tty:
-        sys.stderr.write("\r" + " " * 110 + "\r")
+        stats = indexer.crawl(source, progress=show, stop=stop)
+        out.write("\r" + " " * 110 + "\r")
+    else:
+        with ProgressLog(indexer, label, indexer.settings.progress_interval_s, out):
+            stats = indexer.crawl(source, stop=stop)
     print(f"source {source.id}: {stats.listed} files listed, {stats.indexed} indexed, {stats.unchanged} unchanged, "
-          f"{stats.deleted} deleted, {stats.failed} failed, {stats.chunks} chunks in {stats.seconds:.1f}s",
-          file=sys.stderr)
+          f"{stats.deleted} deleted, {stats.failed} failed, {stats.chunks} chunks in {stats.seconds:.1f}s"
+          + (" (stopped before the end)" if stats.stopped else ""), file=out, flush=True)
     for where, why in stats.problems[:20]:
-        print(f"  problem: {where}: {why}", file=sys.stderr)
+        print(f"  problem: {where}: {why}", file=out)
     return stats

@@ -88,6 +88,11 @@ class Settings(BaseSettings):
                                           description="Extractor children (default by cores; 0 = in-process).")
     write_connections: int = Field(default=2, ge=1, le=32)
     job_lease_s: float = Field(default=60.0, ge=5)
+    file_deadline_s: float = Field(default=300.0, gt=0, description=(
+        "Per file: its write transaction is ended after this long (statement/transaction timeouts, then "
+        "the worker terminates it) and the file is recorded failed with the reason; the crawl goes on."))
+    progress_interval_s: float = Field(default=5.0, gt=0, description=(
+        "Seconds between the progress lines `crawl` and `up` log when stderr is not a terminal."))
     durable_file_commits: bool = Field(
         default=False, description="Wait for the WAL flush on every file commit. Off: a Postgres crash may lose "
         "the last ~0.6 s of indexed files (each still all-or-nothing; their queue items are redone).")

@@ -2,8 +2,10 @@
 
 Any number of replicas share the queue (kdbl_worker.queue): each queues scheduled runs that are due
 (kdbl_worker.schedule), lists sources, and indexes changed files one transaction each, holding leases
-that a heartbeat renews. SIGTERM/SIGINT stop it gracefully: the file being written is finished, the
-leases it holds on unstarted work are handed back at once, and the process exits.
+that a heartbeat renews while the work progresses. SIGTERM/SIGINT stop it within seconds, at any point:
+a file write still running 2 s after the signal is aborted (rolled back, never half-written), the
+leases it holds on unstarted work are handed back at once, and the process exits; a second signal
+exits at once (leases then expire as after a crash).
 
 It also serves the internal fetch endpoint (KDBL_FETCH_PORT, default 8081) that the API's signed
 downloads read original bytes from (`--no-fetch` to leave it out, e.g. several workers on one host).
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -43,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-scheduler", action="store_true",
                         help="do not queue scheduled runs (only serve the queue)")
     parser.add_argument("--lease-seconds", type=float, default=None, help="claim lease (default 60)")
+    parser.add_argument("--stall-seconds", type=float, default=None,
+                        help="without progress for this long, leases are left to expire (default: "
+                             "max(extraction timeout, file deadline) + 5 s + lease)")
     parser.add_argument("--batch", type=int, default=16, help="items claimed at a time (default 16)")
     parser.add_argument("--extract-processes", type=int, default=None,
                         help="extraction child processes (default: cores/2, 1..4; 0 = in-process, no limits)")
@@ -60,8 +66,9 @@ def run_forever(settings: Settings, stop: threading.Event, args: argparse.Namesp
         getattr(settings, "extract_processes", None)
     box = sandbox.Sandbox(processes, limits_from(settings))
     box.start()
-    indexer = Indexer(engine, settings, box=box, lease_s=args.lease_seconds)
-    options = QueueOptions(lease_s=indexer.lease_s, batch=max(1, args.batch), idle_poll_s=args.idle_poll,
+    indexer = Indexer(engine, settings, box=box, lease_s=args.lease_seconds, stall_s=args.stall_seconds)
+    options = QueueOptions(lease_s=indexer.lease_s, stall_s=indexer.stall_s, batch=max(1, args.batch),
+                           idle_poll_s=args.idle_poll,
                            scheduler=not args.no_scheduler,
                            tenants=tuple(args.tenants) if args.tenants else None)
     runner = QueueRunner(engine, indexer, holder=make_holder(), options=options)
@@ -111,8 +118,14 @@ def main(argv: list[str] | None = None) -> None:
     settings = Settings()
     logging_setup.configure(settings.log_level, settings.log_format)
     stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if stop.is_set():  # the second signal: exit now (leases expire as after a crash)
+            os._exit(128 + signum)
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal)
     try:
         fetch = None if args.no_fetch else serve_fetch(settings)
         run_forever(settings, stop, args)

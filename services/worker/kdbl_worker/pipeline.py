@@ -11,8 +11,16 @@
   chunked in the extraction sandbox (time and memory limits), then written in ONE transaction that
   also completes the item, fenced by its lease: a crash at any moment leaves the old file or the new
   one, and a file is never written twice for one run.
-- `Indexer.crawl(source)` queues an on-demand run and works on it in this process until it is finished
-  (workers running elsewhere may share the work); it returns the run's statistics.
+- `Indexer.crawl(source, stop=...)` queues an on-demand run and works on it in this process until it is
+  finished or `stop` is set (workers running elsewhere may share the work); it returns the run's
+  statistics (`stopped` when interrupted: the run stays queued for the next crawl or worker).
+- No file can hold a crawl: each write has a deadline (kdbl_worker.deadlines), past which the file is
+  recorded failed with the reason; a stop aborts writes in progress after a short grace (rolled back,
+  handed back); a file that broke two workers is recorded failed as a poison file (`record_given_up`).
+- Tenant quotas (tenants.settings.quotas, kdbl_core.policy): a listing queues no new file past
+  max_files / max_bytes and says so in the run's problems; a source past max_sources is not listed.
+  Files already indexed stay (quotas are checked at listing; concurrent listings of one tenant may
+  overshoot by what they list at the same time).
 
 Problems with single files become that file's status (ok / partial / failed / skipped with a reason).
 """
@@ -33,15 +41,17 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, text
 
+from kdbl_core import policy
 from kdbl_core.db import content, jobs
 from kdbl_core.db.engine import tenant_transaction
+from kdbl_core.errors import PermanentError
 from kdbl_core.settings import Settings
-from kdbl_worker import extract, sandbox
+from kdbl_worker import deadlines, extract, sandbox
 from kdbl_worker.connectors import Connector, RemoteFile, connector_for
 from kdbl_worker.connectors.fs import FsConnector
 from kdbl_worker.extract import media
 from kdbl_worker.globs import Selection
-from kdbl_worker.queue import QueueOptions, QueueRunner, make_holder
+from kdbl_worker.queue import Activity, QueueOptions, QueueRunner, make_holder
 from kdbl_worker.sidecars import Sidecars, is_subtitle
 
 log = logging.getLogger(__name__)
@@ -51,6 +61,12 @@ Progress = Callable[["CrawlStats", str], None]
 ITEM_BATCH = 500  # listed items queued per statement
 INLINE_BYTES = 32 * 1024  # remote files up to this size travel to the sandbox in its pipe; larger are spooled
 SIDECAR_MAX_BYTES = 16 * 1024 * 1024  # a subtitle sidecar larger than this is not used
+DEFAULT_FILE_DEADLINE_S = 300.0
+RECORD_TIMEOUT_MS = 10_000  # recording a file as failed must not hang either
+
+
+class QuotaExceeded(PermanentError):
+    """The tenant's quota leaves no room for this source."""
 
 
 @dataclass(slots=True)
@@ -66,6 +82,7 @@ class CrawlStats:
     seconds: float = 0.0
     problems: list[tuple[str, str]] = field(default_factory=list)
     excluded: int = 0
+    stopped: bool = False  # the crawl was told to stop before its run finished
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +149,7 @@ class Indexer:
 
     def __init__(self, engine: Engine, settings: Settings, *, box: sandbox.Sandbox | None = None,
                  durable_commits: bool | None = None, lease_s: float | None = None,
-                 writers: int | None = None) -> None:
+                 writers: int | None = None, stall_s: float | None = None) -> None:
         self.engine = engine
         self.settings = settings
         self.box = box or sandbox.shared(getattr(settings, "extract_processes", None), limits_from(settings))
@@ -144,6 +161,14 @@ class Indexer:
         # on each core while this process feeds the sandbox.
         self.writers = max(1, int(writers or getattr(settings, "write_connections", 2)))
         self.max_attempts = 5
+        self.file_deadline_s = float(getattr(settings, "file_deadline_s", DEFAULT_FILE_DEADLINE_S))
+        # the longest a healthy worker goes without progress: one stage at its limit, plus a lease
+        self.stall_s = float(stall_s) if stall_s is not None else (
+            max(self.box.limits.timeout_s, self.file_deadline_s) + deadlines.DEFAULT_GRACE_S + self.lease_s)
+        self.activity = Activity()
+        self.watchdog = deadlines.Watchdog(engine, self.file_deadline_s)
+        self._write_engine: Engine | None = None
+        self._lock = threading.Lock()
         self._writer_pool: ThreadPoolExecutor | None = None
         self._thread_writer = threading.local()
         self._file_writers: list[content.FileWriter] = []
@@ -151,31 +176,43 @@ class Indexer:
         self._local: CrawlStats | None = None
 
     # -- on-demand crawl ------------------------------------------------------------------------------
-    def crawl(self, source: SourceRow, progress: Progress | None = None) -> CrawlStats:
-        """Queue a run of `source` and work on it here until it is finished; its statistics."""
+    def crawl(self, source: SourceRow, progress: Progress | None = None, *,
+              stop: threading.Event | None = None) -> CrawlStats:
+        """Queue a run of `source` and work on it here until it is finished (or `stop` is set: within
+        about `deadlines.DEFAULT_STOP_GRACE_S`, even mid-commit); its statistics.
+
+        TenantDisabled when the source's tenant is disabled."""
         started = time.monotonic()
         with self.engine.begin() as conn:
             job_id = jobs.enqueue(conn, source.id)
         runner = QueueRunner(self.engine, self, holder=make_holder("crawl"), options=QueueOptions(
-            lease_s=self.lease_s, scheduler=False, source_id=source.id))
+            lease_s=self.lease_s, stall_s=self.stall_s, scheduler=False, source_id=source.id))
         self._progress, self._local = progress, CrawlStats(source_id=source.id)
         try:
-            status = runner.run_until_done(job_id)
+            status = runner.run_until_done(job_id, stop)
         finally:
             self._progress = self._local = None
             self.close()
         stats = CrawlStats(
             source_id=source.id, listed=status.listed, indexed=status.indexed, unchanged=status.unchanged,
             deleted=status.deleted, failed=status.failed, chunks=status.chunks, bytes=status.bytes,
-            seconds=time.monotonic() - started, problems=status.problems, excluded=status.excluded)
-        log.info("crawl finished", extra={
+            seconds=time.monotonic() - started, problems=status.problems, excluded=status.excluded,
+            stopped=status.state != "done")
+        log.info("crawl stopped" if stats.stopped else "crawl finished", extra={
             "source_id": str(source.id), "job_id": job_id, "listed": stats.listed, "indexed": stats.indexed,
             "unchanged": stats.unchanged, "deleted": stats.deleted, "failed": stats.failed,
             "seconds": round(stats.seconds, 3),
         })
         return stats
 
+    @property
+    def local_stats(self) -> CrawlStats | None:
+        """The running on-demand crawl's statistics so far (None between crawls)."""
+        return self._local
+
     def _report(self, key: str, **add: int) -> None:
+        if key:
+            self.activity.progressed(key)
         if self._local is None:
             return
         for name, value in add.items():
@@ -196,6 +233,8 @@ class Indexer:
             selection = Selection.from_config(source.config)
             with tenant_transaction(self.engine, job.tenant_id) as conn:
                 known = content.load_file_states(conn, job.source_id)
+                quota = _Quota.load(conn, job.tenant_id, job.source_id)
+            quota.check_sources()
             listed: set[str] = set()
             excluded = unchanged = 0
             batch: list[jobs.ItemRow] = []
@@ -207,6 +246,9 @@ class Indexer:
                     unchanged += 1
                     self._report(remote.key, listed=1, unchanged=1)
                     return
+                if not quota.admit(remote, known.get(remote.key)):
+                    self._report(remote.key, listed=1)
+                    return
                 batch.append(jobs.ItemRow(remote.key, remote.size, remote.mtime, remote.etag,
                                           remote.storage_class, remote.owner, remote.mode, remote.uid,
                                           remote.gid, had_file=remote.key in known, sidecar_key=sidecar_key))
@@ -215,6 +257,7 @@ class Indexer:
                     self._queue(job, batch)
 
             for remote in connector.walk():
+                self.activity.progressed(remote.key)
                 if stop.is_set():
                     with self.engine.begin() as conn:
                         jobs.release_listing(conn, job.id, job.lease)
@@ -244,7 +287,7 @@ class Indexer:
                 deleted = content.delete_files(conn, job.tenant_id, job.source_id, gone) if gone else 0
                 jobs.finish_listing(conn, job.id, job.lease, listed=len(listed), excluded=excluded,
                                     unchanged=unchanged, deleted=deleted,
-                                    problems=list(connector.problems.items))
+                                    problems=quota.problems() + list(connector.problems.items))
             self._report("", deleted=deleted)
         except content.FenceLost:
             log.warning("listing lease lost; another worker lists again", extra={"job_id": job.id})
@@ -271,6 +314,7 @@ class Indexer:
         always holds leases (so its death is always visible as leases to take over).
         """
         items = list(items)
+        self.watchdog.stop_on(stop)
         contexts: dict[uuid.UUID, _SourceContext | None] = {}
         finished: set[int] = set()
         direct: list[tuple[jobs.ItemClaim, sandbox.Outcome]] = []
@@ -294,6 +338,7 @@ class Indexer:
                     task = self._task(item, contexts, spooled)
                 except Exception as exc:  # noqa: BLE001 - e.g. a throttled remote: retried later
                     errors.append((item, getattr(exc, "message", None) or repr(exc)[:500]))
+                    self.activity.progressed(item.key)
                     continue
                 if isinstance(task, sandbox.Outcome):
                     direct.append((item, task))
@@ -301,7 +346,8 @@ class Indexer:
                     yield task
 
         def results() -> Iterator[tuple[jobs.ItemClaim, sandbox.Outcome]]:
-            with closing(self.box.run(tasks())) as outcomes:
+            started = lambda task: self.activity.begin(task.ref.id, task.ref.key)  # noqa: E731
+            with closing(self.box.run(tasks(), stop=stop, on_start=started)) as outcomes:
                 for task, outcome in outcomes:
                     while direct:
                         yield direct.pop()
@@ -325,6 +371,8 @@ class Indexer:
                 except Exception as exc:  # noqa: BLE001 - unreleased: its lease expires, it is retried
                     log.error("file write crashed", extra={"key": item.key, "error": repr(exc)[:500]})
                     continue
+                finally:
+                    self.activity.end(item.id)
                 if written is not None:
                     self._report(item.key, indexed=1, chunks=written[0], bytes=item.size, failed=written[1])
 
@@ -344,6 +392,9 @@ class Indexer:
                 collect(block=True)
             for path in spooled.values():
                 os.unlink(path)
+            for item in items:
+                if item.id not in finished:
+                    self.activity.end(item.id)
             for item, error in errors:
                 finished.add(item.id)
                 with self.engine.begin() as conn:
@@ -360,10 +411,14 @@ class Indexer:
         return self._writer_pool
 
     def _file_writer(self) -> content.FileWriter:
-        """This writer thread's own connection."""
+        """This writer thread's own connection (with the per-file deadline: kdbl_worker.deadlines)."""
         writer = getattr(self._thread_writer, "writer", None)
         if writer is None:
-            writer = self._thread_writer.writer = content.FileWriter(self.engine)
+            with self._lock:  # writer threads start together
+                if self._write_engine is None:
+                    self._write_engine = deadlines.write_engine(self.engine, self.file_deadline_s, self.writers)
+                    self.watchdog.attach(self._write_engine)
+            writer = self._thread_writer.writer = content.FileWriter(self._write_engine)
             self._file_writers.append(writer)
         return writer
 
@@ -376,6 +431,10 @@ class Indexer:
             writer.close()
         self._file_writers.clear()
         self._thread_writer = threading.local()
+        self.watchdog.close()
+        if self._write_engine is not None:
+            self._write_engine.dispose()
+            self._write_engine = None
 
     def _context(self, item: jobs.ItemClaim, contexts: dict) -> _SourceContext | None:
         if item.source_id not in contexts:
@@ -446,23 +505,119 @@ class Indexer:
             storage_class=item.storage_class, owner=item.owner, mode=item.mode, uid=item.uid, gid=item.gid,
         )
         rows = [content.ChunkRow(*c) for c in outcome.chunks]
-        try:
-            self._file_writer().write(
-                tenant_id=item.tenant_id, source_id=item.source_id, meta=meta,
-                status=outcome.status, status_reason=outcome.reason, title=outcome.title, chunks=rows,
-                text_chars=outcome.text_chars, ts_config=self.settings.text_search_config,
-                replace=item.had_file, durable=self.durable,
-                then=[jobs.complete_item_statement(item.id, item.lease, status=outcome.status,
-                                                   chunks=len(rows))],
-            )
-        except content.FenceLost:
-            log.warning("item lease lost; another worker indexes it",
-                        extra={"key": item.key, "item_id": item.id})
-            return None
-        except Exception as exc:  # noqa: BLE001 - the item is retried (another attempt, maybe elsewhere)
-            log.warning("writing a file failed", extra={"key": item.key, "error": repr(exc)[:500]})
+        self.activity.begin(item.id, item.key)
+        writer = self._file_writer()
+        with self.watchdog.watch(item.id) as ticket:
+            try:
+                writer.write(
+                    tenant_id=item.tenant_id, source_id=item.source_id, meta=meta,
+                    status=outcome.status, status_reason=outcome.reason, title=outcome.title, chunks=rows,
+                    text_chars=outcome.text_chars, ts_config=self.settings.text_search_config,
+                    replace=item.had_file, durable=self.durable,
+                    then=[jobs.complete_item_statement(item.id, item.lease, status=outcome.status,
+                                                       chunks=len(rows))],
+                )
+            except content.FenceLost:
+                log.warning("item lease lost; another worker indexes it",
+                            extra={"key": item.key, "item_id": item.id})
+                return None
+            except Exception as exc:  # noqa: BLE001 - classified below
+                error = exc
+            else:
+                return len(rows), 1 if outcome.status == "failed" else 0
+        if ticket.fired == "stop":  # rolled back by the stop: handed back, the attempt does not count
             with self.engine.begin() as conn:
-                jobs.release_item(conn, item.id, item.lease, error=repr(exc)[:2000],
-                                  give_up=item.lease.attempt >= self.max_attempts)
+                jobs.release_unstarted(conn, [item])
             return None
-        return len(rows), 1 if outcome.status == "failed" else 0
+        if (ticket.fired == "deadline" or getattr(error, "sqlstate", None) in deadlines.TIMEOUT_STATES
+                or ticket.elapsed() >= self.file_deadline_s):
+            reason = (f"indexing took longer than the per-file deadline of {self.file_deadline_s:g} s "
+                      f"(KDBL_FILE_DEADLINE_S); {len(rows)} chunks, {item.size} bytes")
+            log.warning("file write past its deadline", extra={"key": item.key, "error": repr(error)[:300]})
+            self._record_failed(item, outcome.content_type, reason)
+            return 0, 1
+        log.warning("writing a file failed", extra={"key": item.key, "error": repr(error)[:500]})
+        with self.engine.begin() as conn:  # retried (another attempt, maybe elsewhere)
+            jobs.release_item(conn, item.id, item.lease, error=repr(error)[:2000],
+                              give_up=item.lease.attempt >= self.max_attempts)
+        return None
+
+    def _record_failed(self, item: jobs.ItemClaim | jobs.GivenUp, content_type: str | None, reason: str) -> None:
+        """The file's row says `failed: reason` (old chunks dropped, as for any failed extraction; the next
+        crawl skips it until it changes) and, for a claimed item, the item is failed with the reason."""
+        meta = content.FileMeta(key=item.key, size=item.size, mtime=item.mtime, etag=item.etag,
+                                content_type=content_type or extract.detect(item.key)[0])
+        try:
+            with tenant_transaction(self.engine, item.tenant_id) as conn:
+                timeout_ms = int(min(RECORD_TIMEOUT_MS, self.file_deadline_s * 1000))
+                conn.execute(text(f"SET LOCAL statement_timeout = {timeout_ms}"))
+                if isinstance(item, jobs.ItemClaim) and not jobs.release_item(conn, item.id, item.lease,
+                                                                              error=reason, give_up=True):
+                    return  # another worker holds it now
+                content.write_file(conn, tenant_id=item.tenant_id, source_id=item.source_id, meta=meta,
+                                   status="failed", status_reason=reason[:1000], title=None, chunks=[],
+                                   text_chars=0, ts_config=self.settings.text_search_config)
+        except Exception as exc:  # noqa: BLE001 - e.g. the lock that stopped the write is still held
+            log.warning("could not record a failed file", extra={"key": item.key, "error": repr(exc)[:300]})
+            if isinstance(item, jobs.ItemClaim):
+                with self.engine.begin() as conn:
+                    jobs.release_item(conn, item.id, item.lease, error=reason, give_up=True)
+
+    def record_given_up(self, items: list[jobs.GivenUp]) -> None:
+        """Files the queue gave up on (poison files) get their failed row, so the next crawl skips them
+        until they change."""
+        for item in items:
+            self._record_failed(item, None, item.reason or "given up")
+
+
+class _Quota:
+    """A tenant's quotas as one listing spends them (see the module docstring)."""
+
+    def __init__(self, quotas: dict[str, int], files: int, size: int, sources: int, rank: int) -> None:
+        self.max_files, self.max_bytes = quotas.get("max_files"), quotas.get("max_bytes")
+        self.max_sources = quotas.get("max_sources")
+        self.files, self.bytes, self.sources, self.rank = files, size, sources, rank
+        self.over_files = self.over_bytes = 0
+
+    @classmethod
+    def load(cls, conn, tenant_id: uuid.UUID, source_id: uuid.UUID) -> _Quota:
+        row = conn.execute(text("""
+            SELECT t.settings,
+                   (SELECT count(*) FROM sources s WHERE s.tenant_id = t.id) AS sources,
+                   (SELECT count(*) FROM sources s, sources me WHERE me.id = :s AND s.tenant_id = t.id
+                       AND (s.created_at, s.id) <= (me.created_at, me.id)) AS rank
+              FROM tenants t WHERE t.id = :t"""), {"t": tenant_id, "s": source_id}).one()
+        quotas = policy.parse(row.settings).quotas
+        files = size = 0
+        if "max_files" in quotas or "max_bytes" in quotas:
+            files, size = conn.execute(text("SELECT count(*), coalesce(sum(size), 0) FROM files "
+                                            "WHERE tenant_id = :t"), {"t": tenant_id}).one()
+        return cls(dict(quotas), int(files), int(size), int(row.sources), int(row.rank))
+
+    def check_sources(self) -> None:
+        if self.max_sources is not None and self.rank > self.max_sources:
+            raise QuotaExceeded(f"quota: the tenant has {self.sources} sources and max_sources is "
+                                f"{self.max_sources}; this source is not crawled (nothing indexed is removed)")
+
+    def admit(self, remote: RemoteFile, state: content.FileState | None) -> bool:
+        """Whether queueing this changed file stays within max_files / max_bytes (and spend it)."""
+        new = state is None
+        grow = max(0, (remote.size or 0) - (0 if new else (state.size or 0)))
+        if new and self.max_files is not None and self.files + 1 > self.max_files:
+            self.over_files += 1
+            return False
+        if grow and self.max_bytes is not None and self.bytes + grow > self.max_bytes:
+            self.over_bytes += 1
+            return False
+        self.files += 1 if new else 0
+        self.bytes += grow
+        return True
+
+    def problems(self) -> list[tuple[str, str]]:
+        out = []
+        if self.over_files:
+            out.append(("quota", f"max_files {self.max_files} reached: {self.over_files} new files not indexed"))
+        if self.over_bytes:
+            out.append(("quota", f"max_bytes {self.max_bytes} reached: {self.over_bytes} files not indexed "
+                                 "(changed files keep their indexed version)"))
+        return out

@@ -4,9 +4,14 @@ One loop serves both the long-running `kdbl-worker` (every tenant, scheduler on)
 crawl (`Indexer.crawl`, `kdbl-control crawl`: one source, until its run is finished). The SQL lives in
 `kdbl_core.db.jobs`; what listing and processing mean lives in `kdbl_worker.pipeline`.
 
-Timing (defaults): a claim holds a lease of `lease_s` = 60 s; the heartbeat thread renews all of this
-worker's leases every `lease_s / 3`, so a live worker never loses one, while a crashed worker's
-leases are claimable by another within `lease_s` of its death. Items are claimed `batch` (16) at a time.
+Timing (defaults): a claim holds a lease of `lease_s` = 60 s; the heartbeat thread renews this
+worker's leases every `lease_s / 3` *while its work progresses* (`Activity`): a file finished, a stage
+begun, an entry listed. A worker that made no progress for `stall_s` (the longest a healthy stage may
+take: max(extraction timeout, per-file deadline) + `lease_s`) lets its leases run out, so a stalled
+process loses its claims as a crashed one does (within `lease_s` of its death). The heartbeat also stamps
+the items in hand (extracting or writing): an expired lease on such an item is a *break*, and a file
+that broke two workers is given up as a poison file (kdbl_core.db.jobs.sweep). Items are claimed
+`batch` (16) at a time.
 """
 
 from __future__ import annotations
@@ -33,17 +38,68 @@ from kdbl_worker import schedule
 log = logging.getLogger(__name__)
 
 
+class Activity:
+    """What the heartbeat reads from the work: when it last progressed, and which items are in hand."""
+
+    def __init__(self) -> None:
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+        self._in_hand: dict[int, tuple[str, float]] = {}  # item id -> (key, since)
+        self._overdue: set[int] = set()
+        self.current = ""  # the key being listed or worked on, for progress lines
+
+    def progressed(self, key: str | None = None) -> None:
+        self._last = time.monotonic()
+        if key is not None:
+            self.current = key
+
+    def idle_s(self) -> float:
+        return time.monotonic() - self._last
+
+    def begin(self, item_id: int, key: str) -> None:
+        with self._lock:
+            self._in_hand.setdefault(item_id, (key, time.monotonic()))
+        self.progressed(key)
+
+    def end(self, item_id: int) -> None:
+        with self._lock:
+            self._in_hand.pop(item_id, None)
+            self._overdue.discard(item_id)
+        self.progressed()
+
+    def overdue(self, item_id: int) -> None:
+        """The item's lease must not be renewed any more (its work passed its deadline)."""
+        with self._lock:
+            self._overdue.add(item_id)
+
+    def in_hand(self) -> tuple[list[int], list[int]]:
+        """(items being worked on, items overdue)."""
+        with self._lock:
+            return list(self._in_hand), list(self._overdue)
+
+    def oldest_key(self) -> str:
+        with self._lock:
+            oldest = min(self._in_hand.values(), key=lambda v: v[1], default=None)
+        return oldest[0] if oldest else self.current
+
+
 class Work(Protocol):
+    activity: Activity
+
     def list_job(self, job: jobs.JobClaim, stop: threading.Event) -> None: ...
 
     def process_items(self, items: list[jobs.ItemClaim], stop: threading.Event,
                       more: Callable[[], list[jobs.ItemClaim]] | None = None) -> None: ...
 
+    def record_given_up(self, items: list[jobs.GivenUp]) -> None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class QueueOptions:
     lease_s: float = 60.0
+    stall_s: float | None = None  # None: renew while the process lives (no progress check)
     max_attempts: int = 5
+    max_breaks: int = jobs.MAX_BREAKS
     batch: int = 16
     idle_poll_s: float = 1.0
     schedule_every_s: float = 15.0
@@ -58,10 +114,14 @@ def make_holder(kind: str = "worker") -> str:
 
 
 class Heartbeat:
-    """Renews every lease of `holder` every `lease_s / 3` seconds, on its own connection."""
+    """Every `lease_s / 3` seconds, on its own connection: renews the leases of `holder` while `activity`
+    shows progress within `stall_s`, and stamps the items in hand as started."""
 
-    def __init__(self, engine: Engine, holder: str, lease_s: float) -> None:
+    def __init__(self, engine: Engine, holder: str, lease_s: float, activity: Activity | None = None,
+                 stall_s: float | None = None) -> None:
         self.engine, self.holder, self.lease_s = engine, holder, lease_s
+        self.activity, self.stall_s = activity or Activity(), stall_s
+        self._stalled = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kdbl-heartbeat", daemon=True)
 
@@ -75,9 +135,21 @@ class Heartbeat:
 
     def _run(self) -> None:
         while not self._stop.wait(self.lease_s / 3):
+            idle = self.activity.idle_s()
+            renew = self.stall_s is None or idle <= self.stall_s
+            if renew == self._stalled:  # log the change only
+                self._stalled = not renew
+                if self._stalled:
+                    log.warning("no progress; leases left to expire",
+                                extra={"holder": self.holder, "idle_s": round(idle, 1), "stall_s": self.stall_s,
+                                       "current": self.activity.oldest_key()})
+                else:
+                    log.info("progress again; leases renewed", extra={"holder": self.holder})
+            started, overdue = self.activity.in_hand()
             try:
                 with self.engine.begin() as conn:
-                    jobs.heartbeat(conn, self.holder, lease_s=self.lease_s)
+                    jobs.heartbeat(conn, self.holder, lease_s=self.lease_s, renew=renew, started=started,
+                                   overdue=overdue)
             except Exception as exc:  # noqa: BLE001 - keep beating; the next beat may reach the database
                 log.warning("heartbeat failed", extra={"holder": self.holder, "error": repr(exc)[:300]})
 
@@ -89,7 +161,9 @@ class QueueRunner:
         self.work = work
         self.holder = holder or make_holder()
         self.options = options or QueueOptions()
+        self.activity: Activity = getattr(work, "activity", None) or Activity()
         self._next_schedule = 0.0
+        self._next_sweep = 0.0
         self._bad_schedules: set[tuple[uuid.UUID, str]] = set()
 
     # -- one round --------------------------------------------------------------------------------
@@ -103,6 +177,7 @@ class QueueRunner:
             return True
         job = self._claim_job()
         if job is not None:
+            self.activity.progressed()
             try:
                 self.work.list_job(job, stop)
             except Exception as exc:  # one failed run must not stop the worker
@@ -112,6 +187,9 @@ class QueueRunner:
                                                    "error": getattr(exc, "message", None) or repr(exc)[:500]})
             self._finalize()  # a listing that queued nothing is finished right away
             return True
+        if time.monotonic() >= self._next_sweep:  # idle: give up poison files whose lease ran out
+            self._next_sweep = time.monotonic() + min(1.0, self.options.lease_s / 3)
+            self.sweep()
         return bool(self._finalize())
 
     def _tick(self) -> None:
@@ -123,9 +201,12 @@ class QueueRunner:
     def _claim_items(self) -> list[jobs.ItemClaim]:
         opts = self.options
         with self.engine.begin() as conn:
-            return jobs.claim_items(conn, self.holder, n=opts.batch, lease_s=opts.lease_s,
-                                    max_attempts=opts.max_attempts, source_id=opts.source_id,
-                                    tenants=opts.tenants)
+            items = jobs.claim_items(conn, self.holder, n=opts.batch, lease_s=opts.lease_s,
+                                     max_attempts=opts.max_attempts, source_id=opts.source_id,
+                                     tenants=opts.tenants, max_breaks=opts.max_breaks)
+        if items:
+            self.activity.progressed()
+        return items
 
     def _more(self) -> list[jobs.ItemClaim]:
         """The next batch, while the last one is still in progress (runs finished meanwhile are closed)."""
@@ -171,15 +252,27 @@ class QueueRunner:
             log.info("scheduled crawl runs queued", extra={"jobs": queued})
         return queued
 
-    def housekeeping(self) -> None:
+    def sweep(self) -> list[jobs.GivenUp]:
+        """Give up on items that broke workers (or expired too often); the work records their files."""
         with self.engine.begin() as conn:
-            jobs.sweep(conn, max_attempts=self.options.max_attempts)
+            given_up = jobs.sweep(conn, max_attempts=self.options.max_attempts,
+                                  max_breaks=self.options.max_breaks)
+        if given_up:
+            log.warning("files given up", extra={"items": [(g.key, g.reason) for g in given_up[:20]]})
+            record = getattr(self.work, "record_given_up", None)
+            if record is not None:
+                record(given_up)
+        return given_up
+
+    def housekeeping(self) -> None:
+        self.sweep()
+        with self.engine.begin() as conn:
             jobs.prune(conn)
 
     # -- loops ---------------------------------------------------------------------------------------
     def run(self, stop: threading.Event, *, exit_when_idle: bool = False) -> None:
         """Serve the queue until `stop` is set (or, with exit_when_idle, until there is nothing to do)."""
-        with Heartbeat(self.engine, self.holder, self.options.lease_s):
+        with self._heartbeat():
             while not stop.is_set():
                 try:
                     busy = self.step(stop)
@@ -197,15 +290,16 @@ class QueueRunner:
     def run_until_done(self, job_id: int, stop: threading.Event | None = None) -> jobs.JobStatus:
         """Work (on this runner's source only) until run `job_id` is finished; returns its status.
 
-        Raises the listing error when this runner listed the run and the listing failed, and a
-        TemporaryError when another worker's listing of it failed.
+        Raises the listing error when this runner listed the run and the listing failed, a
+        TemporaryError when another worker's listing of it failed, and TenantDisabled when the run's
+        tenant is (or becomes) disabled. Returns the status as it is when `stop` is set.
         """
         stop = stop or threading.Event()
         idle = 0.02
         self.housekeeping()  # on-demand crawls (kdbl-control crawl, up) prune old runs too
-        with Heartbeat(self.engine, self.holder, self.options.lease_s):
+        with self._heartbeat():
             while True:
-                busy = self.step(stop, raise_for_job=job_id)
+                busy = False if stop.is_set() else self.step(stop, raise_for_job=job_id)
                 with self.engine.begin() as conn:
                     status = jobs.job_status(conn, [job_id]).get(job_id)
                 if status is None:
@@ -214,11 +308,17 @@ class QueueRunner:
                     raise TemporaryError(f"crawl failed: {status.last_error}")
                 if status.state == "done" or stop.is_set():
                     return status
+                if not status.tenant_enabled:
+                    raise jobs.TenantDisabled("the tenant of this source was disabled: its crawl is paused "
+                                              "and resumes when the tenant is enabled again")
                 if busy:
                     idle = 0.02
                 else:  # others hold the remaining leases: poll, backing off to 0.5 s
                     stop.wait(idle)
                     idle = min(idle * 2, 0.5)
+
+    def _heartbeat(self) -> Heartbeat:
+        return Heartbeat(self.engine, self.holder, self.options.lease_s, self.activity, self.options.stall_s)
 
     def _open_work(self) -> bool:
         with self.engine.begin() as conn:
@@ -236,8 +336,10 @@ def enqueue(engine: Engine, source_ids: Sequence[uuid.UUID]) -> list[int]:
 
 def wait_for(engine: Engine, job_ids: Sequence[int], *, timeout_s: float | None = None, poll_s: float = 1.0,
              on_progress: Callable[[dict[int, jobs.JobStatus]], None] | None = None,
-             ) -> dict[int, jobs.JobStatus]:
-    """Poll until every run is done or failed (or the timeout passes); returns the last statuses."""
+             stop: threading.Event | None = None) -> dict[int, jobs.JobStatus]:
+    """Poll until every run is done or failed (or the timeout passes, or `stop` is set); returns the
+    last statuses."""
+    stop = stop or threading.Event()
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
         with engine.begin() as conn:
@@ -249,4 +351,5 @@ def wait_for(engine: Engine, job_ids: Sequence[int], *, timeout_s: float | None 
         if deadline is not None and time.monotonic() >= deadline:
             still = sorted(i for i, s in statuses.items() if s.state not in ("done", "failed"))
             raise TimeoutError(f"crawl runs still open after {timeout_s:g} s: {still}")
-        time.sleep(poll_s)
+        if stop.wait(poll_s):
+            return statuses

@@ -15,6 +15,10 @@ threads; they exit within a second of the worker's death), never in the worker i
   worker writes file n: on the common small text file the process hop costs little wall time.
 
 `processes=0` extracts in the calling process (no limits; for debugging and tools).
+
+`run(stop=...)` notices a stop within `STOP_POLL_S` (0.2 s) even while a child works on a long file:
+children that still hold tasks are killed and the caller hands those back. `on_start` is told when a
+task begins in a child (the worker's heartbeat stamps that file as in hand: see kdbl_worker.queue).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from types import SimpleNamespace
@@ -46,6 +50,7 @@ DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_MEMORY_MB = 2048
 DEFAULT_MAX_TASKS = 1000
 STARTUP_TIMEOUT_S = 120.0
+STOP_POLL_S = 0.2
 
 
 def default_processes() -> int:
@@ -205,6 +210,8 @@ class Sandbox:
         self.depth = max(1, depth)
         self._children: list[_Child] = []
         self._lock = threading.Lock()
+        self._stop: threading.Event | None = None
+        self._on_start: Callable[[Task], None] | None = None
 
     # -- children -------------------------------------------------------------------------------
     def _spawn(self) -> _Child:
@@ -257,25 +264,40 @@ class Sandbox:
                 self._retire(child, kill=bool(child.queue))
 
     # -- running tasks ----------------------------------------------------------------------------
-    def run(self, tasks: Iterable[Task]) -> Iterator[tuple[Task, Outcome]]:
+    def run(self, tasks: Iterable[Task], *, stop: threading.Event | None = None,
+            on_start: Callable[[Task], None] | None = None) -> Iterator[tuple[Task, Outcome]]:
         """Extract `tasks`, yielding (task, outcome) as they finish (not in order).
 
         Tasks are taken from the iterable only as children have room, so the caller may produce them
-        lazily. Closing the generator early kills children that still hold tasks; tasks taken but not
-        yielded are the caller's to put back.
+        lazily. Closing the generator early (or setting `stop`) kills children that still hold tasks;
+        tasks taken but not yielded are the caller's to put back.
         """
         if not self.processes:
             for task in tasks:
+                if stop is not None and stop.is_set():
+                    return
+                if on_start is not None:
+                    on_start(task)
                 yield task, run_task(task, self.limits)
             return
-        with self._lock:
-            yield from self._run(iter(tasks))
+        with self._lock:  # one run at a time: the stop and on_start below are this run's
+            self._stop, self._on_start = stop, on_start
+            try:
+                yield from self._run(iter(tasks))
+            finally:
+                self._stop = self._on_start = None
+
+    def _started(self, task: Task) -> None:
+        if self._on_start is not None:
+            self._on_start(task)
 
     def _run(self, tasks: Iterator[Task]) -> Iterator[tuple[Task, Outcome]]:
         backlog: deque[Task] = deque()
         exhausted = False
         try:
             while True:
+                if self._stop is not None and self._stop.is_set():
+                    return
                 exhausted = self._dispatch(tasks, backlog, exhausted)
                 busy = [c for c in self._children if c.queue]
                 if not busy:
@@ -310,6 +332,7 @@ class Sandbox:
                     break
                 if not child.queue:
                     child.head_started = time.monotonic()
+                    self._started(task)
                 child.queue.append(task)
                 child.sent += 1
             if child.sent >= self.max_tasks and not child.queue:
@@ -320,6 +343,8 @@ class Sandbox:
         timeout = self.limits.timeout_s
         now = time.monotonic()
         wait_for = max(0.0, min(c.head_started + timeout for c in busy) - now)
+        if self._stop is not None:
+            wait_for = min(wait_for, STOP_POLL_S)
         ready = wait([c.conn for c in busy], timeout=wait_for)  # a dead child's pipe reads as EOF
         for child in busy:
             if child.conn in ready:
@@ -330,6 +355,8 @@ class Sandbox:
                     continue
                 task = child.queue.popleft()
                 child.head_started = finished
+                if child.queue:
+                    self._started(child.queue[0])
                 if outcome.recycle:
                     backlog.extendleft(reversed(child.queue))
                     child.queue.clear()

@@ -7,6 +7,13 @@ or releases a row, so a worker whose lease expired and was taken over changes no
 
 Claims, heartbeats and finalisation run outside any tenant (the worker serves every tenant); an item
 is completed inside the tenant transaction that writes its file (`complete_item`).
+
+A lease proves progress, not only life: the heartbeat renews a holder's leases only while its work moves
+(`heartbeat(renew=False)` lets them run out) and stamps `started_at` on the items it is actually
+extracting or writing. A lease that expires on a started item is a *break* (its holder died or stalled
+with that file in hand); at `max_breaks` (2) the file is given up as a poison file (`sweep`) instead of
+breaking a third worker. A tenant whose settings say `enabled: false` is skipped by every claim and by
+the scheduler; its open runs resume when it is enabled again.
 """
 
 from __future__ import annotations
@@ -20,8 +27,17 @@ from datetime import datetime
 from sqlalchemy import Connection, TextClause, text
 
 from kdbl_core.db.content import FenceLost
+from kdbl_core.errors import PermanentError
 
 OPEN_JOB_STATES = ("queued", "listing", "running")
+MAX_BREAKS = 2
+
+# The tenant of `col` is not disabled (tenants.settings.enabled = false; kdbl_core.policy reads it the same way).
+_TENANT_ON = "NOT EXISTS (SELECT 1 FROM tenants t WHERE t.id = {col} AND t.settings -> 'enabled' = 'false'::jsonb)"
+
+
+class TenantDisabled(PermanentError):
+    """The source's tenant is disabled: its sources are not crawled until it is enabled again."""
 
 
 class LeaseLost(FenceLost):
@@ -100,6 +116,21 @@ class JobStatus:
     bytes: int
     problems: list[tuple[str, str]]
     pending: int
+    tenant_enabled: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class GivenUp:
+    """An item `sweep` gave up on (its file is recorded failed with `reason` by the worker)."""
+
+    id: int
+    tenant_id: uuid.UUID
+    source_id: uuid.UUID
+    key: str
+    size: int
+    mtime: datetime | None
+    etag: str | None
+    reason: str
 
 
 def _lease_secs(seconds: float) -> float:
@@ -116,14 +147,22 @@ ON CONFLICT DO NOTHING
 RETURNING id
 """)
 _QUEUED_FOR = text("SELECT id FROM crawl_jobs WHERE source_id = :sid AND state = 'queued'")
+_TENANT_OF = text("""
+SELECT t.name, t.settings -> 'enabled' = 'false'::jsonb AS disabled
+  FROM sources s JOIN tenants t ON t.id = s.tenant_id WHERE s.id = :sid
+""")
 
 
 def enqueue(conn: Connection, source_id: uuid.UUID) -> int:
     """Queue an on-demand crawl of a source, or join the one already queued (not yet started) for it.
 
     A run that is already listing or running may have missed recent changes, so a new one is queued
-    behind it. Returns the job id.
+    behind it. Returns the job id. TenantDisabled when the source's tenant is disabled.
     """
+    tenant = conn.execute(_TENANT_OF, {"sid": source_id}).first()
+    if tenant is not None and tenant.disabled:
+        raise TenantDisabled(f"tenant {tenant.name} is disabled: its sources are not crawled "
+                             f"(enable it with `kdbl-control tenant update {tenant.name} --enabled true`)")
     for _ in range(5):
         job_id = conn.execute(_ENQUEUE, {"sid": source_id}).scalar()
         if job_id is None:
@@ -135,20 +174,21 @@ def enqueue(conn: Connection, source_id: uuid.UUID) -> int:
     raise RuntimeError(f"could not queue a crawl of source {source_id}")  # pragma: no cover - a claim race
 
 
-_SCHEDULE_INPUT = text("""
+_SCHEDULE_INPUT = text(f"""
 SELECT now() AS now, s.id, s.schedule FROM sources s
- WHERE s.enabled AND (CAST(:tenants AS text[]) IS NULL
+ WHERE s.enabled AND {_TENANT_ON.format(col="s.tenant_id")}
+   AND (CAST(:tenants AS text[]) IS NULL
                       OR s.tenant_id IN (SELECT t.id FROM tenants t
                                           WHERE t.name = ANY (CAST(:tenants AS text[]))))
 """)
 
 # One run per schedule slot and source. A run created at or after the slot (an on-demand one too)
 # already serves it; the unique index on (source_id, scheduled_for) settles two schedulers racing.
-_ENQUEUE_DUE = text("""
+_ENQUEUE_DUE = text(f"""
 INSERT INTO crawl_jobs (tenant_id, source_id, reason, scheduled_for)
 SELECT s.tenant_id, s.id, 'schedule', d.slot
   FROM unnest(CAST(:sids AS uuid[]), CAST(:slots AS timestamptz[])) AS d(sid, slot)
-  JOIN sources s ON s.id = d.sid AND s.enabled
+  JOIN sources s ON s.id = d.sid AND s.enabled AND {_TENANT_ON.format(col="s.tenant_id")}
  WHERE NOT EXISTS (SELECT 1 FROM crawl_jobs j
                     WHERE j.source_id = d.sid AND (j.created_at >= d.slot OR j.scheduled_for >= d.slot))
 ON CONFLICT DO NOTHING
@@ -175,7 +215,7 @@ def enqueue_due(conn: Connection, slots: Sequence[tuple[uuid.UUID, datetime]]) -
 # ---------------------------------------------------------------------------------------------
 # Jobs: claim the listing, finish it, fail it
 # ---------------------------------------------------------------------------------------------
-_CLAIM_JOB = text("""
+_CLAIM_JOB = text(f"""
 UPDATE crawl_jobs j
    SET state = 'listing', leased_by = :holder, lease_expires_at = now() + make_interval(secs => :lease),
        attempts = j.attempts + 1, started_at = coalesce(j.started_at, now())
@@ -189,6 +229,7 @@ UPDATE crawl_jobs j
           AND (CAST(:source AS uuid) IS NULL OR c.source_id = CAST(:source AS uuid))
           AND (CAST(:tenants AS text[]) IS NULL
                OR c.tenant_id IN (SELECT t.id FROM tenants t WHERE t.name = ANY (CAST(:tenants AS text[]))))
+          AND {_TENANT_ON.format(col="c.tenant_id")}
         ORDER BY c.run_after, c.id
         LIMIT 1
         FOR UPDATE SKIP LOCKED)
@@ -313,20 +354,25 @@ def release_listing(conn: Connection, job_id: int, lease: Lease) -> None:
 # ---------------------------------------------------------------------------------------------
 # MATERIALIZED: the pick runs exactly once. As a plain sub-select in FROM the planner may put it on the
 # inner side of a nested loop and re-run it per row, each run locking and returning up to :n more rows.
-_CLAIM_ITEMS = text("""
+# Taking over an expired lease on a started item counts a break; an item at its last break is left to
+# `sweep` (given up), never claimed.
+_CLAIM_ITEMS = text(f"""
 WITH picked AS MATERIALIZED (
     SELECT c.id FROM crawl_items c
      WHERE c.state IN ('queued', 'running')
-       AND (c.state = 'queued' OR (c.lease_expires_at < now() AND c.attempts < :max_attempts))
+       AND (c.state = 'queued' OR (c.lease_expires_at < now() AND c.attempts < :max_attempts
+                                   AND (c.started_at IS NULL OR c.breaks + 1 < :max_breaks)))
        AND (CAST(:source AS uuid) IS NULL OR c.source_id = CAST(:source AS uuid))
        AND (CAST(:tenants AS text[]) IS NULL
             OR c.tenant_id IN (SELECT t.id FROM tenants t WHERE t.name = ANY (CAST(:tenants AS text[]))))
+       AND {_TENANT_ON.format(col="c.tenant_id")}
      ORDER BY c.id
      LIMIT :n
      FOR UPDATE SKIP LOCKED)
 UPDATE crawl_items i
    SET state = 'running', leased_by = :holder, lease_expires_at = now() + make_interval(secs => :lease),
-       attempts = i.attempts + 1
+       attempts = i.attempts + 1, started_at = NULL,
+       breaks = i.breaks + CASE WHEN i.state = 'running' AND i.started_at IS NOT NULL THEN 1 ELSE 0 END
   FROM picked
  WHERE i.id = picked.id
 RETURNING i.id, i.job_id, i.tenant_id, i.source_id, i.key, i.size, i.mtime, i.etag, i.storage_class, i.owner,
@@ -335,9 +381,11 @@ RETURNING i.id, i.job_id, i.tenant_id, i.source_id, i.key, i.size, i.mtime, i.et
 
 
 def claim_items(conn: Connection, holder: str, *, n: int, lease_s: float, max_attempts: int,
-                source_id: uuid.UUID | None = None, tenants: Sequence[str] | None = None) -> list[ItemClaim]:
+                source_id: uuid.UUID | None = None, tenants: Sequence[str] | None = None,
+                max_breaks: int = MAX_BREAKS) -> list[ItemClaim]:
     rows = conn.execute(_CLAIM_ITEMS, {
         "holder": holder, "lease": _lease_secs(lease_s), "max_attempts": max_attempts, "n": n,
+        "max_breaks": max_breaks,
         "source": source_id, "tenants": list(tenants) if tenants else None,
     }).all()
     return sorted((ItemClaim(r.id, r.job_id, r.tenant_id, r.source_id, r.key, r.size, r.mtime, r.etag,
@@ -386,7 +434,7 @@ def complete_item_statement(item_id: int, lease: Lease, *, status: str,
 _RELEASE_ITEM = text(f"""
 UPDATE crawl_items
    SET state = CASE WHEN :give_up THEN 'failed' ELSE 'queued' END, leased_by = NULL, lease_expires_at = NULL,
-       attempts = attempts - CASE WHEN :unstarted THEN 1 ELSE 0 END,
+       attempts = attempts - CASE WHEN :unstarted THEN 1 ELSE 0 END, started_at = NULL,
        last_error = coalesce(:error, last_error),
        finished_at = CASE WHEN :give_up THEN now() END
  WHERE {_FENCE_ITEM}
@@ -394,16 +442,17 @@ UPDATE crawl_items
 
 
 def release_item(conn: Connection, item_id: int, lease: Lease, *, error: str | None = None,
-                 give_up: bool = False, unstarted: bool = False) -> None:
+                 give_up: bool = False, unstarted: bool = False) -> int:
     """Hand an item back: unstarted (graceful stop, the attempt does not count), after an error (retried
-    by any worker), or give up on it (state failed)."""
-    conn.execute(_RELEASE_ITEM, {"id": item_id, "holder": lease.holder, "attempt": lease.attempt,
+    by any worker), or give up on it (state failed). Returns 0 when the lease was no longer ours."""
+    return conn.execute(_RELEASE_ITEM, {"id": item_id, "holder": lease.holder, "attempt": lease.attempt,
                                  "error": error[:2000] if error else None, "give_up": give_up,
-                                 "unstarted": unstarted})
+                                 "unstarted": unstarted}).rowcount
 
 
 _RELEASE_UNSTARTED = text("""
-UPDATE crawl_items SET state = 'queued', leased_by = NULL, lease_expires_at = NULL, attempts = attempts - 1
+UPDATE crawl_items SET state = 'queued', leased_by = NULL, lease_expires_at = NULL, attempts = attempts - 1,
+                       started_at = NULL
  WHERE state = 'running' AND leased_by = :holder
    AND (id, attempts) IN (SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS int[])))
 """)
@@ -423,23 +472,30 @@ def release_unstarted(conn: Connection, claims: Sequence[ItemClaim]) -> None:
 # heartbeat must never wait behind it (or behind anything).
 _HEARTBEAT = text("""
 WITH items AS (
-    UPDATE crawl_items SET lease_expires_at = now() + make_interval(secs => :lease)
+    UPDATE crawl_items
+       SET lease_expires_at = CASE WHEN :renew AND NOT (id = ANY (CAST(:overdue AS bigint[])))
+                                   THEN now() + make_interval(secs => :lease) ELSE lease_expires_at END,
+           started_at = CASE WHEN id = ANY (CAST(:started AS bigint[])) THEN coalesce(started_at, now())
+                             ELSE started_at END
      WHERE id IN (SELECT id FROM crawl_items WHERE state = 'running' AND leased_by = :holder
                   FOR UPDATE SKIP LOCKED)
-    RETURNING 1
+    RETURNING lease_expires_at > now() + make_interval(secs => :lease / 2) AS renewed
 ), jobs AS (
     UPDATE crawl_jobs SET lease_expires_at = now() + make_interval(secs => :lease)
-     WHERE id IN (SELECT id FROM crawl_jobs WHERE state = 'listing' AND leased_by = :holder
-                  FOR UPDATE SKIP LOCKED)
+     WHERE :renew AND id IN (SELECT id FROM crawl_jobs WHERE state = 'listing' AND leased_by = :holder
+                             FOR UPDATE SKIP LOCKED)
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM items) + (SELECT count(*) FROM jobs)
+SELECT (SELECT count(*) FILTER (WHERE renewed) FROM items) + (SELECT count(*) FROM jobs)
 """)
 
 
-def heartbeat(conn: Connection, holder: str, *, lease_s: float) -> int:
-    """Extend every lease `holder` has; returns how many rows it renewed."""
-    return conn.execute(_HEARTBEAT, {"holder": holder, "lease": _lease_secs(lease_s)}).scalar_one()
+def heartbeat(conn: Connection, holder: str, *, lease_s: float, renew: bool = True,
+              started: Sequence[int] = (), overdue: Sequence[int] = ()) -> int:
+    """Extend the leases `holder` has (all, when `renew`, except `overdue` items) and stamp `started`
+    items as in progress; returns how many leases it renewed."""
+    return conn.execute(_HEARTBEAT, {"holder": holder, "lease": _lease_secs(lease_s), "renew": renew,
+                                     "started": list(started), "overdue": list(overdue)}).scalar_one()
 
 
 _FINALIZE = text("""
@@ -456,11 +512,19 @@ WITH cand AS (
            coalesce(sum(i.chunk_count) FILTER (WHERE i.state = 'done'), 0) AS chunks,
            coalesce(sum(i.size) FILTER (WHERE i.state = 'done'), 0) AS bytes
       FROM crawl_items i WHERE i.job_id IN (SELECT id FROM cand) GROUP BY i.job_id
+), fails AS (  -- why items failed (deadline, poison file, ...) joins the run's problems
+    SELECT cand.id AS job_id,
+           (SELECT coalesce(jsonb_agg(jsonb_build_array(f.key, f.last_error)), '[]'::jsonb)
+              FROM (SELECT i.key, i.last_error FROM crawl_items i
+                     WHERE i.job_id = cand.id AND i.state = 'failed' AND i.last_error IS NOT NULL
+                     ORDER BY i.id LIMIT 100) f) AS list
+      FROM cand
 ), done AS (
     UPDATE crawl_jobs j
        SET state = 'done', finished_at = now(), indexed = coalesce(agg.indexed, 0),
-           failed = coalesce(agg.failed, 0), chunks = coalesce(agg.chunks, 0), bytes = coalesce(agg.bytes, 0)
-      FROM cand LEFT JOIN agg ON agg.job_id = cand.id
+           failed = coalesce(agg.failed, 0), chunks = coalesce(agg.chunks, 0), bytes = coalesce(agg.bytes, 0),
+           problems = j.problems || fails.list
+      FROM cand LEFT JOIN agg ON agg.job_id = cand.id JOIN fails ON fails.job_id = cand.id
      WHERE j.id = cand.id
     RETURNING j.id, j.source_id
 ), marked AS (
@@ -479,10 +543,16 @@ _SWEEP = text("""
 WITH items AS (
     UPDATE crawl_items
        SET state = 'failed', finished_at = now(), leased_by = NULL, lease_expires_at = NULL,
-           last_error = coalesce(last_error || '; ', '') || 'gave up after ' || attempts || ' expired leases'
+           breaks = breaks + CASE WHEN started_at IS NOT NULL THEN 1 ELSE 0 END,
+           last_error = CASE WHEN started_at IS NOT NULL AND breaks + 1 >= :max_breaks
+                             THEN 'poison file: a worker died or stopped making progress while indexing it, '
+                                  || (breaks + 1) || ' times; not retried'
+                             ELSE coalesce(last_error || '; ', '') || 'gave up after ' || attempts
+                                  || ' expired leases' END
      WHERE id IN (SELECT id FROM crawl_items WHERE state = 'running' AND lease_expires_at < now()
-                     AND attempts >= :max_attempts FOR UPDATE SKIP LOCKED)
-    RETURNING 1
+                     AND (attempts >= :max_attempts OR (started_at IS NOT NULL AND breaks + 1 >= :max_breaks))
+                   FOR UPDATE SKIP LOCKED)
+    RETURNING id, tenant_id, source_id, key, size, mtime, etag, last_error
 ), jobs AS (
     UPDATE crawl_jobs
        SET state = 'failed', finished_at = now(), leased_by = NULL, lease_expires_at = NULL,
@@ -496,13 +566,18 @@ WITH items AS (
      WHERE job_id IN (SELECT id FROM jobs) AND state = 'queued'
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM items) + (SELECT count(*) FROM jobs)
+SELECT 'item' AS kind, id, tenant_id, source_id, key, size, mtime, etag, last_error FROM items
+UNION ALL
+SELECT 'job', id, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM jobs
 """)
 
 
-def sweep(conn: Connection, *, max_attempts: int) -> int:
-    """Give up on rows whose lease expired `max_attempts` times (poison files, listings that kill workers)."""
-    return conn.execute(_SWEEP, {"max_attempts": max_attempts}).scalar_one()
+def sweep(conn: Connection, *, max_attempts: int, max_breaks: int = MAX_BREAKS) -> list[GivenUp]:
+    """Give up on items whose lease expired `max_attempts` times or on `max_breaks` started ones (poison
+    files), and on listings that expired `max_attempts` times; returns the items given up."""
+    rows = conn.execute(_SWEEP, {"max_attempts": max_attempts, "max_breaks": max_breaks}).all()
+    return [GivenUp(r.id, r.tenant_id, r.source_id, r.key, r.size, r.mtime, r.etag, r.last_error)
+            for r in rows if r.kind == "item"]
 
 
 # Finished runs are kept for `days` (their items for a day), but never a source's newest run: it is
@@ -545,11 +620,12 @@ def has_open_runs(conn: Connection, tenants: Sequence[str] | None = None) -> boo
 # ---------------------------------------------------------------------------------------------
 # Reading a job (kdbl-control crawl waits on it)
 # ---------------------------------------------------------------------------------------------
-_STATUS = text("""
+_STATUS = text(f"""
 SELECT j.id, j.source_id, j.state, j.attempts, j.last_error, j.listed, j.excluded, j.unchanged, j.deleted,
        j.queued_files, j.indexed, j.failed, j.chunks, j.bytes, j.problems,
        (SELECT count(*) FROM crawl_items i
-         WHERE i.job_id = j.id AND i.state IN ('queued', 'running')) AS pending
+         WHERE i.job_id = j.id AND i.state IN ('queued', 'running')) AS pending,
+       {_TENANT_ON.format(col="j.tenant_id")} AS tenant_enabled
   FROM crawl_jobs j WHERE j.id = ANY (CAST(:ids AS bigint[]))
 """)
 
@@ -558,4 +634,4 @@ def job_status(conn: Connection, job_ids: Sequence[int]) -> dict[int, JobStatus]
     rows = conn.execute(_STATUS, {"ids": list(job_ids)}).all()
     return {r.id: JobStatus(r.id, r.source_id, r.state, r.attempts, r.last_error, r.listed, r.excluded,
                             r.unchanged, r.deleted, r.queued_files, r.indexed, r.failed, r.chunks, r.bytes,
-                            [tuple(p) for p in r.problems], r.pending) for r in rows}
+                            [tuple(p) for p in r.problems], r.pending, r.tenant_enabled) for r in rows}

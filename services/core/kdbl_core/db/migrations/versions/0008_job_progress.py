@@ -22,4 +22,4 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.get_bind().connection.driver_connection.execute(
-        "SELECT 1;  -- TODO(job_progress): undo ../sql/0008_job_progress.sql")
+        "ALTER TABLE crawl_items DROP COLUMN IF EXISTS breaks, DROP COLUMN IF EXISTS started_at;")

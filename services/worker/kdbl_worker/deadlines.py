@@ -1,0 +1,154 @@
+"""Per-file deadlines for the worker's file writes, enforced on both ends of the connection.
+
+A file write that never ends (a lock that is never released, the libpq pipeline deadlock of issue 12,
+a network that drops packets silently) used to hold its worker, its lease and the crawl for good. Now:
+
+- Server side (`write_engine`): the write connections run with `statement_timeout`,
+  `idle_in_transaction_session_timeout` and (PostgreSQL >= 17) `transaction_timeout` set to the
+  deadline, so Postgres itself ends a write blocked on a lock or a transaction left open by a stuck
+  client; TCP keepalives and `tcp_user_timeout` end a TCP connection whose peer vanished.
+- Client side (`Watchdog`): a write still running `grace_s` after its deadline gets its backend
+  terminated (`pg_terminate_backend`, from the watchdog's own connection); so does every write still
+  running `stop_grace_s` after the crawl was told to stop (SIGINT/SIGTERM), which is what makes a
+  stop prompt even mid-commit. Postgres rolls the transaction back (or it had committed): a file is
+  never half-written.
+
+The pipeline's write is then classified by `Ticket.fired` and the error's SQLSTATE: past the deadline
+the file is recorded failed with the reason and the crawl goes on; stopped, the item is handed back.
+The deadline (KDBL_FILE_DEADLINE_S, default 300 s) bounds one file's write transaction; extraction has
+its own limit (KDBL_EXTRACT_TIMEOUT_S).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, create_engine, event, text
+
+log = logging.getLogger(__name__)
+
+# statement_timeout (57014 query_canceled), idle_in_transaction_session_timeout, transaction_timeout
+TIMEOUT_STATES = frozenset({"57014", "25P03", "25P04"})
+DEFAULT_GRACE_S = 5.0
+DEFAULT_STOP_GRACE_S = 2.0
+POLL_S = 0.2  # how soon a stop is noticed
+
+
+def write_engine(engine: Engine, deadline_s: float, pool_size: int) -> Engine:
+    """An engine on `engine`'s database whose connections carry the per-file deadline (see above)."""
+    ms = max(1, int(deadline_s * 1000))
+    with engine.connect() as conn:
+        version = int(conn.execute(text("SHOW server_version_num")).scalar_one())
+    options = [f"-c statement_timeout={ms}", f"-c idle_in_transaction_session_timeout={ms}"]
+    if version >= 170000:
+        options.append(f"-c transaction_timeout={ms}")
+    given = engine.url.query.get("options")
+    connect_args = {"options": " ".join([*([given] if isinstance(given, str) else []), *options]),
+                    "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
+                    "tcp_user_timeout": ms}
+    return create_engine(engine.url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True,
+                         connect_args=connect_args)
+
+
+@dataclass(slots=True)
+class Ticket:
+    item_id: int
+    thread: int
+    started: float
+    deadline: float
+    stop_at: float | None = None
+    fired: str | None = None  # "deadline" | "stop": the watchdog terminated this write's backend
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+class Watchdog:
+    """Terminates the backend of a write past its deadline (+ `grace_s`) or, once `stop` is set, past
+    `stop_grace_s`. `attach` it to the write engine: it learns each writer thread's backend pid."""
+
+    def __init__(self, engine: Engine, deadline_s: float, *, grace_s: float = DEFAULT_GRACE_S,
+                 stop_grace_s: float = DEFAULT_STOP_GRACE_S) -> None:
+        self.engine = engine
+        self.deadline_s, self.grace_s, self.stop_grace_s = deadline_s, grace_s, stop_grace_s
+        self._pids: dict[int, int] = {}
+        self._tickets: dict[int, Ticket] = {}
+        self._cond = threading.Condition()
+        self._stop_event: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def attach(self, write_engine: Engine) -> None:
+        event.listen(write_engine, "checkout", self._checkout)
+
+    def _checkout(self, dbapi_connection, _record, _proxy) -> None:
+        self._pids[threading.get_ident()] = dbapi_connection.info.backend_pid
+
+    def stop_on(self, stop: threading.Event | None) -> None:
+        """Abort writes `stop_grace_s` after `stop` is set."""
+        self._stop_event = stop
+
+    @contextmanager
+    def watch(self, item_id: int) -> Iterator[Ticket]:
+        now = time.monotonic()
+        ticket = Ticket(item_id, threading.get_ident(), now, now + self.deadline_s)
+        with self._cond:
+            if self._thread is None:
+                self._closed = False
+                self._thread = threading.Thread(target=self._run, name="kdbl-write-watchdog", daemon=True)
+                self._thread.start()
+            self._tickets[item_id] = ticket
+            self._cond.notify()
+        try:
+            yield ticket
+        finally:
+            with self._cond:
+                self._tickets.pop(item_id, None)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while True:
+            due: list[tuple[Ticket, int | None]] = []
+            with self._cond:
+                if self._closed:
+                    return
+                now = time.monotonic()
+                stopping = self._stop_event is not None and self._stop_event.is_set()
+                for ticket in self._tickets.values():
+                    if ticket.fired:
+                        continue
+                    if stopping and ticket.stop_at is None:
+                        ticket.stop_at = now + self.stop_grace_s
+                    if now >= ticket.deadline + self.grace_s:
+                        ticket.fired = "deadline"
+                    elif ticket.stop_at is not None and now >= ticket.stop_at:
+                        ticket.fired = "stop"
+                    if ticket.fired:
+                        due.append((ticket, self._pids.get(ticket.thread)))
+                self._cond.wait(POLL_S if not due else 0)
+            for ticket, pid in due:
+                self._terminate(ticket, pid)
+
+    def _terminate(self, ticket: Ticket, pid: int | None) -> None:
+        log.warning("file write aborted", extra={"item_id": ticket.item_id, "why": ticket.fired, "pid": pid,
+                                                 "elapsed_s": round(ticket.elapsed(), 1)})
+        if pid is None:
+            return
+        try:
+            with self.engine.connect() as conn:
+                conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+                conn.commit()
+        except Exception as exc:  # noqa: BLE001 - the server-side timeouts still end the write
+            log.warning("could not abort a file write", extra={"pid": pid, "error": repr(exc)[:300]})
