@@ -328,3 +328,18 @@ def test_tenant_show_prints_the_effective_policy_and_update_validates_its_input(
         with pytest.raises(SystemExit) as done:
             cli_main(["tenant", "update", tenant["name"], *bad])
         assert done.value.code == 1 and f"'{field}'" in capsys.readouterr().err
+
+
+async def test_a_flood_of_wrong_guesses_never_locks_the_genuine_holder_out_of_a_fresh_replica(
+        replicas, tenant, owner_engine):
+    a, b = replicas
+    token = tenant["token"]
+    forged = [token[:-4] + f"{n:04d}" for n in range(40)]
+    async with httpx.AsyncClient() as http:
+        statuses = await asyncio.gather(*(http.post(f"{a}/mcp", json=LIST, headers={
+            **ACCEPT, "Authorization": f"Bearer {guess}"}) for guess in forged))
+    assert {r.status_code for r in statuses} == {401}  # never 429: guesses cost no argon2 budget
+    assert await _status(b, token) == 200  # b never verified this token before
+    assert await _status(a, token) == 200
+    assert len(admin.audit_rows(owner_engine, tenant_name=tenant["name"], status="unauthenticated",
+                                limit=100)) == 40
