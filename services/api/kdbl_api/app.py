@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+import sqlalchemy.exc
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
@@ -42,7 +43,7 @@ from kdbl_core.db import embeddings, reads
 from kdbl_core.embed import Embedder
 from kdbl_core.db.engine import assert_runtime_role, rls_transaction
 from kdbl_core.db.pgpool import ApiPool
-from kdbl_core.errors import Forbidden, RateLimited, TemporaryError, Unauthenticated
+from kdbl_core.errors import Forbidden, RateLimited, TemporaryError, Unauthenticated, Unavailable
 from kdbl_core.principal import ALL_SCOPES, Principal
 from kdbl_core.settings import Settings
 from kdbl_core.signing import CursorCodec
@@ -67,6 +68,12 @@ def unavailable(request: Request, exc: Exception) -> Response:
     else:
         body = {"error": exc.message, "retry_after_sec": retry}
     return JSONResponse(body, status_code=exc.http_status, headers=headers)
+
+
+def database_error(request: Request, exc: Exception) -> Response:
+    """The SQLAlchemy engine (start-up checks, OIDC tenant lookups) could not reach the database: 503 too."""
+    log.warning("database error", extra={"error": type(exc).__name__})
+    return unavailable(request, Unavailable("the database could not serve the request; retry shortly"))
 
 
 def _oidc(settings: Settings, engine: AsyncEngine) -> OidcVerifier | None:
@@ -216,4 +223,5 @@ def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | Non
     if settings.trusted_proxies:  # X-Forwarded-* from these peers only (never by default, not even loopback)
         middleware.append(Middleware(ProxyHeadersMiddleware, trusted_hosts=list(settings.trusted_proxies)))
     return Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
-                     exception_handlers={TemporaryError: unavailable})
+                     exception_handlers={TemporaryError: unavailable,
+                                         sqlalchemy.exc.OperationalError: database_error})
