@@ -6,7 +6,6 @@ documents listed below, so the expected metrics can be computed by hand.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -14,7 +13,6 @@ import pytest
 
 from kdbl_control.evaluate import run_eval, summarise
 
-ROOT = Path(__file__).resolve().parents[2]
 
 CORPUS = [
     # "zebrafish" 3 times here, once in d2 (similar lengths): BM25 ranks d1 above d2
@@ -99,20 +97,8 @@ def test_eval_lexical_end_to_end(owner_url: str, tmp_path: Path, unique: str) ->
     assert again["modes"]["lexical"]["mrr@10"] == 0.5
 
 
-def _model_path() -> Path:
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not importable")
-    pytest.importorskip("kdbl_worker.embedding", reason="embed_pending is not in this build")
-    spec = importlib.util.spec_from_file_location("kdbl_build_model", ROOT / "airgap/model/build_model.py")
-    bm = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bm)
-    try:
-        return bm.ensure_model(bm.default_out_dir(), "f16")
-    except Exception as exc:  # noqa: BLE001 - no model, no vector test
-        pytest.skip(f"default GGUF model cannot be built here: {exc}")
-
-
-def test_eval_vector_and_hybrid_modes(owner_url: str, tmp_path: Path, unique: str) -> None:
-    model = _model_path()
+def test_eval_vector_and_hybrid_modes(owner_url: str, tmp_path: Path, unique: str, embed_model_path: Path) -> None:
+    model = embed_model_path
     dataset = _beir(tmp_path / "tiny")
     result = run_eval(owner_url, dataset, split="test", modes=("lexical", "vector", "hybrid"),
                       model_path=model, work_dir=tmp_path / "work", tenant=f"eval-{unique}",

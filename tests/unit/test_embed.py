@@ -16,9 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-llama_cpp = pytest.importorskip(
-    "llama_cpp", reason="llama-cpp-python is not importable in this environment (pip install llama-cpp-python)"
-)
 
 from kdbl_core.embed import Embedder
 from kdbl_core.errors import ConfigError
