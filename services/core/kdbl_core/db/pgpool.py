@@ -128,12 +128,6 @@ class ApiPool:
         self._last_probe = -math.inf
         self._reopening: asyncio.Task[AsyncConnectionPool[AsyncConnection[Any]]] | None = None
         self._retiring: set[asyncio.Task[None]] = set()
-        self.replacements = 0  # pools retired after a lost connection (tests and logs read it)
-
-    @property
-    def available(self) -> bool:
-        """False from a lost connection until a probe connects again (no I/O: readiness reads it)."""
-        return self._pool is not None
 
     async def open(self) -> None:
         self._pool = await self._new_pool(timeout=30.0)
@@ -159,7 +153,6 @@ class ApiPool:
             return  # another request retired it already
         self._pool = None
         self._last_probe = -math.inf  # the next request probes at once
-        self.replacements += 1
         log.warning("database connection lost; retiring the connection pool", extra={"pool": pool.name})
         task = asyncio.get_running_loop().create_task(pool.close(timeout=5.0))
         self._retiring.add(task)
