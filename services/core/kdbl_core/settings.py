@@ -54,7 +54,9 @@ class Settings(BaseSettings):
     )
     max_request_bytes: int = Field(default=1_000_000, ge=1024)
     max_query_chars: int = Field(default=1000, ge=16, le=100_000)
-    rate_limit_per_minute: int = Field(default=600, ge=0, description="Per token and replica; 0 disables.")
+    rate_limit_per_minute: int = Field(
+        default=600, ge=0, description="Per-token minute tier of tenants whose policy sets none (buckets shared "
+                                       "by every replica, kdbl_api.ratelimit); 0 disables.")
     rate_limit_burst: int = Field(default=60, ge=1)
     body_read_timeout_s: float = Field(default=10.0, gt=0, le=600, description=(
         "A /mcp request body must arrive within this many seconds of its headers, else 408 and the "
