@@ -140,7 +140,13 @@ def list_sources(engine: Engine, tenant_name: str | None = None) -> list[dict[st
     sql = """
         SELECT s.id, t.name AS tenant, s.name, s.protocol, s.enabled, s.hybrid_enabled, s.acl_mode,
                s.managed_by, s.last_indexed_at, s.config,
-               (SELECT count(*) FROM files f WHERE f.source_id = s.id) AS files
+               (SELECT count(*) FROM files f WHERE f.source_id = s.id) AS files,
+               -- the latest crawl run: its state, why it failed, and quota problems (kdbl_worker.pipeline)
+               (SELECT j.state || coalesce(': ' || j.last_error, '')
+                       || coalesce((SELECT ': ' || string_agg(p ->> 1, '; ') FROM jsonb_array_elements(j.problems) p
+                                     WHERE p ->> 0 = 'quota'), '')
+                  FROM crawl_jobs j WHERE j.source_id = s.id ORDER BY j.created_at DESC, j.id DESC LIMIT 1)
+                 AS last_run
           FROM sources s JOIN tenants t ON t.id = s.tenant_id"""
     params: dict[str, Any] = {}
     if tenant_name:

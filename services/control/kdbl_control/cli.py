@@ -452,7 +452,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings, engine: Any, admin: 
         print(source.id)
     elif cmd == "source":
         _print(args, admin.list_sources(engine, args.tenant), ["id", "tenant", "name", "protocol", "enabled",
-                                                               "acl_mode", "files", "last_indexed_at"])
+                                                               "acl_mode", "files", "last_indexed_at", "last_run"])
     elif cmd == "crawl":
         return _crawl(args, settings, engine)
     elif cmd == "token" and action == "create":
