@@ -15,6 +15,11 @@ many real `kdbl-worker` processes (kdbl_worker role, `--exit-when-idle`). Report
 `--copies N` indexes N copies of the folders (hard links in a temporary folder) for steadier numbers on
 small corpora.
 
+`--big-text-mb N` also indexes one generated plain-text file of N MB (prose-like sentences of made-up
+words, paragraphs; seeded) as its own run, "big text": MB/s and chunks/s of one large file, written in
+one transaction. Run it with a small-file folder so the same run gives the machine's reference rate
+(the machine may be shared). A 5 MB text file used to hang the crawl (issue 12).
+
 Uses the embedded PostgreSQL in a temporary folder (or `--data-dir`), or `--database-url` (an owner
 URL; the worker role must be able to log in without a password, as in the embedded default).
 Linux only (/proc). Not a test: numbers depend on the machine; write them down with its load.
@@ -25,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -42,7 +48,24 @@ CATEGORIES = {
     "PDF": ["*.pdf"],
     "Office": ["*.docx", "*.pptx", "*.xlsx", "*.xlsm", "*.odt"],
 }
+BIG_TEXT = "big text"
 _TICK = os.sysconf("SC_CLK_TCK")
+
+
+def write_big_text(path: Path, megabytes: float, seed: int = 7) -> Path:
+    """A prose-like plain-text file of `megabytes` MB (deterministic for a seed)."""
+    rnd = random.Random(seed)
+    words = ["".join(rnd.choice("abcdefghijklmnoprstuvw") for _ in range(rnd.randint(3, 9))) for _ in range(30_000)]
+    parts, size = [], 0
+    while size < megabytes * 1_000_000:
+        sentence = " ".join(rnd.choice(words) for _ in range(rnd.randint(8, 24))).capitalize() + ". "
+        parts.append(sentence)
+        size += len(sentence)
+        if rnd.random() < 0.15:
+            parts.append("\n\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(parts))
+    return path
 
 
 def _proc_stat(pid: int) -> tuple[int, float, int] | None:
@@ -130,8 +153,9 @@ def run_one(owner_url: str, folders: list[Path], category: str, workers: int, ar
     owner = sync_engine(owner_url)
     tenant = f"bench-{uuid.uuid4().hex[:8]}"
     admin.create_tenant(owner, tenant)
+    patterns = ["*.txt"] if category == BIG_TEXT else CATEGORIES[category]
     sources = [admin.add_source(owner, tenant, protocol="fs", name=f"s{i}",
-                                config={"root": str(folder), "include": CATEGORIES[category]}).id
+                                config={"root": str(folder), "include": patterns}).id
                for i, folder in enumerate(folders)]
     url = make_url(for_role(owner_url, "kdbl_worker"))
     names = [f"{tenant}-w{i}" for i in range(workers)]
@@ -192,6 +216,7 @@ def run_one(owner_url: str, folders: list[Path], category: str, workers: int, ar
         "chunks": int(row.chunks or 0), "mb": round(size / 1e6, 2), "seconds": round(seconds, 2),
         "files_per_s": round(files / seconds, 1) if files else None,
         "mb_per_s": round(size / 1e6 / seconds, 2) if files else None,
+        "chunks_per_s": round(int(row.chunks or 0) / seconds) if files else None,
         "peak_rss_mb_per_worker": round(max(peak_tree) / 2**20, 1),
         "peak_rss_mb_all_workers": round(sum(peak_tree) / 2**20, 1),
         "worker_cpu_ms_per_file": round(sum(last_cpu) / files * 1000, 2) if files else None,
@@ -213,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database-url",
                         help="owner URL of an existing database instead of the embedded one")
     parser.add_argument("--copies", type=int, default=1, help="index N copies of the folders (default 1)")
+    parser.add_argument("--big-text-mb", type=float, default=0,
+                        help="also index one generated plain-text file of this many MB (own run)")
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -223,12 +250,18 @@ def main(argv: list[str] | None = None) -> int:
         folders = [_copy(folders, copies_dir, args.copies)]
     counts = [int(n) for n in args.workers.split(",")]
     categories = [c for c in args.categories.split(",") if _files(folders, CATEGORIES[c])]
+    runs = [(c, folders) for c in categories]
+    big_dir = None
+    if args.big_text_mb > 0:
+        big_dir = Path(tempfile.mkdtemp(prefix="kdbl-bench-big-"))
+        write_big_text(big_dir / "big.txt", args.big_text_mb)
+        runs.append((BIG_TEXT, [big_dir]))
     results = []
 
     def bench(owner_url: str, pgdata: Path | None) -> None:
-        for category in categories:
-            for n in counts:
-                result = run_one(owner_url, folders, category, n, args, pgdata)
+        for category, run_folders in runs:
+            for n in counts if category != BIG_TEXT else counts[:1]:
+                result = run_one(owner_url, run_folders, category, n, args, pgdata)
                 results.append(result)
                 if not args.json:
                     print(_line(result), flush=True)
@@ -236,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     if not args.json:
         print(f"{os.cpu_count()} cores, load average {load:.2f}; folders: {', '.join(map(str, folders))}")
-        print(f"{'category':<14}{'workers':>8}{'files':>7}{'files/s':>9}{'MB/s':>8}{'RSS/worker':>11}"
+        print(f"{'category':<14}{'workers':>8}{'files':>7}{'files/s':>9}{'MB/s':>8}{'chunks/s':>9}{'RSS/worker':>11}"
               f"{'RSS all':>9}{'cpu ms/f':>10}{'pg ms/f':>9}")
     if args.database_url:
         bench(args.database_url, None)
@@ -252,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(work, ignore_errors=True)
             if copies_dir is not None:
                 shutil.rmtree(copies_dir, ignore_errors=True)
+            if big_dir is not None:
+                shutil.rmtree(big_dir, ignore_errors=True)
     if args.json:
         print(json.dumps({"cores": os.cpu_count(), "load_average": load, "results": results}, indent=2))
     return 0
@@ -262,7 +297,7 @@ def _line(r: dict) -> str:
         return f"{'-' if value is None else value:>{width}}"
 
     return (f"{r['category']:<14}{r['workers']:>8}{r['files']:>7}"
-            f"{f(r['files_per_s'], 9)}{f(r['mb_per_s'], 8)}"
+            f"{f(r['files_per_s'], 9)}{f(r['mb_per_s'], 8)}{f(r['chunks_per_s'], 9)}"
             f"{r['peak_rss_mb_per_worker']:>10}M{r['peak_rss_mb_all_workers']:>8}M"
             f"{f(r['worker_cpu_ms_per_file'], 10)}{f(r['postgres_cpu_ms_per_file'], 9)}")
 
