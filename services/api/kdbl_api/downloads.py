@@ -32,7 +32,7 @@ from kdbl_core.settings import Settings
 from kdbl_core.signing import DownloadClaims, DownloadSigner
 
 log = logging.getLogger(__name__)
-_TOKEN_STATE = "SELECT tenant_id, expires_at, revoked_at FROM kdbl_token_state(:token)"
+_TOKEN_STATE = text("SELECT tenant_id, expires_at, revoked_at FROM kdbl_token_state(:token)")
 
 
 def _disposition(key: str, attachment: bool) -> str:
@@ -124,7 +124,7 @@ class Downloads:
         if claims.token_id is None:
             return None
         async with autocommit_connection(self._engine) as conn:
-            rows = (await conn.execute(text(_TOKEN_STATE), {"token": claims.token_id})).all()
+            rows = (await conn.execute(_TOKEN_STATE, {"token": claims.token_id})).all()
         row = rows[0] if rows else None
         if row is None or row.tenant_id != claims.tenant_id or row.revoked_at is not None:
             return "the token that minted this link was revoked"

@@ -19,7 +19,7 @@ from kdbl_core.policy import TenantPolicy
 from kdbl_core.settings import Settings
 
 TTL_S = 2.0
-_READ = "SELECT settings FROM kdbl_tenant_settings(:tenant)"
+_READ = text("SELECT settings FROM kdbl_tenant_settings(:tenant)")
 
 
 class Policies:
@@ -36,7 +36,7 @@ class Policies:
         if hit is not None and now - hit[0] < self._ttl:
             return hit[1]
         async with autocommit_connection(self._db) as conn:
-            rows = (await conn.execute(text(_READ), {"tenant": tenant_id})).all()
+            rows = (await conn.execute(_READ, {"tenant": tenant_id})).all()
         parsed = policy.parse(rows[0].settings if rows else None, **self._defaults)
         if len(self._cache) > 10_000:
             self._cache.clear()

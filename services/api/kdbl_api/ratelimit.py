@@ -29,8 +29,9 @@ from kdbl_core.db.engine import ContentDb, autocommit_connection
 from kdbl_core.policy import TenantPolicy, Tier
 from kdbl_core.principal import Principal
 
-_TAKE = "SELECT key, remaining, capacity, retry_after FROM kdbl_rate_take(:keys, :caps, :rates)"
-_PEEK = "SELECT key, remaining, capacity FROM kdbl_rate_peek(:keys, :caps, :rates)"
+_TAKE = text(
+    "SELECT key, remaining, capacity, retry_after FROM kdbl_rate_take(:keys, :caps, :rates)")
+_PEEK = text("SELECT key, remaining, capacity FROM kdbl_rate_peek(:keys, :caps, :rates)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +98,7 @@ class RateLimiter:
         if not pairs:
             return None
         async with autocommit_connection(self._db) as conn:
-            rows = (await conn.execute(text(_TAKE), _params(pairs))).all()
+            rows = (await conn.execute(_TAKE, _params(pairs))).all()
         return _decide(pairs, rows)
 
     async def peek(self, principal: Principal, policy: TenantPolicy) -> Decision | None:
@@ -105,5 +106,5 @@ class RateLimiter:
         if not pairs:
             return None
         async with autocommit_connection(self._db) as conn:
-            rows = (await conn.execute(text(_PEEK), _params(pairs))).all()
+            rows = (await conn.execute(_PEEK, _params(pairs))).all()
         return _decide(pairs, rows)

@@ -33,11 +33,11 @@ from kdbl_core.db.engine import ContentDb, autocommit_connection
 from kdbl_core.errors import Forbidden, RateLimited, Unauthenticated
 from kdbl_core.principal import Principal
 
-_LOOKUP = (
+_LOOKUP = text(
     "SELECT id, tenant_id, tenant_name, kind, subject, groups, scopes, hash, expires_at, revoked_at, fingerprint "
     "FROM kdbl_token_lookup(:lookup_id)"
 )
-_SET_FINGERPRINT = "SELECT kdbl_token_set_fingerprint(:lookup_id, :fingerprint)"
+_SET_FINGERPRINT = text("SELECT kdbl_token_set_fingerprint(:lookup_id, :fingerprint)")
 MAX_FAILURES = 5
 FAILURE_WINDOW_S = 60.0
 ADMIN_REJECTED = (
@@ -127,7 +127,7 @@ class PatVerifier:
     async def verify(self, token: str) -> Principal:
         parsed = pat.parse(token)
         async with autocommit_connection(self._db) as conn:  # one statement: no BEGIN/COMMIT round trips
-            rows = (await conn.execute(text(_LOOKUP), {"lookup_id": parsed.lookup_id})).all()
+            rows = (await conn.execute(_LOOKUP, {"lookup_id": parsed.lookup_id})).all()
         row = rows[0] if rows else None
         if row is None:
             raise Unauthenticated("unknown token")
@@ -180,7 +180,7 @@ class PatVerifier:
                 self._cache.add(lookup_id, digest)
                 if budgeted:  # a token from before migration 0009: record its fingerprint for every replica
                     async with autocommit_connection(self._db) as conn:
-                        await conn.execute(text(_SET_FINGERPRINT), {"lookup_id": lookup_id,
+                        await conn.execute(_SET_FINGERPRINT, {"lookup_id": lookup_id,
                                                                       "fingerprint": pat.fingerprint(token)})
         finally:
             if not lock.locked() and lock.statistics().tasks_waiting == 0:
