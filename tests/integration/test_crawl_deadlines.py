@@ -104,7 +104,8 @@ def test_a_write_blocked_by_a_lock_fails_at_its_deadline_and_the_crawl_goes_on(o
 def test_the_watchdog_terminates_a_write_past_its_deadline_from_the_client_side(owner_url, worker_engine):
     url = for_role(owner_url, "kdbl_worker")
     engine = create_engine(url, pool_size=1)  # no server-side timeouts: only the watchdog can end it
-    watchdog = Watchdog(worker_engine, deadline_s=0.5, grace_s=0.5)
+    overdue: list[int] = []
+    watchdog = Watchdog(worker_engine, deadline_s=0.5, grace_s=0.5, on_deadline=overdue.append)
     watchdog.attach(engine)
     try:
         pooled = engine.raw_connection()
@@ -112,6 +113,7 @@ def test_the_watchdog_terminates_a_write_past_its_deadline_from_the_client_side(
         with watchdog.watch(1) as ticket, pytest.raises(Exception, match="terminat"):
             pooled.driver_connection.execute("SELECT pg_sleep(60)")
         assert ticket.fired == "deadline" and time.monotonic() - started < 10
+        assert overdue == [1]  # the heartbeat stops renewing that item's lease
         pooled.invalidate()
     finally:
         watchdog.close()

@@ -281,6 +281,46 @@ def test_leases_expiring_too_often_give_up(owner_engine, worker_engine, empty_so
     assert (status.state, status.failed, status.indexed) == ("done", 1, 0)
 
 
+def test_the_heartbeat_renews_only_progressing_work_and_a_file_that_broke_two_holders_is_given_up(
+        owner_engine, worker_engine, empty_source):
+    job = _listed_job(worker_engine, empty_source, 3)
+    with worker_engine.begin() as conn:
+        first, second, third = jobs.claim_items(conn, "w", n=3, lease_s=60, max_attempts=5,
+                                                source_id=empty_source.id)
+
+    def expire(seconds: int = -1) -> None:
+        with owner_engine.begin() as conn:
+            conn.execute(text("UPDATE crawl_items SET lease_expires_at = now() + make_interval(secs => :s) "
+                              "WHERE job_id = :j"), {"s": seconds, "j": job.id})
+
+    def rows() -> dict[str, tuple]:
+        with owner_engine.connect() as conn:
+            return {r.key: (r.breaks, r.started_at is not None, r.renewed) for r in conn.execute(text(
+                "SELECT key, breaks, started_at, lease_expires_at > now() + interval '30 seconds' AS renewed "
+                "FROM crawl_items WHERE job_id = :j"), {"j": job.id})}
+
+    expire(1)
+    with worker_engine.begin() as conn:  # progress: all renewed but the overdue one; the one in hand stamped
+        assert jobs.heartbeat(conn, "w", lease_s=60, started=[first.id], overdue=[second.id]) == 2
+    assert rows() == {first.key: (0, True, True), second.key: (0, False, False), third.key: (0, False, True)}
+    expire(1)
+    with worker_engine.begin() as conn:  # no progress: nothing renewed
+        assert jobs.heartbeat(conn, "w", lease_s=60, renew=False, started=[first.id]) == 0
+    expire()
+    with worker_engine.begin() as conn:  # taken over: the started item counts a break, the others do not
+        taken = jobs.claim_items(conn, "x", n=3, lease_s=60, max_attempts=5, source_id=empty_source.id)
+        assert [t.lease.attempt for t in taken] == [2, 2, 2]
+        jobs.heartbeat(conn, "x", lease_s=60, started=[first.id])
+    assert {k: v[:2] for k, v in rows().items()} == {first.key: (1, True), second.key: (0, False),
+                                                    third.key: (0, False)}
+    expire()
+    with worker_engine.begin() as conn:  # the second break: not claimed again, given up as a poison file
+        assert {t.key for t in jobs.claim_items(conn, "y", n=3, lease_s=60, max_attempts=5,
+                                                source_id=empty_source.id)} == {second.key, third.key}
+        [given_up] = jobs.sweep(conn, max_attempts=5)
+    assert given_up.key == first.key and given_up.reason.startswith("poison file:")
+
+
 def test_enqueue_joins_a_queued_run_and_queues_behind_an_active_one(worker_engine, empty_source):
     with pytest.raises(TimeoutError, match="still open"):  # nobody serves the queue in this test
         queue.wait_for(worker_engine, queue.enqueue(worker_engine, [empty_source.id]), timeout_s=0.1,

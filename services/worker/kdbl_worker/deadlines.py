@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -73,8 +73,9 @@ class Watchdog:
     `stop_grace_s`. `attach` it to the write engine: it learns each writer thread's backend pid."""
 
     def __init__(self, engine: Engine, deadline_s: float, *, grace_s: float = DEFAULT_GRACE_S,
-                 stop_grace_s: float = DEFAULT_STOP_GRACE_S) -> None:
-        self.engine = engine
+                 stop_grace_s: float = DEFAULT_STOP_GRACE_S,
+                 on_deadline: Callable[[int], None] | None = None) -> None:
+        self.engine, self.on_deadline = engine, on_deadline
         self.deadline_s, self.grace_s, self.stop_grace_s = deadline_s, grace_s, stop_grace_s
         self._pids: dict[int, int] = {}
         self._tickets: dict[int, Ticket] = {}
@@ -142,6 +143,8 @@ class Watchdog:
                 self._terminate(ticket, pid)
 
     def _terminate(self, ticket: Ticket, pid: int | None) -> None:
+        if ticket.fired == "deadline" and self.on_deadline is not None:
+            self.on_deadline(ticket.item_id)  # its lease is no longer renewed, whatever happens next
         log.warning("file write aborted", extra={"item_id": ticket.item_id, "why": ticket.fired, "pid": pid,
                                                  "elapsed_s": round(ticket.elapsed(), 1)})
         if pid is None:

@@ -166,7 +166,7 @@ class Indexer:
         self.stall_s = float(stall_s) if stall_s is not None else (
             max(self.box.limits.timeout_s, self.file_deadline_s) + deadlines.DEFAULT_GRACE_S + self.lease_s)
         self.activity = Activity()
-        self.watchdog = deadlines.Watchdog(engine, self.file_deadline_s)
+        self.watchdog = deadlines.Watchdog(engine, self.file_deadline_s, on_deadline=self.activity.overdue)
         self._write_engine: Engine | None = None
         self._lock = threading.Lock()
         self._writer_pool: ThreadPoolExecutor | None = None

@@ -137,7 +137,7 @@ class Heartbeat:
         while not self._stop.wait(self.lease_s / 3):
             idle = self.activity.idle_s()
             renew = self.stall_s is None or idle <= self.stall_s
-            if renew == self._stalled:  # log the change only
+            if renew == self._stalled:  # a change (stalled -> progressing or back): log it once
                 self._stalled = not renew
                 if self._stalled:
                     log.warning("no progress; leases left to expire",
