@@ -161,6 +161,9 @@ async def test_tools_outside_the_allowlist_are_hidden_and_refused_exactly_as_unk
     assert refused["error"]["message"] == unknown["error"]["message"].replace("no_such_tool", "get_file_text")
     assert refused["error"]["data"] == unknown["error"]["data"] == {"field": "name"}
     assert (await post(a, token, _call("list_sources", {}))).json()["result"]["isError"] is False
+    uri = f"kdbl://file/{tenant['corpus'].source_id}/report.md"
+    read = await post(a, token, {"jsonrpc": "2.0", "id": 3, "method": "resources/read", "params": {"uri": uri}})
+    assert read.status_code == 403 and "get_file_text is not in its tool allowlist" in read.json()["error"]["message"]
 
 
 async def test_a_lexical_only_tenant_gets_semantic_modes_degraded_with_a_reason(replicas, tenant, owner_engine):

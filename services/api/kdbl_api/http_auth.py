@@ -4,7 +4,8 @@
 scope a tools/call needs is refused with 403 `insufficient_scope` before the SDK parses anything.
 
 Then the tenant's policy (kdbl_api.policies, at most 2 s old): a disabled tenant's tokens get 403;
-a tool outside the allowlist passes as an unknown tool would (the SDK layer refuses it); requests
+a tool outside the allowlist passes as an unknown tool would (the SDK layer refuses it), and
+resources/* (get_file_text by another name) get 403 unless get_file_text is allowed; requests
 that do work take from the shared rate-limit buckets (kdbl_api.ratelimit) and carry RateLimit-*
 headers. Every refusal here writes an audit row (kdbl_core.db.audit.record_refusal).
 """
@@ -178,6 +179,12 @@ class McpFrontDoor:
             await _jsonrpc_error(403, -32003, message, {
                 "WWW-Authenticate": self._challenge(request, "insufficient_scope", None, missing)},
                 {"required_scope": missing})(scope, receive, send)
+            return
+        if not policy.allows_tool("get_file_text") and any(m.startswith("resources/") for m, _, _ in calls):
+            # a resource read is get_file_text by another name: the allowlist governs both
+            message = "resources are not available to this tenant (get_file_text is not in its tool allowlist)"
+            await self._refused(request, principal, calls, "denied", message, started)
+            await _jsonrpc_error(403, -32003, message)(scope, receive, send)
             return
         decision: Decision | None = None
         if any(method in _COUNTED or method.startswith("resources/") for method, _, _ in calls):
