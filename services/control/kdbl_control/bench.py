@@ -126,7 +126,7 @@ def start_api(owner_url: str, port: int, env: dict[str, str] | None = None) -> s
     """`kdbl-api` as a process; returns once every worker process listens (each has its own socket)."""
     env = {**os.environ, **(env or {}), "KDBL_DATABASE_URL": for_role(owner_url, "kdbl_api"), "KDBL_MCP_ENABLED": "true",
            "KDBL_API_HOST": "127.0.0.1", "KDBL_API_PORT": str(port), "KDBL_RATE_LIMIT_PER_MINUTE": "0",
-           "KDBL_LOG_LEVEL": "WARNING"}
+           "KDBL_LOG_LEVEL": "WARNING", "KDBL_METRICS_PORT": "0"}  # no metrics listener: nothing scrapes it
     proc = subprocess.Popen([sys.executable, "-m", "kdbl_api.main"], env=env)
     workers = int(env.get("KDBL_API_WORKERS") or 1)
     deadline = time.monotonic() + 30
