@@ -188,9 +188,7 @@ def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | Non
                             "latency": obs.mode_latency("lexical")},
                 "hybrid": hybrid,
             },
-            "rate_limit": {"default_per_token": {"per_minute": settings.rate_limit_per_minute,
-                                                 "burst": settings.rate_limit_burst},
-                           "scope": "shared by every API replica (token buckets in PostgreSQL)"},
+            "rate_limit": await front_door.quota(principal),
         })
 
     @contextlib.asynccontextmanager
