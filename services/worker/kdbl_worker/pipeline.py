@@ -388,7 +388,7 @@ class Indexer:
                     break
         finally:
             gen.close()
-            while inflight:  # a stopping worker finishes the files it is writing
+            while inflight:  # finished, or aborted by the watchdog 2 s after a stop (rolled back)
                 collect(block=True)
             for path in spooled.values():
                 os.unlink(path)
