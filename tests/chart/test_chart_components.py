@@ -25,7 +25,8 @@ def test_the_api_service_is_kdbl_api_on_port_80(chart: Chart) -> None:
     docs = chart.render()
     svc = one(docs, "Service", "kdbl-api")
     assert svc["spec"]["type"] == "ClusterIP"
-    assert svc["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}]
+    assert svc["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"},
+                                    {"name": "metrics", "port": 9464, "targetPort": "metrics", "protocol": "TCP"}]
     api = _container(docs, "Deployment", "kdbl-api")
     assert api["ports"][0] == {"name": "http", "containerPort": 8080, "protocol": "TCP"}
     assert api["livenessProbe"]["httpGet"]["path"] == "/healthz"
