@@ -346,3 +346,21 @@ async def test_a_flood_of_wrong_guesses_never_locks_the_genuine_holder_out_of_a_
     assert await _status(a, token) == 200
     assert len(admin.audit_rows(owner_engine, tenant_name=tenant["name"], status="unauthenticated",
                                 limit=100)) == 40
+
+
+async def test_a_call_that_fails_unexpectedly_is_audited_with_the_error_type_and_no_internals(
+        replicas, tenant, owner_engine):
+    from sqlalchemy import text
+
+    a, _ = replicas
+    with owner_engine.begin() as conn:  # a real fault: the API role loses a privilege list_sources needs
+        conn.execute(text("REVOKE SELECT ON grants FROM kdbl_api"))
+    try:
+        resp = await post(a, tenant["token"], _call("list_sources", {}))
+    finally:
+        with owner_engine.begin() as conn:
+            conn.execute(text("GRANT SELECT ON grants TO kdbl_api"))
+    error = resp.json()["error"]
+    assert error["code"] == -32603 and "grants" not in error["message"]
+    [row] = admin.audit_rows(owner_engine, tenant_name=tenant["name"], tool="list_sources")
+    assert row["status"] == "error" and row["error"] == "internal error (InsufficientPrivilege)"
