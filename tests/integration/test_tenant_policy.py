@@ -121,6 +121,7 @@ async def test_a_disabled_tenant_is_refused_403_everywhere_on_every_replica_unti
     for replica in (a, b):
         await until(lambda r=replica: _refused(r, token), "403 on a replica")
     assert time.monotonic() - changed < 5  # running replicas, no restart: the policy is at most 2 s old
+    for replica in (a, b):
         resp = await post(replica, token, _call("search_content", {"query": "capybara"}))
         assert resp.status_code == 403 and "is disabled" in resp.json()["error"]["message"]
     async with httpx.AsyncClient() as http:
