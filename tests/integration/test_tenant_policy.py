@@ -283,6 +283,24 @@ async def test_a_download_link_stops_working_when_its_minting_token_is_revoked(r
     assert "revoked" in row["error"]
 
 
+async def test_a_download_link_stops_working_when_its_minting_token_expires(replicas, tenant, owner_engine):
+    from datetime import UTC, datetime, timedelta
+
+    a, _ = replicas
+    brief = admin.create_token(owner_engine, tenant_name=tenant["name"], name="brief",
+                               expires_at=datetime.now(UTC) + timedelta(seconds=3))[0]
+    link = _local(await _hit_url(a, brief), a)  # the link itself lives 15 minutes
+
+    async def expired():
+        async with httpx.AsyncClient() as http:
+            resp = await http.get(link)
+        assert resp.status_code in (200, 403)
+        return resp if resp.status_code == 403 else None
+
+    resp = await until(expired, "the minting token's expiry")
+    assert "has expired" in resp.json()["error"]
+
+
 async def test_calls_refused_before_a_tool_runs_each_leave_one_audit_row(
         replicas, tenant, owner_engine, monkeypatch, capsys, owner_url):
     a, _ = replicas
