@@ -72,14 +72,18 @@ def test_a_write_blocked_by_a_lock_fails_at_its_deadline_and_the_crawl_goes_on(o
                                                                                tmp_path, unique):
     files = corpus_files(6)
     corpus = make_corpus(owner_engine, worker_engine, tmp_path / f"dl-{unique}", files, tenant=f"dl-{unique}")
-    for name in files:  # every file changed: the next crawl writes each one again
-        (corpus.root / name).write_text(files[name] + " revised")
     blocked = sorted(files)[2]
+    for name in files:  # every file changed: the next crawl writes each one again; one gets a new word
+        (corpus.root / name).write_text(files[name] + (" zanzibar" if name == blocked else " revised"))
     locker = owner_engine.connect()
     try:
-        locker.begin()  # another session holds the file's row: its write waits on the lock
-        locker.execute(text("SELECT 1 FROM files WHERE source_id = :s AND key = :k FOR UPDATE"),
-                       {"s": corpus.source_id, "k": blocked})
+        # another session holds the statistics rows of that word (every shard): the write waits on them
+        locker.begin()
+        per_source = locker.execute(text("SELECT count(*) FROM information_schema.columns "
+                                         "WHERE table_name = 'term_stats' AND column_name = 'source_id'")).scalar()
+        locker.execute(text("INSERT INTO term_stats (tenant_id, term, shard, df" + (", source_id" if per_source else "")
+                            + ") SELECT :t, 'zanzibar', s, 0" + (", CAST(:s AS uuid)" if per_source else "")
+                            + " FROM generate_series(0, 15) s"), {"t": corpus.tenant_id, "s": corpus.source_id})
         indexer = Indexer(worker_engine, Settings(file_deadline_s=2))
         started = time.monotonic()
         stats = _crawl_in_thread(indexer, corpus.source_id, worker_engine, timeout=60)
@@ -92,13 +96,16 @@ def test_a_write_blocked_by_a_lock_fails_at_its_deadline_and_the_crawl_goes_on(o
     assert "per-file deadline of 2 s" in reason
     assert took < 30
     with owner_engine.connect() as conn:
-        rows = dict(conn.execute(text("SELECT key, index_runs FROM files WHERE source_id = :s"),
-                                 {"s": corpus.source_id}).all())
-    assert rows[blocked] == 1 and all(n == 2 for k, n in rows.items() if k != blocked)
+        rows = {r.key: r for r in conn.execute(text(
+            "SELECT key, status, status_reason, chunk_count FROM files WHERE source_id = :s"),
+            {"s": corpus.source_id})}
+    assert (rows[blocked].status, rows[blocked].status_reason, rows[blocked].chunk_count) == ("failed", reason, 0)
+    assert all(r.status == "ok" and r.chunk_count > 0 for k, r in rows.items() if k != blocked)
     assert_statistics_exact(owner_engine, corpus.tenant_id)  # nothing half-written
-    # the lock is gone: the next crawl indexes the file (its stored version is the old one)
+    # the lock is gone: the next crawl tries the file again (a deadline may have been a passing overload)
     again = _crawl_in_thread(Indexer(worker_engine, Settings()), corpus.source_id, worker_engine, timeout=60)
     assert (again.indexed, again.unchanged, again.failed) == (1, 5, 0)
+    assert_statistics_exact(owner_engine, corpus.tenant_id)
 
 
 def test_the_watchdog_terminates_a_write_past_its_deadline_from_the_client_side(owner_url, worker_engine):

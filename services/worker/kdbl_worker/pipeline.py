@@ -534,7 +534,7 @@ class Indexer:
             reason = (f"indexing took longer than the per-file deadline of {self.file_deadline_s:g} s "
                       f"(KDBL_FILE_DEADLINE_S); {len(rows)} chunks, {item.size} bytes")
             log.warning("file write past its deadline", extra={"key": item.key, "error": repr(error)[:300]})
-            self._record_failed(item, outcome.content_type, reason)
+            self._record_failed(item, outcome.content_type, reason, retry=True)
             return 0, 1
         log.warning("writing a file failed", extra={"key": item.key, "error": repr(error)[:500]})
         with self.engine.begin() as conn:  # retried (another attempt, maybe elsewhere)
@@ -542,10 +542,13 @@ class Indexer:
                               give_up=item.lease.attempt >= self.max_attempts)
         return None
 
-    def _record_failed(self, item: jobs.ItemClaim | jobs.GivenUp, content_type: str | None, reason: str) -> None:
-        """The file's row says `failed: reason` (old chunks dropped, as for any failed extraction; the next
-        crawl skips it until it changes) and, for a claimed item, the item is failed with the reason."""
-        meta = content.FileMeta(key=item.key, size=item.size, mtime=item.mtime, etag=item.etag,
+    def _record_failed(self, item: jobs.ItemClaim | jobs.GivenUp, content_type: str | None, reason: str, *,
+                       retry: bool = False) -> None:
+        """The file's row says `failed: reason` (old chunks dropped, as for any failed extraction) and, for a
+        claimed item, the item is failed with the reason. The next crawl skips the file until it changes,
+        unless `retry` (a deadline may have been a passing overload): then its stat is not stored."""
+        meta = content.FileMeta(key=item.key, size=item.size, mtime=None if retry else item.mtime,
+                                etag=None if retry else item.etag,
                                 content_type=content_type or extract.detect(item.key)[0])
         try:
             with tenant_transaction(self.engine, item.tenant_id) as conn:
