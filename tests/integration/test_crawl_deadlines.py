@@ -7,7 +7,6 @@ injected into the file transaction of real `kdbl-worker` processes, and kill -9.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import threading
