@@ -290,9 +290,9 @@ def _background(indexer: Indexer, worker, embedder: Embedder | None, stop: threa
                 return
             try:
                 if first:
-                    crawl_with_progress(indexer, source)
+                    crawl_with_progress(indexer, source, stop=stop)
                 else:
-                    indexer.crawl(source)
+                    indexer.crawl(source, stop=stop)
             except Exception as exc:  # noqa: BLE001 - keep serving; the next pass retries
                 if stop.is_set():
                     return
