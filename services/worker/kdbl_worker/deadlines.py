@@ -83,6 +83,7 @@ class Watchdog:
         self._tickets: dict[int, Ticket] = {}
         self._cond = threading.Condition()
         self._stop_event: threading.Event | None = None
+        self._stopped_at: float | None = None  # when the stop was first seen: every write aborts by then + grace
         self._thread: threading.Thread | None = None
         self._closed = False
 
@@ -94,7 +95,9 @@ class Watchdog:
 
     def stop_on(self, stop: threading.Event | None) -> None:
         """Abort writes `stop_grace_s` after `stop` is set."""
-        self._stop_event = stop
+        with self._cond:
+            if stop is not self._stop_event:
+                self._stop_event, self._stopped_at = stop, None
 
     @contextmanager
     def watch(self, item_id: int) -> Iterator[Ticket]:
@@ -129,11 +132,13 @@ class Watchdog:
                     return
                 now = time.monotonic()
                 stopping = self._stop_event is not None and self._stop_event.is_set()
+                if stopping and self._stopped_at is None:
+                    self._stopped_at = now
                 for ticket in self._tickets.values():
                     if ticket.fired:
                         continue
                     if stopping and ticket.stop_at is None:
-                        ticket.stop_at = now + self.stop_grace_s
+                        ticket.stop_at = self._stopped_at + self.stop_grace_s
                     if now >= ticket.deadline + self.grace_s:
                         ticket.fired = "deadline"
                     elif ticket.stop_at is not None and now >= ticket.stop_at:

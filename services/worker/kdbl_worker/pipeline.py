@@ -169,6 +169,7 @@ class Indexer:
         self.watchdog = deadlines.Watchdog(engine, self.file_deadline_s, on_deadline=self.activity.overdue)
         self._write_engine: Engine | None = None
         self._lock = threading.Lock()
+        self._stop: threading.Event | None = None  # process_items' stop, for files still waiting to be written
         self._writer_pool: ThreadPoolExecutor | None = None
         self._thread_writer = threading.local()
         self._file_writers: list[content.FileWriter] = []
@@ -314,6 +315,7 @@ class Indexer:
         always holds leases (so its death is always visible as leases to take over).
         """
         items = list(items)
+        self._stop = stop
         self.watchdog.stop_on(stop)
         contexts: dict[uuid.UUID, _SourceContext | None] = {}
         finished: set[int] = set()
@@ -505,6 +507,10 @@ class Indexer:
             storage_class=item.storage_class, owner=item.owner, mode=item.mode, uid=item.uid, gid=item.gid,
         )
         rows = [content.ChunkRow(*c) for c in outcome.chunks]
+        if self._stop is not None and self._stop.is_set():  # stopped before its turn: hand it back
+            with self.engine.begin() as conn:
+                jobs.release_unstarted(conn, [item])
+            return None
         self.activity.begin(item.id, item.key)
         writer = self._file_writer()
         with self.watchdog.watch(item.id) as ticket:
