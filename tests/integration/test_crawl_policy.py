@@ -55,6 +55,10 @@ def test_a_disabled_tenant_is_not_crawled_and_enabling_it_again_resumes(owner_en
         assert runner.schedule_due() == []  # the schedule is due, but not for a disabled tenant
         assert runner.step(threading.Event()) is False  # its queued run is not claimed
         assert job_state(owner_engine, job_id) == "queued" and _files(owner_engine, corpus.source_id) == set()
+        idle = threading.Thread(target=runner.run, args=(threading.Event(),), kwargs={"exit_when_idle": True})
+        idle.start()  # a worker told to exit when idle does not wait for a disabled tenant's runs
+        idle.join(30)
+        assert not idle.is_alive() and job_state(owner_engine, job_id) == "queued"
 
         admin.update_tenant(owner_engine, corpus.tenant, enabled=True)
         runner.run(threading.Event(), exit_when_idle=True)

@@ -605,8 +605,9 @@ def prune(conn: Connection, *, days: int = 7) -> int:
     return conn.execute(_PRUNE, {"days": days}).scalar_one()
 
 
-_OPEN_RUNS = text("""
+_OPEN_RUNS = text(f"""
 SELECT EXISTS (SELECT 1 FROM crawl_jobs c WHERE c.state IN ('queued', 'listing', 'running')
+                  AND {_TENANT_ON.format(col="c.tenant_id")}
                   AND (CAST(:tenants AS text[]) IS NULL
                        OR c.tenant_id IN (SELECT t.id FROM tenants t
                                            WHERE t.name = ANY (CAST(:tenants AS text[])))))
