@@ -546,7 +546,7 @@ WITH items AS (
            breaks = breaks + CASE WHEN started_at IS NOT NULL THEN 1 ELSE 0 END,
            last_error = CASE WHEN started_at IS NOT NULL AND breaks + 1 >= :max_breaks
                              THEN 'poison file: a worker died or stopped making progress while indexing it, '
-                                  || (breaks + 1) || ' times; not retried'
+                                  || (breaks + 1) || ' times; not retried until it changes'
                              ELSE coalesce(last_error || '; ', '') || 'gave up after ' || attempts
                                   || ' expired leases' END
      WHERE id IN (SELECT id FROM crawl_items WHERE state = 'running' AND lease_expires_at < now()
