@@ -96,12 +96,15 @@ gf AS MATERIALIZED (
     SELECT f.id, f.chunk_count FROM files f
      WHERE f.tenant_id = kdbl_tenant() AND f.id IN (SELECT g.id FROM kdbl_granted_files() AS g(id))
        AND f.source_id NOT IN (SELECT ws.id FROM kdbl_whole_sources() AS ws(id))
-), corpus AS (
-    SELECT coalesce((SELECT sum(n_chunks) FROM corpus_stats WHERE tenant_id = kdbl_tenant()), 0)
-           + coalesce((SELECT sum(chunk_count) FROM gf), 0) AS n,
-           coalesce((SELECT sum(total_len) FROM corpus_stats WHERE tenant_id = kdbl_tenant()), 0)
-           + coalesce((SELECT sum(c.token_count) FROM chunks c WHERE c.file_id IN (SELECT id FROM gf)
-                        AND EXISTS (SELECT 1 FROM gf)), 0) AS total_len
+), corpus AS MATERIALIZED (
+    SELECT greatest(n, 1)::float8 AS n, greatest(total_len, 1)::float8 / greatest(n, 1)::float8 AS avgdl
+      FROM (SELECT coalesce(s.n, 0) + coalesce(g.n, 0) AS n, coalesce(s.len, 0) + coalesce(g.len, 0) AS total_len
+              FROM (SELECT sum(n_chunks) AS n, sum(total_len) AS len
+                      FROM corpus_stats WHERE tenant_id = kdbl_tenant()) s,
+                   (SELECT sum(chunk_count) AS n,
+                           (SELECT sum(c.token_count) FROM chunks c
+                             WHERE c.file_id IN (SELECT id FROM gf) AND EXISTS (SELECT 1 FROM gf)) AS len
+                      FROM gf) g) t
 ), dfs AS (
     SELECT term, sum(df) AS df FROM (
         SELECT s.term, s.df FROM term_stats s WHERE s.tenant_id = kdbl_tenant() AND s.term IN (SELECT term FROM q)
@@ -116,14 +119,11 @@ gf AS MATERIALIZED (
 _TERMS = f"""
 WITH q AS (
     SELECT DISTINCT lexeme AS term FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :query))
-), {_STATS.strip()}, nc AS (
-    SELECT greatest(n, 1)::float8 AS n, greatest(total_len, 1)::float8 / greatest(n, 1)::float8 AS avgdl
-      FROM corpus
-), w AS (
+), {_STATS.strip()}, w AS (
     SELECT d.term, ln(1 + (nc.n - d.df + 0.5) / (d.df + 0.5)) AS idf, nc.avgdl, d.df, nc.n,
            ln(1 + (nc.n - d.df + 0.5) / (d.df + 0.5)) * CAST({K1 + 1} AS float8) AS idf_k1,
            CAST({K1 * B:.6g} AS float8) / nc.avgdl AS k1b_avgdl
-      FROM dfs d CROSS JOIN nc
+      FROM dfs d CROSS JOIN corpus nc
 )"""
 # idf·tf·(k1+1) / (tf + k1·(1 - b + b·dl/avgdl)), arranged so that each posting costs a few float8
 # operations: idf·(k1+1) and k1·b/avgdl are computed once per term (an untyped 0.75 would make every row numeric math).
