@@ -394,18 +394,20 @@ def _crawl(args: argparse.Namespace, settings: Settings, engine: Any) -> int:
     sources = load_sources(engine, tenant=args.tenant, source_id=args.source)
     if not sources:
         raise ConfigError("no matching source")
+    from kdbl_control.progress import queue_progress
     from kdbl_control.signals import stop_on_signals
 
     if args.queue:
         from kdbl_worker.queue import enqueue, wait_for
 
         ids = enqueue(engine, [s.id for s in sources])
-        print(" ".join(map(str, ids)))
+        print(" ".join(map(str, ids)), flush=True)  # at once: a script may read them while this waits
         if args.no_wait:
             return 0
         try:
             with stop_on_signals() as stop:
-                statuses = wait_for(engine, ids, timeout_s=args.timeout, poll_s=1.0, stop=stop)
+                statuses = wait_for(engine, ids, timeout_s=args.timeout, poll_s=1.0, stop=stop,
+                                    on_progress=queue_progress(settings.progress_interval_s))
         except TimeoutError as exc:
             print(f"kdbl-control: {exc}", file=sys.stderr)
             return 3

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 from kdbl_worker.pipeline import CrawlStats, Indexer, SourceRow
@@ -51,6 +52,27 @@ class ProgressLog:
             line = progress_line(self.label, self.indexer.local_stats, self.indexer.activity.oldest_key(),
                                  time.monotonic() - self._started)
             print(line, file=self.out, flush=True)
+
+
+def queue_progress(interval_s: float, out: TextIO | None = None) -> Callable[[dict], None]:
+    """For `crawl --queue`: a line every `interval_s` with the runs' totals while the workers crawl."""
+    out = out or sys.stderr
+    started = time.monotonic()
+    last = [started]
+
+    def show(statuses: dict) -> None:
+        now = time.monotonic()
+        if now - last[0] < interval_s:
+            return
+        last[0] = now
+        runs = list(statuses.values())
+        done = sum(s.indexed for s in runs) + sum(s.unchanged for s in runs)
+        print(f"kdbl: crawl runs {','.join(str(s.id) for s in runs)}: {sum(s.listed for s in runs)} listed, "
+              f"{sum(s.pending for s in runs)} pending, {sum(s.failed for s in runs)} failed, "
+              f"{', '.join(sorted({s.state for s in runs}))}, {now - started:.0f} s; "
+              f"{done / (now - started):.1f} files/s", file=out, flush=True)
+
+    return show
 
 
 def crawl_with_progress(indexer: Indexer, source: SourceRow, *, stop: threading.Event | None = None,
