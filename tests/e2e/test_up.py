@@ -220,6 +220,8 @@ async def test_up_serves_within_seconds_while_a_10_mb_file_is_indexed_behind_it(
             assert time.monotonic() < deadline, up.text
             assert up.proc.poll() is None, up.text
             time.sleep(1)
+        print(f"\nserving after {serving_after:.1f} s, 10 MB file searchable after "
+              f"{time.monotonic() - up.started:.1f} s")
         assert hits[0]["key"] == "novel.txt" and "<mark>quokkalantern</mark>" in hits[0]["snippet"]
         assert sources["sources"][0]["name"] == "big"
     finally:
