@@ -32,3 +32,54 @@ def test_down_to_the_first_migration_and_up_again(pg_dir) -> None:
         assert migrate.current_revision(url) == "0001" and _progress_body(url) is None
         migrate.upgrade(url)
         assert migrate.current_revision(url) == head and "source_stats" in (_progress_body(url) or "")
+
+
+def _stats(url: str, per_source: bool) -> tuple[set, set]:
+    """(term_stats, corpus_stats) summed to (tenant[, source], term) / (tenant[, source]) rows."""
+    key = "tenant_id, source_id" if per_source else "tenant_id"
+    engine = sync_engine(url)
+    try:
+        with engine.connect() as conn:
+            terms = set(conn.execute(text(
+                f"SELECT {key}, term, sum(df) FROM term_stats GROUP BY {key}, term HAVING sum(df) <> 0")))
+            corpus = set(conn.execute(text(
+                f"SELECT {key}, sum(n_chunks), sum(total_len) FROM corpus_stats GROUP BY {key}")))
+            truth_terms = set(conn.execute(text(
+                f"SELECT {key}, term, count(*) FROM postings GROUP BY {key}, term")))
+            truth_corpus = set(conn.execute(text(
+                f"SELECT {key}, count(*), sum(token_count) FROM chunks GROUP BY {key}")))
+    finally:
+        engine.dispose()
+    assert terms == truth_terms and corpus == truth_corpus
+    return terms, corpus
+
+
+def test_per_source_statistics_are_backfilled_and_summed_back_on_downgrade(pg_dir) -> None:
+    from kdbl_control import admin
+    from kdbl_core.db import content
+    from kdbl_core.db.engine import tenant_transaction
+
+    with EmbeddedDatabase(pg_dir) as db:
+        url = db.owner_url
+        engine = sync_engine(url)
+        try:
+            tenant = admin.create_tenant(engine, "mig")
+            for name, words in (("one", "alpha beta"), ("two", "alpha gamma")):
+                source = admin.add_source(engine, "mig", protocol="fs", config={"root": str(pg_dir)}, name=name)
+                for i in range(3):
+                    body = f"{words} number {i}"
+                    with tenant_transaction(engine, tenant.id) as conn:
+                        content.write_file(conn, tenant_id=tenant.id, source_id=source.id,
+                                           meta=content.FileMeta(key=f"{name}{i}.txt"), status="ok",
+                                           status_reason=None, title=None, text_chars=len(body),
+                                           ts_config="english",
+                                           chunks=[content.ChunkRow(0, body, 0, len(body))])
+        finally:
+            engine.dispose()
+        per_source, _ = _stats(url, per_source=True)
+        assert {(row[2], row[3]) for row in per_source if row[2] == "alpha"} == {("alpha", 3)}  # 3 per source
+        migrate.downgrade(url, "0006")
+        tenant_wide, _ = _stats(url, per_source=False)
+        assert {(row[1], row[2]) for row in tenant_wide if row[1] == "alpha"} == {("alpha", 6)}
+        migrate.upgrade(url)
+        assert _stats(url, per_source=True)[0] == per_source
