@@ -158,3 +158,21 @@ def test_a_server_left_by_a_killed_owner_is_stopped_and_replaced_with_a_message(
         with engine.connect() as conn:
             assert conn.execute(text("SELECT count(*) FROM tenants")).scalar() >= 0
         engine.dispose()
+
+
+def test_a_data_dir_from_an_earlier_release_with_trust_auth_gets_a_password(private_parent):
+    from kdbl_core.db import embedded
+
+    pgdata = private_parent / "d" / "pgdata"
+    pgdata.mkdir(parents=True, mode=0o700)
+    subprocess.run(embedded._as_server_user([embedded._bin("initdb"), "-D", str(pgdata), "-U", "postgres",
+                                             "--auth=trust", "--no-instructions"]), check=True, capture_output=True)
+    with EmbeddedDatabase(private_parent / "d") as db:
+        socket_dir = _socket_dir(db.owner_url)
+        with pytest.raises(psycopg.OperationalError, match="password"):
+            psycopg.connect(host=str(socket_dir), user="postgres", dbname="kdbl", connect_timeout=10).close()
+        engine = create_engine(db.owner_url, poolclass=pool.NullPool)
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM pg_hba_file_rules WHERE auth_method = 'trust'")
+                                ).scalar() == 0
+        engine.dispose()
