@@ -176,3 +176,16 @@ def test_a_data_dir_from_an_earlier_release_with_trust_auth_gets_a_password(priv
             assert conn.execute(text("SELECT count(*) FROM pg_hba_file_rules WHERE auth_method = 'trust'")
                                 ).scalar() == 0
         engine.dispose()
+
+
+def test_a_restart_with_a_long_path_keeps_the_url_and_the_private_socket_directory(private_parent):
+    db = EmbeddedDatabase(private_parent / ("long-" * 20) / "data")
+    try:
+        first = db.start()
+        db.stop()
+        assert not _socket_dir(first).exists()
+        assert db.start() == first
+        info = _socket_dir(first).stat()
+        assert stat.S_IMODE(info.st_mode) == 0o700 and info.st_uid == os.geteuid()
+    finally:
+        db.stop()

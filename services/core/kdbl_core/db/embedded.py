@@ -106,6 +106,7 @@ class EmbeddedDatabase:
         self._process: subprocess.Popen | None = None
         self._pid: int | None = None
         self._socket_dir_made: Path | None = None
+        self._socket_dir_last: Path | None = None
         self.owner_url = ""
         self.stale_pid: int | None = None
 
@@ -233,11 +234,18 @@ class EmbeddedDatabase:
     def _socket_dir(self) -> Path:
         if len(str(self.pgdata / SOCKET_NAME)) <= SOCKET_PATH_MAX:
             return self.pgdata
+        if self._socket_dir_last is not None:  # a restart keeps the URL: the same name, made afresh
+            try:
+                os.mkdir(self._socket_dir_last, 0o700)  # fails if anyone else made it meanwhile
+                self._socket_dir_made = self._socket_dir_last
+                return self._socket_dir_last
+            except FileExistsError:
+                pass
         base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
         if len(os.path.join(base, "kdbl-pg-xxxxxxxx", SOCKET_NAME)) > SOCKET_PATH_MAX:
             base = "/tmp"
         made = Path(tempfile.mkdtemp(prefix="kdbl-pg-", dir=base))  # 0700, ours
-        self._socket_dir_made = made
+        self._socket_dir_made = self._socket_dir_last = made
         return made
 
     def _run_postgres(self) -> Path:
