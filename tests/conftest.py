@@ -12,10 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
+from skip_policy import pytest_runtest_makereport  # noqa: F401 - the hook: a skip fails unless opted in
 
 from kdbl_core.db.embedded import EmbeddedDatabase
-from skip_policy import pytest_runtest_makereport  # noqa: F401 - the hook: a skip fails unless opted in
 from kdbl_core.db.engine import sync_engine
 from kdbl_core.db.urls import for_role
 

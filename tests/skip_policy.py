@@ -23,5 +23,5 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         return
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
     report.outcome = "failed"
-    report.longrepr = (f"skipped without an opt-in marker ({', '.join(OPT_IN)}); KDBL_FAIL_ON_SKIP=1 makes that "
-                       f"a failure: {reason}")
+    report.longrepr = (f"skipped without an opt-in marker ({', '.join(OPT_IN)}); "
+                       f"KDBL_FAIL_ON_SKIP=1 makes that a failure: {reason}")

@@ -125,7 +125,7 @@ async def test_up_serves_mcp_restarts_without_reindexing_and_stops_on_ctrl_c(fol
         token_file = data_dir / "demo-token"
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
         token = token_file.read_text().strip()
-        assert token not in first.text  # the banner shows a placeholder; the config with the token is a 0600 file
+        assert token not in first.text  # the banner shows a placeholder; the config with it is a 0600 file
         shown = json.loads(first.text[first.text.index("{"):first.text.rindex("}") + 1])
         assert str(token_file) in shown["mcpServers"]["kdbl"]["headers"]["Authorization"]
         config_file = data_dir / "mcp-client.json"
@@ -211,7 +211,8 @@ async def test_up_serves_within_seconds_while_a_10_mb_file_is_indexed_behind_it(
         deadline = time.monotonic() + 600
         while True:
             http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
-            async with http, Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)) as c:
+            transport = streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)
+            async with http, Client(transport) as c:
                 hits = (await c.call_tool("search_content", {"query": "quokkalantern", "mode": "lexical"}
                                           )).structured_content["hits"]
                 sources = (await c.call_tool("list_sources", {})).structured_content
@@ -242,7 +243,8 @@ def test_sigterm_and_a_crash_never_orphan_the_embedded_postgres_and_a_foreign_ho
         message = foreign.json()["error"]["message"]
         assert "evil.example" in message and "--host" in message and "KDBL_ALLOWED_HOSTS" in message
         for name in (socket.gethostname(), "host.docker.internal"):  # what a container uses to reach the host
-            assert httpx.post(url, json=TOOLS_LIST, headers={**auth, "Host": f"{name}:{port}"}).status_code == 200
+            allowed = httpx.post(url, json=TOOLS_LIST, headers={**auth, "Host": f"{name}:{port}"})
+            assert allowed.status_code == 200, name
         assert _admin(data_dir, "tenant", "list").returncode == 0
         postmaster = _postmaster_pid(data_dir)
         crashed.stop(signal.SIGKILL)
@@ -254,7 +256,8 @@ def test_sigterm_and_a_crash_never_orphan_the_embedded_postgres_and_a_foreign_ho
     restarted = UpProcess(str(folder), "--data-dir", str(data_dir), "--port", str(port))
     try:
         restarted.wait_for("Ctrl-C to stop")
-        assert f"stopped a PostgreSQL server (pid {postmaster}) that an earlier run left behind" in restarted.text
+        notice = f"stopped a PostgreSQL server (pid {postmaster}) that an earlier run left behind"
+        assert notice in restarted.text
         assert not _running(postmaster)  # ... is found and replaced
         assert httpx.post(f"http://127.0.0.1:{port}/mcp", json=TOOLS_LIST, headers={
             **MCP_HEADERS, "Authorization": f"Bearer {token}", "Host": f"{socket.gethostname()}:{port}"},

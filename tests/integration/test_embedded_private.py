@@ -47,7 +47,8 @@ def _other_user() -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(PROBE_USER)
     except KeyError:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", PROBE_USER], check=True)
+        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", PROBE_USER],
+                       check=True)
         return pwd.getpwnam(PROBE_USER)
 
 
@@ -166,7 +167,8 @@ def test_a_data_dir_from_an_earlier_release_with_trust_auth_gets_a_password(priv
     pgdata = private_parent / "d" / "pgdata"
     pgdata.mkdir(parents=True, mode=0o700)
     subprocess.run(embedded._as_server_user([embedded._bin("initdb"), "-D", str(pgdata), "-U", "postgres",
-                                             "--auth=trust", "--no-instructions"]), check=True, capture_output=True)
+                                             "--auth=trust", "--no-instructions"]),
+                   check=True, capture_output=True)
     with EmbeddedDatabase(private_parent / "d") as db:
         socket_dir = _socket_dir(db.owner_url)
         with pytest.raises(psycopg.OperationalError, match="password"):

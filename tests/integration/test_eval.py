@@ -13,7 +13,6 @@ import pytest
 
 from kdbl_control.evaluate import run_eval, summarise
 
-
 CORPUS = [
     # "zebrafish" 3 times here, once in d2 (similar lengths): BM25 ranks d1 above d2
     {"_id": "d1", "title": "Zebrafish heart regeneration",
@@ -97,7 +96,8 @@ def test_eval_lexical_end_to_end(owner_url: str, tmp_path: Path, unique: str) ->
     assert again["modes"]["lexical"]["mrr@10"] == 0.5
 
 
-def test_eval_vector_and_hybrid_modes(owner_url: str, tmp_path: Path, unique: str, embed_model_path: Path) -> None:
+def test_eval_vector_and_hybrid_modes(owner_url: str, tmp_path: Path, unique: str,
+                                      embed_model_path: Path) -> None:
     model = embed_model_path
     dataset = _beir(tmp_path / "tiny")
     result = run_eval(owner_url, dataset, split="test", modes=("lexical", "vector", "hybrid"),

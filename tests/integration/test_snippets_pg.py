@@ -4,7 +4,8 @@ PyStemmer ships a newer Snowball English than Postgres 18 (e.g. "interfering": "
 "oncologist": "oncolog" vs "oncologist"): a fraction of a percent of an English vocabulary stems
 differently, so the test bounds the disagreement instead of demanding none; a marked word is never
 one Postgres would not match. The English text is the repository's own documentation (60 paragraphs,
-README and docs/, each queried with the first sentence of another), so the test needs nothing outside the repository.
+README and docs/, each queried with the first sentence of another), so the test needs nothing
+outside the repository.
 """
 
 from __future__ import annotations

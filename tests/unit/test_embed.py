@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-
 from kdbl_core.embed import Embedder
 from kdbl_core.errors import ConfigError
 

@@ -42,10 +42,11 @@ def _pdf(pages: list[bytes], *, encrypt: bool = False) -> bytes:
     kids = []
     for content in pages:
         objects.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content))
-        objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> "
-                       b">> /Contents %d 0 R >>" % len(objects))
+        objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+                       b"/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>" % len(objects))
         kids.append(len(objects))
-    objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(b"%d 0 R" % k for k in kids), len(kids))
+    refs = b" ".join(b"%d 0 R" % k for k in kids)
+    objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (refs, len(kids))
     trailer_extra = b""
     if encrypt:
         objects.append(b"<< /Filter /Standard /V 1 /R 2 /O <%s> /U <%s> /P -4 >>" % (b"ab" * 32, b"cd" * 32))
@@ -58,7 +59,8 @@ def _pdf(pages: list[bytes], *, encrypt: bool = False) -> bytes:
     xref = len(out)
     out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R%s >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, trailer_extra, xref)
+    out += b"trailer\n<< /Size %d /Root 1 0 R%s >>\n" % (len(objects) + 1, trailer_extra)
+    out += b"startxref\n%d\n%%%%EOF\n" % xref
     return bytes(out)
 
 
@@ -85,8 +87,8 @@ def _workbook(path: Path, *, inflated: bool = False) -> Path:
         with zipfile.ZipFile(path) as package:
             parts = {name: package.read(name) for name in package.namelist()}
         sheet = parts["xl/worksheets/sheet1.xml"].decode()
-        parts["xl/worksheets/sheet1.xml"] = re.sub(r'<dimension ref="[^"]+"', '<dimension ref="A1:XFD1048576"',
-                                                   sheet).encode()
+        sheet = re.sub(r'<dimension ref="[^"]+"', '<dimension ref="A1:XFD1048576"', sheet)
+        parts["xl/worksheets/sheet1.xml"] = sheet.encode()
         with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as package:
             for name, data in parts.items():
                 package.writestr(name, data)
@@ -100,7 +102,8 @@ def data(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("docs")
     (root / "multi_page.pdf").write_bytes(_pdf([_text_page(t) for t in MULTI_PAGE]))
     (root / "encrypted.pdf").write_bytes(_pdf([_text_page("secret minutes")], encrypt=True))
-    (root / "image_only.pdf").write_bytes(_pdf([b"0.5 g 72 72 468 648 re f", b"0 0 1 rg 100 100 200 200 re f"]))
+    drawn = [b"0.5 g 72 72 468 648 re f", b"0 0 1 rg 100 100 200 200 re f"]
+    (root / "image_only.pdf").write_bytes(_pdf(drawn))
     _workbook(root / "xlsx_01.xlsx")
     _workbook(root / "xlsx_04_inflated.xlsx", inflated=True)
     for shipped in DOCS.iterdir():

@@ -37,7 +37,8 @@ class HostHint:
                 body = self._body(scope)
                 headers = [(k, v) for k, v in held["start"].get("headers", [])
                            if k.lower() not in (b"content-length", b"content-type")]
-                headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+                headers += [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())]
                 await send({**held["start"], "headers": headers})
                 await send({"type": "http.response.body", "body": body})
                 return
@@ -53,5 +54,6 @@ class HostHint:
                    "host:port, port may be *).")
         return json.dumps({"jsonrpc": "2.0", "id": None, "error": {
             "code": -32600, "message": message,
-            "data": {"host": host, "allowed_hosts": self.allowed, "settings": ["--host", "KDBL_ALLOWED_HOSTS"]}}},
+            "data": {"host": host, "allowed_hosts": self.allowed,
+                     "settings": ["--host", "KDBL_ALLOWED_HOSTS"]}}},
         ).encode()

@@ -16,7 +16,8 @@ def owner_url(settings: Settings, data_dir: Path | None) -> Iterator[str]:
     if data_dir is not None:
         if not (data_dir / "pgdata" / "PG_VERSION").exists():
             raise ConfigError(f"no K-Lake data in {data_dir} (run `kdbl-control up --data-dir {data_dir}` first)")
-        # Attaches to the server a running `up` owns (and leaves it running); with no `up`, starts and stops its own.
+        # Attaches to the server a running `up` owns (and leaves it running);
+        # with no `up`, starts and stops its own.
         db = EmbeddedDatabase(data_dir, lock=False)
         url = db.start()
         try:

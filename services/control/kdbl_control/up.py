@@ -30,9 +30,9 @@ from kdbl_core.auth import pat
 from kdbl_core.db.embedded import EmbeddedDatabase
 from kdbl_core.db.engine import async_engine, sync_engine
 from kdbl_core.db.urls import for_role
+from kdbl_core.embed import Embedder, default_model_path
 from kdbl_core.errors import ConfigError
 from kdbl_core.settings import Settings
-from kdbl_core.embed import Embedder, default_model_path
 from kdbl_worker.embedding import embed_pending
 from kdbl_worker.fetch import create_fetch_app
 from kdbl_worker.pipeline import Indexer, load_sources
@@ -212,11 +212,12 @@ def _run_up(folders: list[Path], data_dir: Path, port: int, host: str) -> int:
         token = _demo_token(owner, data_dir)
         url = f"{base_url}/mcp"
         stop = threading.Event()
-        # One model instance serves both the API's query embeddings (first in line) and the background embedding.
+        # One model instance serves the API's query embeddings (first in line) and the background embedding.
         embedder = load_embedder(settings)
         background = threading.Thread(target=_background, args=(indexer, worker, embedder, stop),
                                       name="crawl", daemon=True)
-        fetch = uvicorn.Server(uvicorn.Config(create_fetch_app(settings, worker), host=loopback, port=fetch_port,
+        fetch = uvicorn.Server(uvicorn.Config(create_fetch_app(settings, worker), host=loopback,
+                                              port=fetch_port,
                                               log_level="warning", server_header=False))
         threading.Thread(target=fetch.run, name="fetch", daemon=True).start()
         api_engine = async_engine(for_role(db.owner_url, "kdbl_api"))
@@ -250,7 +251,8 @@ def _banner(url: str, data_dir: Path, config_file: Path, settings: Settings, hos
              f"Demo token written to {token_file} (0600); the client config with it to {config_file} (0600):",
              client_config(url, placeholder)]
     if host not in LOOPBACK:
-        lines.append("Host headers accepted (add more with KDBL_ALLOWED_HOSTS): " + ", ".join(settings.allowed_hosts))
+        lines.append("Host headers accepted (add more with KDBL_ALLOWED_HOSTS): "
+                     + ", ".join(settings.allowed_hosts))
     lines += [f"Smoke test: {control_command()} --api-url {shlex.quote(url.removesuffix('/mcp'))} "
               f"--api-token-file {shlex.quote(str(token_file))} mcp smoke",
               "Indexing continues in the background (search finds what is indexed so far; "

