@@ -1,8 +1,9 @@
 """The write path of indexed content: one file's rows replaced atomically, BM25 statistics kept exact.
 
 Callers run these inside `tenant_transaction` (the worker role sees one tenant at a time);
-`FileWriter.write` runs its own transaction in four round trips, the chunks sent by COPY (see
-`FileWriter.run` for why nothing large goes through psycopg's pipeline mode). BM25 statistics are kept
+`FileWriter.write` runs its own transaction and sends it with its COMMIT in one round trip, draining
+each statement before the next (`_drain`: psycopg's pipeline could leave a big statement half-sent and
+hang, issue 12). BM25 statistics are kept
 per source (term_stats, corpus_stats: migration 0007) so the query side can sum those of the sources a
 principal sees (kdbl_core.search.lexical).
 A file is written in one transaction: its old chunks, postings and statistics go out and the new
@@ -11,6 +12,7 @@ ones come in together, so a crash at any moment leaves either the old file or th
 
 from __future__ import annotations
 
+import selectors
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -139,27 +141,16 @@ WITH old AS (
 )
 SELECT (SELECT id FROM f) AS file_id, (SELECT n FROM old) AS old_chunks{{check}}
 """
-# The chunks come from array parameters (`write_file`, on a SQLAlchemy connection) or from the session's
-# staging table, filled by COPY (`FileWriter`).
 _ARRAY_INPUT = """SELECT * FROM unnest(CAST(:seqs AS int[]), CAST(:bodies AS text[]), CAST(:pages AS int[]),
                          CAST(:starts AS int[]), CAST(:ends AS int[]), CAST(:ts_starts AS bigint[]),
                          CAST(:ts_ends AS bigint[]))
                 AS u(seq, body, page_no, char_start, char_end, ts_start_ms, ts_end_ms)"""
-_STAGE_COLUMNS = "seq, body, page_no, char_start, char_end, ts_start_ms, ts_end_ms"
-_STAGE_INPUT = f"SELECT {_STAGE_COLUMNS} FROM pg_temp.kdbl_stage"
 _WRITE = text(_WRITE_TEMPLATE.format(input=_ARRAY_INPUT, check=""))
 # For a pipeline (the COMMIT is already on its way): a file that still has content aborts the transaction.
 _WRITE_CHECKED = text(_WRITE_TEMPLATE.format(
-    input=_STAGE_INPUT,
+    input=_ARRAY_INPUT,
     check=",\n       kdbl_check((SELECT n FROM old) = 0, 'KL002', 'the file still has indexed content')"))
 
-# A file's chunks travel to Postgres by COPY into this per-session table, emptied by every COMMIT (and
-# by a rollback, which discards the rows). COPY streams: psycopg writes and flushes COPY data until the
-# server has it, so a file of any size goes through (see FileWriter.write).
-_CREATE_STAGE = (f"CREATE TEMP TABLE IF NOT EXISTS kdbl_stage (seq int NOT NULL, body text NOT NULL, page_no int, "
-                 "char_start int NOT NULL, char_end int NOT NULL, ts_start_ms bigint, ts_end_ms bigint) "
-                 "ON COMMIT DELETE ROWS")
-_COPY_STAGE = f"COPY pg_temp.kdbl_stage ({_STAGE_COLUMNS}) FROM STDIN"
 
 HAS_CONTENT = "KL002"
 FENCE_LOST = "KL001"
@@ -188,6 +179,28 @@ def native_sql(stmt: TextClause) -> str:
     return hit[1]
 
 
+def _drain(conn: psycopg.Connection) -> None:
+    """Hand libpq's whole output buffer to the socket, reading what the server sends meanwhile.
+
+    psycopg (3.3, C and Python alike) sends a pipeline's commands as the socket allows and returns once
+    its queue is empty, ignoring PQflush's "data left"; at COMMIT it then waits for results only. With a
+    statement bigger than the socket buffers (a 3-5 MB text file's chunks) the rest of the message stayed
+    in libpq, Postgres waited for it in ClientRead, and the crawl hung for good (issue 12). This loop is
+    what libpq asks of a non-blocking client: flush until done, waiting for write or read readiness and
+    consuming input on the latter (the server may be sending results of earlier statements). Small
+    messages leave nothing to flush (no system call). A server that goes away makes consume_input raise.
+    """
+    pgconn = conn.pgconn
+    if not pgconn.flush():
+        return
+    with selectors.DefaultSelector() as sel:
+        sel.register(pgconn.socket, selectors.EVENT_READ | selectors.EVENT_WRITE)
+        while pgconn.flush():
+            for _, events in sel.select():
+                if events & selectors.EVENT_READ:
+                    pgconn.consume_input()
+
+
 class FileWriter:
     """File transactions over one connection, held across files (one per writer thread).
 
@@ -206,44 +219,22 @@ class FileWriter:
             self._pooled.close()
             self._pooled = None
 
-    def _connection(self) -> psycopg.Connection:
-        if self._pooled is None:
-            pooled = self.engine.raw_connection()
-            try:
-                raw = pooled.driver_connection
-                raw.execute(_CREATE_STAGE)
-                raw.commit()
-            except BaseException:
-                pooled.invalidate()
-                raise
-            self._pooled = pooled
-        return self._pooled.driver_connection
+    def run(self, statements: Sequence[tuple[TextClause, dict]]) -> None:
+        """Run statements and COMMIT as one transaction in ONE round trip (psycopg pipeline mode).
 
-    def run(self, setup: Sequence[tuple[TextClause, dict]], chunks: Sequence[ChunkRow],
-            statements: Sequence[tuple[TextClause, dict]]) -> None:
-        """One transaction: `setup` (pipelined), the chunks COPYed into the staging table, then
-        `statements` and COMMIT (pipelined). Four round trips whatever the file's size.
-
-        Nothing large goes through pipeline mode: psycopg's pipeline stops flushing once its command
-        queue is empty (3.3: `pipeline_communicate` ignores PQflush's "data left"), so a message larger
-        than the socket buffers could stay half-sent while it waits for results, and Postgres waits
-        for the rest in ClientRead (the hang of a 5 MB text file, issue 12). COPY data is flushed until
-        the server has it. A statement that fails (kdbl_check included) aborts the transaction.
+        Each statement is drained (`_drain`) before the next goes out, so the pipeline never waits for
+        results while part of a message is still unsent. A statement that fails (kdbl_check included)
+        aborts the transaction: the COMMIT becomes a rollback.
         """
-        raw = self._connection()
+        if self._pooled is None:
+            self._pooled = self.engine.raw_connection()
+        raw = self._pooled.driver_connection
         try:
-            with raw.cursor() as cur:
-                with raw.pipeline():
-                    for stmt, params in setup:
-                        cur.execute(native_sql(stmt), params)
-                with cur.copy(_COPY_STAGE) as copy:
-                    for c in chunks:
-                        copy.write_row((c.seq, c.text, c.page_no, c.char_start, c.char_end, c.ts_start_ms,
-                                        c.ts_end_ms))
-                with raw.pipeline():
-                    for stmt, params in statements:
-                        cur.execute(native_sql(stmt), params)
-                    raw.commit()
+            with raw.pipeline(), raw.cursor() as cur:
+                for stmt, params in statements:
+                    cur.execute(native_sql(stmt), params)
+                    _drain(raw)
+                raw.commit()
         except BaseException:
             if raw.closed or raw.broken:
                 self._pooled.invalidate()
@@ -268,7 +259,7 @@ class FileWriter:
         durable: bool = True,
         then: Sequence[tuple[TextClause, dict]] = (),
     ) -> None:
-        """`write_file` in its own transaction (see `run`), the chunks sent by COPY.
+        """`write_file` in its own transaction, sent with its COMMIT in one round trip (see `run`).
 
         `then`: more statements for the same transaction (a queue item's completion); one that aborts
         with SQLSTATE KL001 (`kdbl_check`) raises FenceLost and nothing is written.
@@ -279,14 +270,13 @@ class FileWriter:
         completed in the same transaction is forgotten with it, so the file is simply indexed again. A
         worker crash loses nothing. Any later durable commit (end of a listing, of a run) flushes them.
         """
-        params = _file_params(tenant_id, source_id, meta, status, status_reason, title, (), text_chars,
+        params = _file_params(tenant_id, source_id, meta, status, status_reason, title, chunks, text_chars,
                               ts_config)
-        params["chunk_count"] = len(chunks)
-        tx = (_FILE_TX, {"tenant": str(tenant_id), "sync": "on" if durable else "off"})
+        setup = (_FILE_TX, {"tenant": str(tenant_id), "sync": "on" if durable else "off"})
         for drop in ((True,) if replace else (False, True)):
+            statements = [setup, *([(_DROP_BY_KEY, params)] if drop else []), (_WRITE_CHECKED, params), *then]
             try:
-                self.run([tx, *([(_DROP_BY_KEY, params)] if drop else [])], chunks,
-                         [(_WRITE_CHECKED, params), *then])
+                self.run(statements)
                 return
             except psycopg.Error as exc:
                 if exc.sqlstate == FENCE_LOST:
