@@ -1,8 +1,8 @@
 """Large files index completely in one crawl, with small files around them, and are searchable (issue 12).
 
 A plain-text file of a few MB (thousands of chunks) used to hang the crawl for good: psycopg's pipeline
-mode left the one big write half-sent while it waited for results (Postgres in ClientRead). The chunks now
-travel by COPY (kdbl_core.db.content.FileWriter).
+mode left the one big write half-sent while it waited for results (Postgres in ClientRead). Each pipelined
+statement is now drained before the next (kdbl_core.db.content._drain).
 """
 
 from __future__ import annotations
