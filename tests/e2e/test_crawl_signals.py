@@ -36,10 +36,10 @@ HELD = sys.argv.pop(1)
 ENTRY = sys.argv.pop(1)
 _run = content.FileWriter.run
 
-def _held(self, setup, chunks, statements):
+def _held(self, statements):
     if any(isinstance(p, dict) and p.get("key") == HELD for _, p in statements):
         statements = [*statements, (text("SELECT pg_sleep(3600) /* held commit */"), {})]
-    return _run(self, setup, chunks, statements)
+    return _run(self, statements)
 
 content.FileWriter.run = _held
 if ENTRY == "crawl":

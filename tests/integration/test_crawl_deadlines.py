@@ -45,10 +45,10 @@ from kdbl_core.db import content
 FROZEN = sys.argv.pop(1)
 _run = content.FileWriter.run
 
-def _frozen(self, setup, chunks, statements):
+def _frozen(self, statements):
     if any(isinstance(p, dict) and p.get("key") == FROZEN for _, p in statements):
-        setup = [*setup, (text("SELECT pg_sleep(3600) /* frozen */"), {})]
-    return _run(self, setup, chunks, statements)
+        statements = [statements[0], (text("SELECT pg_sleep(3600) /* frozen */"), {}), *statements[1:]]
+    return _run(self, statements)
 
 content.FileWriter.run = _frozen
 from kdbl_worker.main import main

@@ -48,7 +48,7 @@ class HostHint:
 
     def _body(self, scope: Scope) -> bytes:
         host = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"host"), "")
-        message = (f"Host header {host!r} is not allowed here (DNS-rebinding protection). "
+        message = (f"Invalid Host header {host!r}: not allowed here (DNS-rebinding protection). "
                    "kdbl-control up: start it with --host NAME (or --host 0.0.0.0 to admit this machine's "
                    "names and addresses); kdbl-api: add the name to KDBL_ALLOWED_HOSTS (comma-separated "
                    "host:port, port may be *).")
