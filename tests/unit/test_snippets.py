@@ -78,8 +78,8 @@ def test_markup_in_the_text_is_escaped_and_only_the_marks_remain_html() -> None:
     text = 'Hostile <script>alert("x")</script> & <img src=x onerror=alert(1)> okapi <b>bold</b> \'q\''
     out = snippet(text, frozenset({"okapi", "script"}), "english")
     assert "<script>" not in out and "<img" not in out and "<b>" not in out
-    assert "&lt;<mark>script</mark>&gt;alert(&quot;x&quot;)&lt;/<mark>script</mark>&gt;" in out
-    assert "&amp; &lt;img src=x onerror=alert(1)&gt; <mark>okapi</mark> &lt;b&gt;bold&lt;/b&gt; &#x27;q&#x27;" in out
+    assert '&lt;<mark>script</mark>&gt;alert("x")&lt;/<mark>script</mark>&gt;' in out
+    assert "&amp; &lt;img src=x onerror=alert(1)&gt; <mark>okapi</mark> &lt;b&gt;bold&lt;/b&gt; 'q'" in out
     without_marks = out.replace("<mark>", "").replace("</mark>", "")
     assert "<" not in without_marks and ">" not in without_marks
 
