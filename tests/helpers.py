@@ -81,3 +81,38 @@ def running_api(owner_url: str, settings: Settings | None = None) -> Iterator[st
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def make_pdf(pages: list[bytes], *, encrypt: bool = False) -> bytes:
+    """A PDF 1.4 file written by hand: one content stream per page, Helvetica text (PDF 32000-1 7.5).
+    `encrypt` adds a standard security handler whose /U entry matches no password, so readers ask
+    for one (an RC4 rev-2 dictionary, PDF 32000-1 7.6.3)."""
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"",
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    kids = []
+    for content in pages:
+        objects.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content))
+        objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+                       b"/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>" % len(objects))
+        kids.append(len(objects))
+    refs = b" ".join(b"%d 0 R" % k for k in kids)
+    objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (refs, len(kids))
+    trailer_extra = b""
+    if encrypt:
+        objects.append(b"<< /Filter /Standard /V 1 /R 2 /O <%s> /U <%s> /P -4 >>" % (b"ab" * 32, b"cd" * 32))
+        trailer_extra = b" /Encrypt %d 0 R /ID [<%s> <%s>]" % (len(objects), b"01" * 16, b"01" * 16)
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R%s >>\n" % (len(objects) + 1, trailer_extra)
+    out += b"startxref\n%d\n%%%%EOF\n" % xref
+    return bytes(out)
+
+
+def pdf_text_page(text: str) -> bytes:
+    return b"BT /F1 12 Tf 72 720 Td (%s) Tj ET" % text.encode("latin-1")

@@ -19,6 +19,7 @@ from email.message import EmailMessage
 from pathlib import Path
 
 import pytest
+from helpers import make_pdf, pdf_text_page
 from kdbl_worker.extract import Extraction, Source, extract, supported_extensions
 from kdbl_worker.extract.pdf import extract_pdf
 from kdbl_worker.extract.xlsx import extract_xlsx
@@ -31,41 +32,6 @@ MULTI_PAGE = [
     "The graphical era. WYSIWYG editors showed the printed page on screen.",
     "Today. Collaborative editors run in the browser.",
 ]
-
-
-def _pdf(pages: list[bytes], *, encrypt: bool = False) -> bytes:
-    """A PDF 1.4 file written by hand: one content stream per page, Helvetica text (PDF 32000-1 7.5).
-    `encrypt` adds a standard security handler whose /U entry matches no password, so readers ask
-    for one (an RC4 rev-2 dictionary, PDF 32000-1 7.6.3)."""
-    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"",
-               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
-    kids = []
-    for content in pages:
-        objects.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content))
-        objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
-                       b"/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>" % len(objects))
-        kids.append(len(objects))
-    refs = b" ".join(b"%d 0 R" % k for k in kids)
-    objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (refs, len(kids))
-    trailer_extra = b""
-    if encrypt:
-        objects.append(b"<< /Filter /Standard /V 1 /R 2 /O <%s> /U <%s> /P -4 >>" % (b"ab" * 32, b"cd" * 32))
-        trailer_extra = b" /Encrypt %d 0 R /ID [<%s> <%s>]" % (len(objects), b"01" * 16, b"01" * 16)
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R%s >>\n" % (len(objects) + 1, trailer_extra)
-    out += b"startxref\n%d\n%%%%EOF\n" % xref
-    return bytes(out)
-
-
-def _text_page(text: str) -> bytes:
-    return b"BT /F1 12 Tf 72 720 Td (%s) Tj ET" % text.encode("latin-1")
 
 
 def _workbook(path: Path, *, inflated: bool = False) -> Path:
@@ -100,10 +66,10 @@ def data(tmp_path_factory) -> Path:
     """The generated documents: multi_page.pdf (5 text pages), encrypted.pdf, image_only.pdf (a drawn
     page, no text), xlsx_01.xlsx and xlsx_04_inflated.xlsx, beside links to the shipped files."""
     root = tmp_path_factory.mktemp("docs")
-    (root / "multi_page.pdf").write_bytes(_pdf([_text_page(t) for t in MULTI_PAGE]))
-    (root / "encrypted.pdf").write_bytes(_pdf([_text_page("secret minutes")], encrypt=True))
+    (root / "multi_page.pdf").write_bytes(make_pdf([pdf_text_page(t) for t in MULTI_PAGE]))
+    (root / "encrypted.pdf").write_bytes(make_pdf([pdf_text_page("secret minutes")], encrypt=True))
     drawn = [b"0.5 g 72 72 468 648 re f", b"0 0 1 rg 100 100 200 200 re f"]
-    (root / "image_only.pdf").write_bytes(_pdf(drawn))
+    (root / "image_only.pdf").write_bytes(make_pdf(drawn))
     _workbook(root / "xlsx_01.xlsx")
     _workbook(root / "xlsx_04_inflated.xlsx", inflated=True)
     for shipped in DOCS.iterdir():

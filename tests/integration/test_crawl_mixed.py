@@ -1,0 +1,110 @@
+"""A mixed collection as a real share holds it crawls to the end, every file with a status and a reason
+(issue 12): a novel as text, a PDF of thousands of pages, a large HTML filing, mail with an attachment,
+Office documents (shipped samples in tests/data/docs), an old-encoding text, an empty file, binary junk
+and an odd file name, in one crawl.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from email.message import EmailMessage
+from pathlib import Path
+
+from helpers import make_corpus, make_pdf, pdf_text_page
+from sqlalchemy import text
+
+from kdbl_core.db.engine import async_engine, rls_transaction
+from kdbl_core.db.urls import for_role
+from kdbl_core.principal import Principal
+from kdbl_core.search import lexical
+from kdbl_core.settings import Settings
+from kdbl_worker.pipeline import Indexer, load_sources
+
+SAMPLES = Path(__file__).resolve().parents[1] / "data" / "docs"
+PAGES = 3_000
+
+
+def _filing(rows: int) -> str:
+    """An HTML filing: navigation around the main text, a long table of numbers, the marker at the end."""
+    body = "".join(f"<tr><td>Item {i}</td><td>{i * 37 % 1000}.{i % 100:02d}</td><td>segment {i % 7}</td></tr>"
+                   for i in range(rows))
+    return ("<html><head><title>Annual filing</title></head><body><nav>Home | Filings | Contact</nav>"
+            "<main><h1>Annual report</h1><p>Revenue grew in every segment.</p>"
+            f"<table>{body}</table><p>The auditor signed the accounts of obsidianfjord holdings.</p></main>"
+            "<footer>Copyright</footer></body></html>")
+
+
+def _mail() -> bytes:
+    msg = EmailMessage()
+    msg["From"], msg["To"], msg["Subject"] = "ops@example.org", "team@example.org", "Outage review"
+    msg.set_content("The outage review found the heliotrope switch at fault.\n")
+    msg.add_attachment(b"%PDF-1.4 not really", maintype="application", subtype="pdf", filename="timeline.pdf")
+    return bytes(msg)
+
+
+def _novel(megabytes: float) -> str:
+    rnd = random.Random(3)
+    words = ["".join(rnd.choice("aeioubdfgklmnprstv") for _ in range(rnd.randint(3, 8))) for _ in range(5_000)]
+    out, size = [], 0
+    while size < megabytes * 1_000_000:
+        sentence = " ".join(rnd.choice(words) for _ in range(14)).capitalize() + ". "
+        out.append(sentence + ("\n\n" if rnd.random() < 0.1 else ""))
+        size += len(sentence)
+    return "".join(out) + "\n\nThe last word was marzipanquill.\n"
+
+
+async def test_a_mixed_real_world_collection_crawls_to_the_end_with_a_status_for_every_file(
+        owner_engine, worker_engine, owner_url, tmp_path, unique):
+    files: dict[str, str | bytes] = {
+        "novel.txt": _novel(3),
+        "manual.pdf": make_pdf([pdf_text_page(f"Page {n} of the manual.") for n in range(1, PAGES)]
+                               + [pdf_text_page("Last page: calibrate the quasarvane.")]),
+        "filing.html": _filing(20_000),
+        "mail/outage.eml": _mail(),
+        "legacy/latin1.txt": "Caf\xe9 cr\xe8me br\xfbl\xe9e, a note about the tamarisk cellar.\n".encode("latin-1"),
+        "empty.txt": "",
+        "junk.bin": bytes(random.Random(1).randrange(256) for _ in range(50_000)),
+        "odd names/r\u00e9sum\u00e9 (final) #2.md": "# R\u00e9sum\u00e9\n\nWorked on the zephyrine project.\n",
+    }
+    office = sorted(p for p in SAMPLES.iterdir() if p.suffix in {".docx", ".pptx", ".csv"})
+    assert len(office) >= 10
+    corpus = make_corpus(owner_engine, worker_engine, tmp_path / f"mixed-{unique}", files, tenant=f"mix-{unique}")
+    # the shipped Office samples join the share and a second crawl picks them up with the rest unchanged
+    (corpus.root / "office").mkdir()
+    for sample in office:
+        shutil.copy(sample, corpus.root / "office" / sample.name)
+    [source] = load_sources(worker_engine, source_id=corpus.source_id)
+    stats = Indexer(worker_engine, Settings()).crawl(source)
+    assert stats.indexed == len(office) and stats.unchanged == len(files)
+
+    with owner_engine.connect() as conn:
+        rows = {r.key: r for r in conn.execute(text(
+            "SELECT key, status, status_reason, chunk_count, "
+            "(SELECT max(page_no) FROM chunks c WHERE c.file_id = f.id) AS last_page "
+            "FROM files f WHERE f.source_id = :s"), {"s": corpus.source_id})}
+    assert set(rows) == set(files) | {f"office/{p.name}" for p in office}
+    for key, row in rows.items():
+        assert row.status in {"ok", "partial", "failed", "skipped"}, key
+        assert row.status == "ok" or row.status_reason, (key, row.status)
+    assert rows["manual.pdf"].status == "ok" and rows["manual.pdf"].last_page == PAGES
+    assert rows["empty.txt"].status == "skipped" and rows["junk.bin"].status == "skipped"
+    assert {k: (rows[k].status, rows[k].status_reason) for k in ("novel.txt", "filing.html", "mail/outage.eml")
+            if rows[k].status != "ok" or rows[k].chunk_count == 0} == {}
+    # not UTF-8: indexed with the bad bytes replaced, and says so (charset detection is issue 14)
+    assert rows["legacy/latin1.txt"].status == "partial" and "UTF-8" in rows["legacy/latin1.txt"].status_reason
+    assert sum(rows[f"office/{p.name}"].status in {"ok", "partial"} for p in office) >= len(office) - 2
+
+    engine = async_engine(for_role(owner_url, "kdbl_api"))
+    try:
+        principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
+        found = {}
+        async with rls_transaction(engine, principal) as conn:
+            for word in ("quasarvane", "obsidianfjord", "heliotrope", "tamarisk", "zephyrine", "marzipanquill"):
+                hits = await lexical.search(conn, word, lexical.Filters(), limit=3, ts_config="english")
+                found[word] = [h.key for h in hits]
+    finally:
+        await engine.dispose()
+    assert found == {"quasarvane": ["manual.pdf"], "obsidianfjord": ["filing.html"],
+                     "heliotrope": ["mail/outage.eml"], "tamarisk": ["legacy/latin1.txt"],
+                     "zephyrine": ["odd names/r\u00e9sum\u00e9 (final) #2.md"], "marzipanquill": ["novel.txt"]}
