@@ -19,6 +19,7 @@ from kdbl_core.db.urls import for_role
 from kdbl_core.principal import Principal
 from kdbl_core.search import lexical
 from kdbl_core.settings import Settings
+from kdbl_worker.bench_crawl import big_text
 from kdbl_worker.pipeline import Indexer, load_sources
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "docs"
@@ -43,21 +44,10 @@ def _mail() -> bytes:
     return bytes(msg)
 
 
-def _novel(megabytes: float) -> str:
-    rnd = random.Random(3)
-    words = ["".join(rnd.choice("aeioubdfgklmnprstv") for _ in range(rnd.randint(3, 8))) for _ in range(5_000)]
-    out, size = [], 0
-    while size < megabytes * 1_000_000:
-        sentence = " ".join(rnd.choice(words) for _ in range(14)).capitalize() + ". "
-        out.append(sentence + ("\n\n" if rnd.random() < 0.1 else ""))
-        size += len(sentence)
-    return "".join(out) + "\n\nThe last word was marzipanquill.\n"
-
-
 async def test_a_mixed_real_world_collection_crawls_to_the_end_with_a_status_for_every_file(
         owner_engine, worker_engine, owner_url, tmp_path, unique):
     files: dict[str, str | bytes] = {
-        "novel.txt": _novel(3),
+        "novel.txt": big_text(3) + "\n\nThe last word was marzipanquill.\n",
         "manual.pdf": make_pdf([pdf_text_page(f"Page {n} of the manual.") for n in range(1, PAGES)]
                                + [pdf_text_page("Last page: calibrate the quasarvane.")]),
         "filing.html": _filing(20_000),

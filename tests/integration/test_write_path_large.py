@@ -7,8 +7,6 @@ statement is now drained before the next (kdbl_core.db.content._drain).
 
 from __future__ import annotations
 
-import random
-
 from helpers import make_corpus
 from sqlalchemy import text
 
@@ -16,27 +14,13 @@ from kdbl_core.db.engine import async_engine, rls_transaction
 from kdbl_core.db.urls import for_role
 from kdbl_core.principal import Principal
 from kdbl_core.search import lexical
-
-
-def _novel(megabytes: float, marker: str, seed: int = 7) -> str:
-    """Prose-like text (sentences of made-up words, paragraphs), `marker` in its last paragraph."""
-    rnd = random.Random(seed)
-    words = ["".join(rnd.choice("abcdefghijklmnoprstuvw") for _ in range(rnd.randint(3, 9))) for _ in range(30_000)]
-    out, size = [], 0
-    while size < megabytes * 1_000_000:
-        sentence = " ".join(rnd.choice(words) for _ in range(rnd.randint(8, 24))).capitalize() + ". "
-        out.append(sentence)
-        size += len(sentence)
-        if rnd.random() < 0.15:
-            out.append("\n\n")
-    out.append(f"\n\nIn the end the {marker} was found.\n")
-    return "".join(out)
+from kdbl_worker.bench_crawl import big_text
 
 
 async def test_a_10_mb_text_and_50000_short_lines_index_in_one_crawl_and_are_searchable(
         owner_engine, worker_engine, owner_url, tmp_path, unique):
     files: dict[str, str] = {f"small-{i}.md": f"# Note {i}\n\nA small note about topic {i}." for i in range(20)}
-    files["novel.txt"] = _novel(10, "quokkaberry")
+    files["novel.txt"] = big_text(10) + "\n\nIn the end the quokkaberry was found.\n"
     files["lines.txt"] = "".join(f"entry {i} ok\n" for i in range(49_999)) + "entry 49999 zanzibarite\n"
     corpus = make_corpus(owner_engine, worker_engine, tmp_path / f"big-{unique}", files, tenant=f"big-{unique}")
     with owner_engine.connect() as conn:

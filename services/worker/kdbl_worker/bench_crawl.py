@@ -52,8 +52,8 @@ BIG_TEXT = "big text"
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def write_big_text(path: Path, megabytes: float, seed: int = 7) -> Path:
-    """A prose-like plain-text file of `megabytes` MB (deterministic for a seed)."""
+def big_text(megabytes: float, seed: int = 7) -> str:
+    """Prose-like plain text of `megabytes` MB: sentences of made-up words, paragraphs (deterministic)."""
     rnd = random.Random(seed)
     words = ["".join(rnd.choice("abcdefghijklmnoprstuvw") for _ in range(rnd.randint(3, 9))) for _ in range(30_000)]
     parts, size = [], 0
@@ -63,8 +63,13 @@ def write_big_text(path: Path, megabytes: float, seed: int = 7) -> Path:
         size += len(sentence)
         if rnd.random() < 0.15:
             parts.append("\n\n")
+    return "".join(parts)
+
+
+def write_big_text(path: Path, megabytes: float, seed: int = 7) -> Path:
+    """`big_text` written to `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(parts))
+    path.write_text(big_text(megabytes, seed))
     return path
 
 
