@@ -159,13 +159,13 @@ class McpFrontDoor:
                 scope, receive, send)
             return
         try:
-            jsonrpc_envelope.parse(body)
+            message = jsonrpc_envelope.parse(body)
         except jsonrpc_envelope.EnvelopeError as exc:  # not one valid JSON-RPC message: answered naming the field
             calls = [] if exc.error.jsonrpc_code == PARSE_ERROR else _calls(body)
             await self._refused(request, principal, calls, "error", exc.error.message, started)
             await JSONResponse(exc.body(), status_code=exc.error.http_status)(scope, receive, send)
             return
-        calls = _calls(body)
+        calls = _calls_of(message)  # the envelope parsed it: one message, no second json.loads
         if not policy.enabled:
             self.obs.auth_failures.labels("forbidden").inc()
             message = disabled_message(principal.tenant_name)
@@ -226,17 +226,19 @@ def _calls(body: bytes) -> list[tuple[str, str, Any]]:
         payload = json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return []  # the SDK answers parse errors
-    out = []
-    for message in payload if isinstance(payload, list) else [payload]:
-        if not isinstance(message, dict) or not isinstance(message.get("method"), str) or "id" not in message:
-            continue
-        method, params = message["method"], message.get("params")
-        params = params if isinstance(params, dict) else {}
-        if method == "tools/call" and isinstance(params.get("name"), str):
-            out.append((method, params["name"], params.get("arguments") or {}))
-        else:
-            out.append((method, method, params if method.startswith("resources/") else {}))
-    return out
+    return [call for message in (payload if isinstance(payload, list) else [payload])
+            for call in _calls_of(message)]
+
+
+def _calls_of(message: Any) -> list[tuple[str, str, Any]]:
+    """`_calls` of one parsed message: [] for a notification, a reply or something that is no request."""
+    if not isinstance(message, dict) or not isinstance(message.get("method"), str) or "id" not in message:
+        return []
+    method, params = message["method"], message.get("params")
+    params = params if isinstance(params, dict) else {}
+    if method == "tools/call" and isinstance(params.get("name"), str):
+        return [(method, params["name"], params.get("arguments") or {})]
+    return [(method, method, params if method.startswith("resources/") else {})]
 
 
 def _missing_scope(calls: list[tuple[str, str, Any]], scopes: frozenset[str], policy: TenantPolicy) -> str | None:
