@@ -140,6 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--force", action="store_true", help="even in a tenant the operator manages")
     sl = source.add_parser("list")
     sl.add_argument("--tenant")
+    sf = source.add_parser("files", help="what the crawl made of each file: statuses and grouped reasons")
+    sf_scope = sf.add_mutually_exclusive_group()
+    sf_scope.add_argument("--tenant")
+    sf_scope.add_argument("--source", type=uuid.UUID)
+    sf.add_argument("--status", choices=["ok", "partial", "failed", "skipped", "pending"],
+                    help="list the files with this status instead of the summary")
 
     crawl = sub.add_parser("crawl", help="index sources now (blocks until done)")
     group = crawl.add_mutually_exclusive_group()
@@ -452,6 +458,15 @@ def _dispatch(args: argparse.Namespace, settings: Settings, engine: Any, admin: 
                                   name=args.name, restricted=args.restricted, hybrid=not args.no_hybrid,
                                   schedule=args.schedule, force=args.force)
         print(source.id)
+    elif cmd == "source" and action == "files":
+        from kdbl_control import file_report
+
+        if args.status:
+            _print(args, file_report.listing(engine, status=args.status, source_id=args.source, tenant=args.tenant),
+                   ["key", "status", "reason", "content_type", "size", "chunks"])
+        else:
+            report = file_report.summary(engine, source_id=args.source, tenant=args.tenant)
+            print(json.dumps(report, indent=2, default=str) if args.json else file_report.render(report))
     elif cmd == "source":
         _print(args, admin.list_sources(engine, args.tenant), ["id", "tenant", "name", "protocol", "enabled",
                                                                "acl_mode", "files", "last_indexed_at", "last_run"])
