@@ -40,14 +40,19 @@ class _Span:
     ts_end_ms: int | None
 
 
-def _split_long(text: str, start: int, end: int, max_chars: int, target: int) -> list[tuple[int, int]]:
-    """Cut [start, end) into pieces of at most max_chars, preferring sentence then word breaks."""
+def _split_long(text: str, start: int, end: int, max_chars: int, target: int,
+                lines: bool = False) -> list[tuple[int, int]]:
+    """Cut [start, end) into pieces of at most max_chars, preferring sentence then word breaks
+    (with `lines`, code and logs: a blank line, then a line end, never mid-line when a line end is there)."""
     pieces = []
     while end - start > max_chars:
         window = text[start:start + max_chars]
         cut = -1
-        for match in _SENTENCE_END.finditer(window, target // 2):
-            cut = match.end()
+        if lines:
+            cut = window.rfind("\n\n", target // 2) + 1 or window.rfind("\n", target // 2) + 1
+        if cut <= 0:
+            for match in _SENTENCE_END.finditer(window, target // 2):
+                cut = match.end()
         if cut <= 0:
             cut = window.rfind(" ", target // 2)
         if cut <= 0:
@@ -61,8 +66,9 @@ def _split_long(text: str, start: int, end: int, max_chars: int, target: int) ->
     return pieces
 
 
-def chunk_blocks(blocks: list[Block], *, target: int = DEFAULT_TARGET, max_chars: int = DEFAULT_MAX) -> tuple[str, list[Chunk]]:
-    """Return (full extracted text, chunks in reading order)."""
+def chunk_blocks(blocks: list[Block], *, target: int = DEFAULT_TARGET, max_chars: int = DEFAULT_MAX,
+                 lines: bool = False) -> tuple[str, list[Chunk]]:
+    """Return (full extracted text, chunks in reading order); `lines`: long blocks are cut at line ends."""
     parts: list[str] = []
     spans: list[_Span] = []
     offset = 0
@@ -84,7 +90,7 @@ def chunk_blocks(blocks: list[Block], *, target: int = DEFAULT_TARGET, max_chars
         if span.end - span.start <= max_chars:
             pieces.append(span)
             continue
-        for s, e in _split_long(full, span.start, span.end, max_chars, target):
+        for s, e in _split_long(full, span.start, span.end, max_chars, target, lines):
             pieces.append(_Span(s, e, span.page_no, span.ts_start_ms, span.ts_end_ms))
 
     chunks: list[Chunk] = []

@@ -117,8 +117,8 @@ def extract_and_chunk(name: str, size: int, stream: BinaryIO, limits: Limits,
                                                 transcriber_model=limits.transcriber_model))
         for block in result.blocks:
             block.text = clean(block.text)
-        full_text, chunks = chunk_blocks(result.blocks, target=limits.chunk_target,
-                                         max_chars=limits.chunk_max)
+        full_text, chunks = chunk_blocks(result.blocks, target=limits.chunk_target, max_chars=limits.chunk_max,
+                                         lines=extract.formats.line_structured(result.content_type))
     except MemoryError:
         return _out_of_memory(limits, content_type)
     if result.status == "failed" and (result.reason or "").startswith("MemoryError"):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import mimetypes
 from collections.abc import Callable
-from pathlib import PurePosixPath
 
 from kdbl_worker.extract import formats
 from kdbl_worker.extract.base import Block, Extraction, Sidecar, Source, Status
@@ -29,7 +28,7 @@ def supported_extensions() -> dict[str, str]:
 
 def detect(name: str) -> tuple[str | None, str | None]:
     """Return (content_type, extractor target) for a file name, or (guess, None) if unsupported."""
-    row = formats.by_extension().get(PurePosixPath(name).suffix.lower())
+    row = formats.lookup(name)
     if row is not None:
         return row.content_type, row.target
     guessed, _ = mimetypes.guess_type(name)
@@ -50,8 +49,8 @@ def _load(target: str) -> Extractor:
 def extract(source: Source) -> Extraction:
     """Extract one file. Never raises for bad content: failures become a status."""
     content_type, target = detect(source.name)
-    if target is None:
-        return Extraction.skipped(f"unsupported format ({content_type or 'unknown type'})", content_type)
+    if target is None:  # no row: text by its content, else refused after one bounded read
+        target = formats.SNIFF
     if source.size == 0:
         return Extraction.skipped("empty file (0 bytes)", content_type)
     try:

@@ -9,6 +9,7 @@ library only affects its own rows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,18 +26,23 @@ class Format:
 _P = "kdbl_worker.extract."
 TEXT = _P + "text:extract_text"
 MEDIA = _P + "media:extract_media"
+CODE = _P + "code:extract_code"
+DOTENV = _P + "code:extract_dotenv"
+SNIFF = _P + "code:extract_unknown"  # no row: text by content, else refused (extract/code.py)
 _OOXML = "application/vnd.openxmlformats-officedocument."
 _STT = "a transcriber model or a subtitle sidecar"
 
 # THE FORMAT TABLE. To support a format, add ONE row here:
 #     Format((".ext", ".ext2"), "content/type", _P + "module:function", "Human label", "extra or package"),
 # The extractor is a function (Source) -> Extraction in extract/<module>.py (contract: extract/base.py).
+# An entry without a leading dot is a whole file name (README, Dockerfile), matched case-insensitively.
 # Then regenerate README's list with `kdbl-control formats --markdown` (test_formats_table.py checks it).
 # An extension must appear in one row only (the test checks that too).
 FORMATS: list[Format] = [
     Format((".txt", ".text"), "text/plain", TEXT, "Plain text"),
-    Format((".log",), "text/plain", TEXT, "Log"),
-    Format((".rst",), "text/x-rst", TEXT, "reStructuredText"),
+    Format(("README", "LICENSE", "LICENCE", "COPYING", "CHANGELOG", "CHANGES", "AUTHORS", "CONTRIBUTORS",
+            "CONTRIBUTING", "NOTICE", "TODO", "INSTALL", "NEWS", "HISTORY", "CODEOWNERS"), "text/plain", TEXT,
+           "Plain text (well-known names)"),
     Format((".md", ".markdown"), "text/markdown", _P + "markdown:extract_markdown", "Markdown"),
     Format((".html", ".htm"), "text/html", _P + "html:extract_html", "HTML"),
     Format((".xhtml",), "application/xhtml+xml", _P + "html:extract_html", "XHTML"),
@@ -71,6 +77,68 @@ FORMATS: list[Format] = [
     Format((".webm",), "video/webm", MEDIA, "WebM video", _STT),
     Format((".mov",), "video/quicktime", MEDIA, "QuickTime video", _STT),
     Format((".avi",), "video/x-msvideo", MEDIA, "AVI video", _STT),
+    # source code, configuration, markup and logs: indexed as text, the label is the language recorded in the
+    # status (extract/code.py); entries without a leading dot are whole file names (case-insensitive)
+    Format((".py", ".pyw", ".pyi"), "text/x-python", CODE, "Python"),
+    Format((".go",), "text/x-go", CODE, "Go"),
+    Format((".rs",), "text/x-rust", CODE, "Rust"),
+    Format((".java",), "text/x-java", CODE, "Java"),
+    Format((".c", ".h"), "text/x-c", CODE, "C"),
+    Format((".cpp", ".cc", ".cxx", ".c++", ".hpp", ".hh", ".hxx", ".ino"), "text/x-c++", CODE, "C++"),
+    Format((".cs", ".csx"), "text/x-csharp", CODE, "C#"),
+    Format((".js", ".mjs", ".cjs", ".jsx"), "text/javascript", CODE, "JavaScript"),
+    Format((".ts", ".tsx", ".mts", ".cts"), "text/x-typescript", CODE, "TypeScript"),
+    Format((".sh", ".bash", ".zsh", ".ksh", ".bashrc", ".zshrc", ".profile", ".bash_profile", "PKGBUILD"),
+           "text/x-shellscript", CODE, "Shell"),
+    Format((".ps1", ".psm1", ".psd1"), "text/x-powershell", CODE, "PowerShell"),
+    Format((".bat", ".cmd"), "text/x-msdos-batch", CODE, "Batch"),
+    Format((".sql", ".ddl"), "application/sql", CODE, "SQL"),
+    Format((".rb", ".rake", ".gemspec", "Gemfile", "Rakefile", "Vagrantfile", "Podfile", "Brewfile"),
+           "text/x-ruby", CODE, "Ruby"),
+    Format((".php",), "text/x-php", CODE, "PHP"),
+    Format((".kt", ".kts"), "text/x-kotlin", CODE, "Kotlin"),
+    Format((".swift",), "text/x-swift", CODE, "Swift"),
+    Format((".scala", ".sc", ".sbt"), "text/x-scala", CODE, "Scala"),
+    Format((".groovy", ".gradle", "Jenkinsfile"), "text/x-groovy", CODE, "Groovy / Gradle"),
+    Format((".r", ".rmd"), "text/x-r", CODE, "R"),
+    Format((".m", ".mm"), "text/x-objective-c", CODE, "Objective-C / MATLAB"),
+    Format((".pl", ".pm", ".t"), "text/x-perl", CODE, "Perl"),
+    Format((".lua",), "text/x-lua", CODE, "Lua"),
+    Format((".dart",), "text/x-dart", CODE, "Dart"),
+    Format((".hs",), "text/x-haskell", CODE, "Haskell"),
+    Format((".ex", ".exs"), "text/x-elixir", CODE, "Elixir"),
+    Format((".erl", ".hrl"), "text/x-erlang", CODE, "Erlang"),
+    Format((".clj", ".cljs", ".edn"), "text/x-clojure", CODE, "Clojure"),
+    Format((".vb", ".vbs", ".bas"), "text/x-vb", CODE, "Visual Basic"),
+    Format((".f", ".f90", ".f95"), "text/x-fortran", CODE, "Fortran"),
+    Format((".asm", ".s"), "text/x-asm", CODE, "Assembly"),
+    Format((".vue",), "text/x-vue", CODE, "Vue"),
+    Format((".svelte",), "text/x-svelte", CODE, "Svelte"),
+    Format((".css",), "text/css", CODE, "CSS"),
+    Format((".scss", ".sass"), "text/x-scss", CODE, "Sass"),
+    Format((".less",), "text/x-less", CODE, "Less"),
+    Format((".proto",), "text/x-protobuf", CODE, "Protocol Buffers"),
+    Format((".graphql", ".gql"), "text/x-graphql", CODE, "GraphQL"),
+    Format((".tf", ".tfvars", ".hcl"), "text/x-terraform", CODE, "Terraform / HCL"),
+    Format((".dockerfile", "Dockerfile", "Containerfile"), "text/x-dockerfile", CODE, "Dockerfile"),
+    Format((".mk", ".mak", "Makefile", "GNUmakefile", "BSDmakefile"), "text/x-makefile", CODE, "Makefile"),
+    Format((".cmake", "CMakeLists.txt"), "text/x-cmake", CODE, "CMake"),
+    Format((".yaml", ".yml"), "application/yaml", CODE, "YAML"),
+    Format((".toml",), "application/toml", CODE, "TOML"),
+    Format((".ini", ".cfg", ".conf", ".cnf", ".editorconfig"), "text/x-ini", CODE, "INI / config"),
+    Format((".properties",), "text/x-java-properties", CODE, "Java properties"),
+    Format((".gitignore", ".dockerignore", ".npmignore", ".hgignore"), "text/x-ignore", CODE, "Ignore rules"),
+    Format((".gitattributes", ".gitconfig", ".gitmodules"), "text/x-gitconfig", CODE, "Git config"),
+    Format((".env",), "text/x-dotenv", DOTENV, "dotenv (values redacted)"),
+    Format((".rst",), "text/x-rst", CODE, "reStructuredText"),
+    Format((".org",), "text/x-org", CODE, "Org"),
+    Format((".tex", ".ltx", ".sty", ".cls"), "text/x-tex", CODE, "TeX / LaTeX"),
+    Format((".bib",), "text/x-bibtex", CODE, "BibTeX"),
+    Format((".adoc", ".asciidoc"), "text/asciidoc", CODE, "AsciiDoc"),
+    Format((".textile",), "text/x-textile", CODE, "Textile"),
+    Format((".wiki", ".mediawiki"), "text/x-wiki", CODE, "Wiki markup"),
+    Format((".diff", ".patch"), "text/x-diff", CODE, "Diff"),
+    Format((".log",), "text/x-log", CODE, "Log"),
 ]
 
 
@@ -78,11 +146,21 @@ _index: dict[str, Format] | None = None
 
 
 def by_extension() -> dict[str, Format]:
-    """Extension -> row; later rows win (`register` appends). Built once, rebuilt after `add`."""
+    """Extension or whole file name (lower-case) -> row; later rows win (`register` appends).
+
+    Built once, rebuilt after `add`."""
     global _index
     if _index is None:
-        _index = {ext: row for row in FORMATS for ext in row.extensions}
+        _index = {ext.lower(): row for row in FORMATS for ext in row.extensions}
     return _index
+
+
+def lookup(name: str) -> Format | None:
+    """The row for a file name: its whole name (Dockerfile, .gitignore), then its extension, then the name
+    before the extension (Dockerfile.prod, .env.local); None when no row reads it."""
+    index = by_extension()
+    path = PurePosixPath(name.lower())
+    return index.get(path.name) or index.get(path.suffix) or (index.get(path.stem) if path.suffix else None)
 
 
 def add(row: Format) -> None:
@@ -90,3 +168,9 @@ def add(row: Format) -> None:
     global _index
     FORMATS.append(row)
     _index = None
+
+
+def line_structured(content_type: str | None) -> bool:
+    """Code, configuration, markup and logs (CODE rows): the chunker cuts their long blocks at line ends."""
+    return content_type is not None and any(
+        row.content_type == content_type for row in FORMATS if row.target in (CODE, DOTENV))
