@@ -233,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--limit", type=int, default=100, help="search_content limit, chunks per query (1-100)")
     ev.add_argument("--no-references", action="store_true", help="skip the bm25s and exact dense references")
     ev.add_argument("--plot", type=Path, help="also write a PNG bar chart (needs matplotlib installed)")
+    fm = sub.add_parser("formats", help="the file formats the worker reads, from its format table")
+    fm.add_argument("--markdown", action="store_true", help="print README's supported-formats section")
     for leaf in _leaves(p):
         if leaf is not p:
             _add_common(leaf, top=False)
@@ -272,6 +274,14 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         _print(args, report)
         return 0
 
+    if args.command == "formats":
+        from kdbl_worker.extract import formats
+
+        if args.markdown:
+            print(formats.markdown(), end="")
+        else:
+            _print(args, formats.rows(), ["label", "extensions", "content_type", "requires"])
+        return 0
     if args.command == "bench":
         return _bench(args, settings)
     if args.command == "eval":
