@@ -104,6 +104,15 @@ class Settings(BaseSettings):
         default=None, description="Folder of a faster-whisper (CTranslate2) model, e.g. from the airgap "
         "bundle: audio/video without subtitle sidecars is transcribed with it (needs the optional "
         "faster-whisper package). Unset: such files are skipped.")
+    container_max_depth: int = Field(default=3, ge=0, le=16, description=(
+        "Archives and e-mails are indexed with their members as child files (`a.zip!/docs/b.md`); members "
+        "nested deeper than this many levels are not expanded."))
+    container_max_members: int = Field(default=1000, ge=0, description="Members indexed per top-level file, "
+                                       "all levels together; the rest are refused with a reason.")
+    container_max_member_bytes: int = Field(default=64 * 1024 * 1024, ge=0, description=(
+        "A member larger than this (uncompressed) is refused with a reason."))
+    container_max_expanded_bytes: int = Field(default=512 * 1024 * 1024, ge=0, description=(
+        "Bytes expanded per top-level file, all levels together (zip bombs stop here)."))
 
     # --- embeddings / hybrid retrieval ----------------------------------------------------
     embed_model_path: str | None = Field(

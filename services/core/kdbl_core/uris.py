@@ -1,4 +1,10 @@
-"""Stable file URIs: kdbl://file/<url-encoded source_id>/<url-encoded key>."""
+"""Stable file URIs: kdbl://file/<url-encoded source_id>/<url-encoded key>.
+
+A container member's key is its parent's key + "!/" + member path (`bundle.zip!/docs/a.md`); its URI
+keeps that separator literal, so it reads as the parent's URI + "!/" + the encoded member path
+(`kdbl://file/<sid>/bundle.zip!/docs%2Fa.md`). Every other `!` and `/` is encoded as before, and
+unquoting gives the key back exactly, whatever it holds.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +14,12 @@ from urllib.parse import quote, unquote
 from kdbl_core.errors import InvalidArgument
 
 PREFIX = "kdbl://file/"
+MEMBER_SEP = "!/"  # as kdbl_worker.extract.containers.MEMBER_SEP
 
 
 def file_uri(source_id: uuid.UUID | str, key: str) -> str:
-    return f"{PREFIX}{quote(str(source_id), safe='')}/{quote(key, safe='')}"
+    encoded = MEMBER_SEP.join(quote(part, safe="") for part in key.split(MEMBER_SEP))
+    return f"{PREFIX}{quote(str(source_id), safe='')}/{encoded}"
 
 
 def parse_file_uri(uri: str) -> tuple[uuid.UUID, str]:

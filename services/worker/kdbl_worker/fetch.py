@@ -3,6 +3,11 @@
 Only the worker holds source credentials, so the API asks here. Every request must carry
 `Authorization: Bearer $KDBL_INTERNAL_FETCH_TOKEN` (constant-time compare); with no token configured
 the endpoint refuses everything. Only files the index knows are served, streamed in 64 KiB chunks.
+
+A container member (`bundle.zip!/docs/a.md`, a row with parent_id: migration 0010) is read from its
+listed file, the only one the connector can open, one level at a time (`containers.read_member`); the
+nested containers on the way are the member rows whose key followed by "!/" starts the requested key.
+A member is at most KDBL_CONTAINER_MAX_MEMBER_BYTES (larger ones were never indexed), held in memory.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import hmac
 import logging
 import uuid
 from collections.abc import Iterator
+from io import BytesIO
 from typing import BinaryIO
 
 from sqlalchemy import Engine, text
@@ -21,9 +27,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from kdbl_core.db.engine import tenant_transaction
+from kdbl_core.errors import NotFound
 from kdbl_core.settings import Settings
 from kdbl_worker import extract
 from kdbl_worker.connectors import connector_for
+from kdbl_worker.extract import containers
 
 log = logging.getLogger(__name__)
 CHUNK = 64 * 1024
@@ -37,6 +45,22 @@ def _chunks(stream: BinaryIO) -> Iterator[bytes]:
         stream.close()
 
 
+def _member(stream: BinaryIO, chain: list[str]) -> bytes | None:
+    """The bytes of the last key of `chain` (a listed file, the containers within it, the member), read
+    level by level from the listed file's stream; None when a level no longer holds the next."""
+    data: bytes | None = None
+    for container, member in zip(chain, chain[1:], strict=False):
+        source = stream if data is None else BytesIO(data)
+        try:
+            path = member[len(container) + len(containers.MEMBER_SEP):]
+            data = containers.read_member(container, source, path)
+        except NotFound:  # the file changed since it was indexed
+            return None
+        except Exception as exc:  # noqa: BLE001 - a container that cannot be read: the source's problem
+            raise OSError(f"member unreadable: {type(exc).__name__}") from exc
+    return data
+
+
 def create_fetch_app(settings: Settings, engine: Engine) -> Starlette:
     secret = settings.internal_fetch_token.get_secret_value().encode() if settings.internal_fetch_token else None
 
@@ -47,18 +71,28 @@ def create_fetch_app(settings: Settings, engine: Engine) -> Starlette:
         if source is None:
             return None
         with tenant_transaction(engine, source.tenant_id) as conn:
-            known = conn.execute(text("SELECT content_type FROM files WHERE source_id = :s AND key = :k"),
-                                 {"s": source_id, "k": key}).first()
+            known = conn.execute(text(
+                "SELECT f.content_type, p.key AS top FROM files f LEFT JOIN files p ON p.id = f.parent_id "
+                "WHERE f.source_id = :s AND f.key = :k"), {"s": source_id, "k": key}).first()
+            chain = [] if known is None or known.top is None else list(conn.execute(text(
+                "SELECT key FROM files WHERE parent_id = (SELECT id FROM files WHERE source_id = :s "
+                "AND key = :t AND parent_id IS NULL) AND starts_with(:k, key || '!/') ORDER BY length(key)"),
+                {"s": source_id, "t": known.top, "k": key}).scalars())
         if known is None:
             return None
+        content_type = known.content_type or extract.detect(key)[0]
         try:
-            stream = connector_for(source.protocol, source.config).open(key)
+            stream = connector_for(source.protocol, source.config).open(known.top or key)
         except (FileNotFoundError, IsADirectoryError):
             return None
+        if known.top is not None:
+            with stream:
+                data = _member(stream, [known.top, *chain, key])
+            return (None if data is None else BytesIO(data)), len(data or b""), content_type
         stream.seek(0, 2)
         size = stream.tell()
         stream.seek(0)
-        return stream, size, known.content_type or extract.detect(key)[0]
+        return stream, size, content_type
 
     async def files(request: Request) -> Response:
         if secret is None:
@@ -79,7 +113,7 @@ def create_fetch_app(settings: Settings, engine: Engine) -> Starlette:
         except OSError as exc:
             log.warning("fetch failed", extra={"source_id": str(source_id), "error": exc.strerror})
             return JSONResponse({"error": "source unavailable"}, status_code=502)
-        if opened is None:
+        if opened is None or opened[0] is None:
             return JSONResponse({"error": "not found"}, status_code=404)
         stream, size, content_type = opened
         return StreamingResponse(iterate_in_threadpool(_chunks(stream)), media_type=content_type or

@@ -49,7 +49,7 @@ from kdbl_core.settings import Settings
 from kdbl_worker import deadlines, extract, sandbox
 from kdbl_worker.connectors import Connector, RemoteFile, connector_for
 from kdbl_worker.connectors.fs import FsConnector
-from kdbl_worker.extract import media
+from kdbl_worker.extract import containers, media
 from kdbl_worker.globs import Selection
 from kdbl_worker.queue import Activity, QueueOptions, QueueRunner, make_holder
 from kdbl_worker.sidecars import Sidecars, is_subtitle
@@ -134,6 +134,10 @@ def limits_from(settings: Settings) -> sandbox.Limits:
         memory_mb=getattr(settings, "extract_memory_mb", sandbox.DEFAULT_MEMORY_MB),
         chunk_target=settings.chunk_target_chars, chunk_max=settings.chunk_max_chars,
         transcriber_model=settings.transcriber_model,
+        container_max_depth=settings.container_max_depth,
+        container_max_members=settings.container_max_members,
+        container_max_member_bytes=settings.container_max_member_bytes,
+        container_max_expanded_bytes=settings.container_max_expanded_bytes,
     )
 
 
@@ -507,6 +511,7 @@ class Indexer:
             storage_class=item.storage_class, owner=item.owner, mode=item.mode, uid=item.uid, gid=item.gid,
         )
         rows = [content.ChunkRow(*c) for c in outcome.chunks]
+        members = member_files(item.key, item.mtime, outcome.children)
         if self._stop is not None and self._stop.is_set():  # stopped before its turn: hand it back
             with self.engine.begin() as conn:
                 jobs.release_unstarted(conn, [item])
@@ -522,6 +527,7 @@ class Indexer:
                     replace=item.had_file, durable=self.durable,
                     then=[jobs.complete_item_statement(item.id, item.lease, status=outcome.status,
                                                        chunks=len(rows))],
+                    members=members, container=containers.is_container(item.key),
                 )
             except content.FenceLost:
                 log.warning("item lease lost; another worker indexes it",
@@ -530,7 +536,7 @@ class Indexer:
             except Exception as exc:  # noqa: BLE001 - classified below
                 error = exc
             else:
-                return len(rows), 1 if outcome.status == "failed" else 0
+                return len(rows) + sum(len(m.chunks) for m in members), 1 if outcome.status == "failed" else 0
         if ticket.fired == "stop":  # rolled back by the stop: handed back, the attempt does not count
             with self.engine.begin() as conn:
                 jobs.release_unstarted(conn, [item])
@@ -565,7 +571,8 @@ class Indexer:
                     return  # another worker holds it now
                 content.write_file(conn, tenant_id=item.tenant_id, source_id=item.source_id, meta=meta,
                                    status="failed", status_reason=reason[:1000], title=None, chunks=[],
-                                   text_chars=0, ts_config=self.settings.text_search_config)
+                                   text_chars=0, ts_config=self.settings.text_search_config,
+                                   container=containers.is_container(item.key))
         except Exception as exc:  # noqa: BLE001 - e.g. the lock that stopped the write is still held
             log.warning("could not record a failed file", extra={"key": item.key, "error": repr(exc)[:300]})
             if isinstance(item, jobs.ItemClaim):
@@ -577,6 +584,28 @@ class Indexer:
         until they change."""
         for item in items:
             self._record_failed(item, None, item.reason or "given up")
+
+
+def member_files(parent_key: str, mtime, children: list[sandbox.Child]) -> list[content.MemberFile]:
+    """A container's members (all levels) as child rows: key = parent key + '!/' + member path, the
+    member's size, the parent's mtime. A path seen twice in one archive keeps its first entry."""
+    out: list[content.MemberFile] = []
+    seen: set[str] = set()
+
+    def walk(prefix: str, kids: list[sandbox.Child]) -> None:
+        for kid in kids:
+            key = _clean(prefix + containers.MEMBER_SEP + kid.path)
+            if key in seen:
+                continue
+            seen.add(key)
+            o = kid.outcome
+            out.append(content.MemberFile(
+                content.FileMeta(key=key, size=kid.size, mtime=mtime, content_type=o.content_type),
+                o.status, o.reason, o.title, [content.ChunkRow(*c) for c in o.chunks], o.text_chars))
+            walk(key, o.children)
+
+    walk(parent_key, children)
+    return out
 
 
 class _Quota:
@@ -600,7 +629,8 @@ class _Quota:
         files = size = 0
         if "max_files" in quotas or "max_bytes" in quotas:
             files, size = conn.execute(text("SELECT count(*), coalesce(sum(size), 0) FROM files "
-                                            "WHERE tenant_id = :t"), {"t": tenant_id}).one()
+                                            "WHERE tenant_id = :t AND parent_id IS NULL"),  # listed files
+                                       {"t": tenant_id}).one()
         return cls(dict(quotas), int(files), int(size), int(row.sources), int(row.rank))
 
     def check_sources(self) -> None:

@@ -64,6 +64,11 @@ class Limits:
     chunk_target: int = DEFAULT_TARGET
     chunk_max: int = DEFAULT_MAX
     transcriber_model: str | None = None  # not a limit: the extraction setting children need (media.py)
+    # archives and e-mails: their members become child files (extract/containers.py, KDBL_CONTAINER_*)
+    container_max_depth: int = 3
+    container_max_members: int = 1000
+    container_max_member_bytes: int = 64 << 20
+    container_max_expanded_bytes: int = 512 << 20
 
 
 @dataclass(slots=True)
@@ -88,10 +93,31 @@ class Outcome:
     # (seq, text, char_start, char_end, page_no, ts_start_ms, ts_end_ms)
     chunks: list[tuple] = field(default_factory=list)
     recycle: bool = False
+    children: list[Child] = field(default_factory=list)  # a container's members, each extracted like a file
 
     @classmethod
     def failed(cls, reason: str, content_type: str | None = None) -> Outcome:
         return cls("failed", reason, None, content_type, 0, [])
+
+
+@dataclass(slots=True)
+class Child:
+    """A member of a container file (an archive entry, an e-mail attachment): its path inside the parent
+    (the child's key is the parent's + containers.MEMBER_SEP + path), its size, and its own outcome
+    (with children of its own when the member is a container too)."""
+
+    path: str
+    size: int
+    outcome: Outcome
+
+
+@dataclass(slots=True)
+class _Nesting:
+    """Where a member sits: the bounds and the budget shared by every level of one top-level file."""
+
+    bounds: Any
+    budget: Any
+    depth: int
 
 
 def clean(value: str) -> str:
@@ -106,8 +132,9 @@ def clean(value: str) -> str:
 
 
 def extract_and_chunk(name: str, size: int, stream: BinaryIO, limits: Limits,
-                      sidecar: Sidecar | None = None) -> Outcome:
-    """Extract one file and cut it into chunks (what a child does; also the in-process path)."""
+                      sidecar: Sidecar | None = None, *, nesting: _Nesting | None = None) -> Outcome:
+    """Extract one file and cut it into chunks (what a child does; also the in-process path); a container's
+    members become `Outcome.children`, extracted the same way (`_expand`)."""
     from kdbl_worker import extract
     from kdbl_worker.chunking import chunk_blocks
 
@@ -123,10 +150,67 @@ def extract_and_chunk(name: str, size: int, stream: BinaryIO, limits: Limits,
         return _out_of_memory(limits, content_type)
     if result.status == "failed" and (result.reason or "").startswith("MemoryError"):
         return _out_of_memory(limits, result.content_type or content_type)
-    return Outcome(result.status, result.reason, clean(result.title) if result.title else None,
-                   result.content_type or content_type, len(full_text),
-                   [(c.seq, c.text, c.char_start, c.char_end, c.page_no, c.ts_start_ms, c.ts_end_ms)
-                    for c in chunks])
+    outcome = Outcome(result.status, result.reason, clean(result.title) if result.title else None,
+                      result.content_type or content_type, len(full_text),
+                      [(c.seq, c.text, c.char_start, c.char_end, c.page_no, c.ts_start_ms, c.ts_end_ms)
+                       for c in chunks])
+    try:
+        return _expand(outcome, name, stream, limits, nesting,
+                       lambda member, size, data, inner: extract_and_chunk(member, size, data, limits,
+                                                                          nesting=inner))
+    except MemoryError:
+        if nesting is not None:
+            raise
+        return _out_of_memory(limits, outcome.content_type)
+
+
+def _expand(outcome: Outcome, name: str, stream: BinaryIO, limits: Limits, nesting: _Nesting | None,
+            again: Callable[[str, int, BinaryIO, _Nesting], Outcome]) -> Outcome:
+    """A container's members, one level at a time, each extracted by `again` (with the same flags as
+    its parent). One Budget per top-level file bounds the members and bytes of all levels together;
+    members nested deeper than `container_max_depth` are not expanded. A refused member becomes a
+    `skipped` child with the reason; the container's own problems make it `partial`."""
+    import io
+
+    from kdbl_worker.extract import containers
+
+    if not containers.is_container(name):
+        return outcome
+    if nesting is None:
+        bounds = containers.Bounds(
+            max_depth=limits.container_max_depth, max_members=limits.container_max_members,
+            max_member_bytes=limits.container_max_member_bytes,
+            max_expanded_bytes=limits.container_max_expanded_bytes)
+        nesting = _Nesting(bounds, containers.Budget(), 0)
+    problems: list[str] = []
+    if nesting.depth >= nesting.bounds.max_depth:
+        problems.append(f"members not expanded: nested deeper than {nesting.bounds.max_depth} levels "
+                        "(KDBL_CONTAINER_MAX_DEPTH)")
+    else:
+        inner = _Nesting(nesting.bounds, nesting.budget, nesting.depth + 1)
+        try:
+            stream.seek(0)
+            expansion = containers.expand(name, stream, nesting.bounds, nesting.budget)
+            for member in expansion.members:
+                if member.data is None:
+                    child = Outcome("skipped", member.problem or "member refused", None,
+                                    _content_type(member.path), 0)
+                else:
+                    child = again(member.path, member.size, io.BytesIO(member.data), inner)
+                outcome.children.append(Child(member.path, member.size, child))
+            problems.extend(expansion.problems)
+        except MemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a broken container is the file's status, never a crash
+            log.warning("container expansion failed", extra={"file": name, "error": repr(exc)[:300]})
+            problems.append(f"members could not be read: {type(exc).__name__}: {str(exc)[:300]}")
+    if problems:
+        if outcome.status == "ok" or (outcome.status == "skipped" and outcome.children):
+            outcome.status = "partial"
+        outcome.reason = "; ".join(([outcome.reason] if outcome.reason else []) + problems)[:2000]
+    elif outcome.status == "skipped" and outcome.children:  # no text of its own, but its members have some
+        outcome.status, outcome.reason = "ok", None
+    return outcome
 
 
 def _out_of_memory(limits: Limits, content_type: str | None) -> Outcome:

@@ -52,6 +52,20 @@ class ChunkRow:
 
 
 @dataclass(frozen=True, slots=True)
+class MemberFile:
+    """An archive member or e-mail attachment, written as a child row of its listed file (migration 0010):
+    key = the parent's key + '!/' + member path (nested members: each level adds one), size = the member's,
+    mtime = the parent's."""
+
+    meta: FileMeta
+    status: str
+    status_reason: str | None
+    title: str | None
+    chunks: Sequence[ChunkRow]
+    text_chars: int
+
+
+@dataclass(frozen=True, slots=True)
 class FileState:
     size: int | None
     mtime: datetime | None
@@ -84,14 +98,19 @@ SELECT count(*) FROM gone_chunks
 _DROP_BY_KEY = text(_DROP_TEMPLATE.format(
     old="SELECT id FROM files WHERE source_id = :source_id AND key = :key"))
 _DROP_BY_IDS = text(_DROP_TEMPLATE.format(old="SELECT unnest(CAST(:ids AS bigint[])) AS id"))
+# A container's members (children by parent_id, never by '!/' in the key) go before it is written again.
+_DROP_MEMBERS = text(_DROP_TEMPLATE.format(
+    old="SELECT c.id FROM files c JOIN files p ON p.id = c.parent_id WHERE p.source_id = :source_id "
+        "AND p.key = :key AND p.parent_id IS NULL"))
+_DELETE_MEMBERS = text("DELETE FROM files WHERE parent_id IN (SELECT id FROM files "
+                       "WHERE source_id = :source_id AND key = :key AND parent_id IS NULL)")
 
 # Writing a file, in one statement: upsert its row, insert its chunks, tokenise them in Postgres (the
 # same text-search configuration the query side uses), write one posting per (term, chunk) with tf and
 # the chunk length, and add the document frequencies and corpus counters.
 # The statement writes nothing when the file still has chunks (the `old` guard): then the caller drops
 # them first and runs it again. So it is correct whatever the caller believed about the file.
-_WRITE_TEMPLATE = f"""
-WITH old AS (
+_FILE_UPSERT = """old AS (
     SELECT count(*) AS n FROM chunks c JOIN files f ON f.id = c.file_id
      WHERE f.source_id = :source_id AND f.key = :key
 ), f AS (
@@ -106,10 +125,25 @@ WITH old AS (
         content_type = EXCLUDED.content_type, storage_class = EXCLUDED.storage_class,
         owner = EXCLUDED.owner, mode = EXCLUDED.mode, uid = EXCLUDED.uid, gid = EXCLUDED.gid,
         status = EXCLUDED.status, status_reason = EXCLUDED.status_reason, title = EXCLUDED.title,
-        chunk_count = EXCLUDED.chunk_count, text_chars = EXCLUDED.text_chars,
+        chunk_count = EXCLUDED.chunk_count, text_chars = EXCLUDED.text_chars, parent_id = NULL,
         index_runs = files.index_runs + 1, indexed_at = now(), seen_at = now()
     RETURNING id
-), input AS (
+)"""
+# A member of a listed file (its members were just dropped, so a conflict is another file's key: a real
+# folder 'x!' holding 'y' beside container 'x' with member 'y'; that file keeps its row).
+_MEMBER_INSERT = """old AS (SELECT 0 AS n), f AS (
+    INSERT INTO files (tenant_id, source_id, key, size, mtime, etag, content_type, storage_class, owner,
+                       mode, uid, gid, status, status_reason, title, chunk_count, text_chars, index_runs,
+                       indexed_at, seen_at, parent_id)
+    SELECT :tenant_id, :source_id, :key, :size, :mtime, :etag, :content_type, :storage_class, :owner,
+           :mode, :uid, :gid, :status, :status_reason, :title, :chunk_count, :text_chars, 1, now(), now(),
+           p.id
+      FROM files p WHERE p.source_id = :source_id AND p.key = :parent_key AND p.parent_id IS NULL
+    ON CONFLICT (source_id, key) DO NOTHING
+    RETURNING id
+)"""
+_WRITE_TEMPLATE = f"""
+WITH {{file}}, input AS (
     {{input}}
 ), lex AS (
     SELECT i.seq, t.lexeme AS term, coalesce(array_length(t.positions, 1), 1) AS tf
@@ -145,11 +179,12 @@ _ARRAY_INPUT = """SELECT * FROM unnest(CAST(:seqs AS int[]), CAST(:bodies AS tex
                          CAST(:starts AS int[]), CAST(:ends AS int[]), CAST(:ts_starts AS bigint[]),
                          CAST(:ts_ends AS bigint[]))
                 AS u(seq, body, page_no, char_start, char_end, ts_start_ms, ts_end_ms)"""
-_WRITE = text(_WRITE_TEMPLATE.format(input=_ARRAY_INPUT, check=""))
+_WRITE = text(_WRITE_TEMPLATE.format(file=_FILE_UPSERT, input=_ARRAY_INPUT, check=""))
 # For a pipeline (the COMMIT is already on its way): a file that still has content aborts the transaction.
 _WRITE_CHECKED = text(_WRITE_TEMPLATE.format(
-    input=_ARRAY_INPUT,
+    file=_FILE_UPSERT, input=_ARRAY_INPUT,
     check=",\n       kdbl_check((SELECT n FROM old) = 0, 'KL002', 'the file still has indexed content')"))
+_WRITE_MEMBER = text(_WRITE_TEMPLATE.format(file=_MEMBER_INSERT, input=_ARRAY_INPUT, check=""))
 
 
 HAS_CONTENT = "KL002"
@@ -258,6 +293,8 @@ class FileWriter:
         replace: bool = True,
         durable: bool = True,
         then: Sequence[tuple[TextClause, dict]] = (),
+        members: Sequence[MemberFile] = (),
+        container: bool = False,
     ) -> None:
         """`write_file` in its own transaction, sent with its COMMIT in one round trip (see `run`).
 
@@ -269,12 +306,20 @@ class FileWriter:
         few such commits (never part of one), which leaves those files as they were before; a queue item
         completed in the same transaction is forgotten with it, so the file is simply indexed again. A
         worker crash loses nothing. Any later durable commit (end of a listing, of a run) flushes them.
+
+        `members` (a container's, `container=True`): its old members go and these come in, in the same
+        transaction (one statement each); an ordinary file sends nothing more.
         """
         params = _file_params(tenant_id, source_id, meta, status, status_reason, title, chunks, text_chars,
                               ts_config)
         setup = (_FILE_TX, {"tenant": str(tenant_id), "sync": "on" if durable else "off"})
+        kin = _member_statements(tenant_id, source_id, meta.key, members, ts_config)
+        container = container or bool(members)
         for drop in ((True,) if replace else (False, True)):
-            statements = [setup, *([(_DROP_BY_KEY, params)] if drop else []), (_WRITE_CHECKED, params), *then]
+            old = [(_DROP_BY_KEY, params)] if drop else []
+            if drop and container:
+                old += [(_DROP_MEMBERS, params), (_DELETE_MEMBERS, params)]
+            statements = [setup, *old, (_WRITE_CHECKED, params), *kin, *then]
             try:
                 self.run(statements)
                 return
@@ -301,9 +346,22 @@ def _file_params(tenant_id: uuid.UUID, source_id: uuid.UUID, meta: FileMeta, sta
     }
 
 
+def _member_statements(tenant_id: uuid.UUID, source_id: uuid.UUID, parent_key: str,
+                       members: Sequence[MemberFile], ts_config: str) -> list[tuple[TextClause, dict]]:
+    out = []
+    for m in members:
+        params = _file_params(tenant_id, source_id, m.meta, m.status, m.status_reason, m.title, m.chunks,
+                              m.text_chars, ts_config)
+        params["parent_key"] = parent_key
+        out.append((_WRITE_MEMBER, params))
+    return out
+
+
 def load_file_states(conn: Connection, source_id: uuid.UUID) -> dict[str, FileState]:
+    """The listed files of a source (not their members: those come and go with their parent)."""
     rows = conn.execute(
-        text("SELECT key, size, mtime, etag, status, status_reason FROM files WHERE source_id = :s"),
+        text("SELECT key, size, mtime, etag, status, status_reason FROM files "
+             "WHERE source_id = :s AND parent_id IS NULL"),
         {"s": source_id},
     )
     return {r.key: FileState(r.size, r.mtime, r.etag, r.status, r.status_reason) for r in rows}
@@ -326,8 +384,11 @@ def write_file(
     text_chars: int,
     ts_config: str,
     replace: bool = True,
+    members: Sequence[MemberFile] = (),
+    container: bool = False,
 ) -> int:
-    """Replace one file's metadata, chunks and keyword index. Returns the file id.
+    """Replace one file's metadata, chunks and keyword index (and, for a container, its members). Returns
+    the file id.
 
     `replace=False` is a hint that the file has no indexed content yet (first crawl): it saves the drop
     statement. A wrong hint costs one more statement, never correctness.
@@ -336,23 +397,33 @@ def write_file(
                           ts_config)
     if replace:
         conn.execute(_DROP_BY_KEY, params)
+    if replace and (container or members):
+        conn.execute(_DROP_MEMBERS, params)
+        conn.execute(_DELETE_MEMBERS, params)
     row = conn.execute(_WRITE, params).one()
     if row.file_id is None:  # it had content after all: drop it, then write
         conn.execute(_DROP_BY_KEY, params)
+        conn.execute(_DROP_MEMBERS, params)
+        conn.execute(_DELETE_MEMBERS, params)
         row = conn.execute(_WRITE, params).one()
+    for stmt, member_params in _member_statements(tenant_id, source_id, meta.key, members, ts_config):
+        conn.execute(stmt, member_params)
     return row.file_id
 
 
 def delete_files(conn: Connection, tenant_id: uuid.UUID, source_id: uuid.UUID, keys: Iterable[str]) -> int:
-    """Remove files (and their chunks, postings and statistics) that vanished from the source."""
+    """Remove listed files that vanished from the source, with their members (and the chunks, postings and
+    statistics of all of them). Returns how many listed files went."""
     ids = list(conn.execute(
-        text("SELECT id FROM files WHERE source_id = :s AND key = ANY(:keys)"),
+        text("SELECT id FROM files WHERE source_id = :s AND key = ANY(:keys) AND parent_id IS NULL"),
         {"s": source_id, "keys": list(keys)},
     ).scalars())
     if not ids:
         return 0
-    _drop_content(conn, tenant_id, ids)
-    conn.execute(text("DELETE FROM files WHERE id = ANY(:ids)"), {"ids": ids})
+    members = list(conn.execute(text("SELECT id FROM files WHERE parent_id = ANY(:ids)"),
+                                {"ids": ids}).scalars())
+    _drop_content(conn, tenant_id, ids + members)
+    conn.execute(text("DELETE FROM files WHERE id = ANY(:ids)"), {"ids": ids + members})
     return len(ids)
 
 

@@ -76,6 +76,8 @@ class File(Base):
     text_chars: Mapped[int] = mapped_column(BigInteger, server_default=sql_text("0"))
     indexed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # the listed file an archive member / attachment came from (migration 0010)
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("files.id", ondelete="CASCADE"))
 
 
 class Chunk(Base):

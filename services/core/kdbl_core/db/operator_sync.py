@@ -216,7 +216,9 @@ def revoke_bootstrap_tokens(conn: Connection, tenant_id: uuid.UUID, lookup_ids: 
 # ------------------------------------------------------------------------------------------------
 def delete_source_files(conn: Connection, tenant_id: uuid.UUID, source_id: uuid.UUID, limit: int) -> int:
     """Delete up to `limit` files of a source with their chunks and postings, keeping BM25 statistics exact."""
-    keys = list(conn.execute(text("SELECT key FROM files WHERE source_id = :s ORDER BY id LIMIT :n"),
+    # members go with their parent (content.delete_files)
+    keys = list(conn.execute(text("SELECT key FROM files WHERE source_id = :s AND parent_id IS NULL "
+                                  "ORDER BY id LIMIT :n"),
                              {"s": source_id, "n": limit}).scalars())
     return content.delete_files(conn, tenant_id, source_id, keys) if keys else 0
 

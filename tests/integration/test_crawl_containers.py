@@ -1,0 +1,321 @@
+"""Archives and e-mail attachments are indexed as children of their file (issue 14, containers).
+
+A share with a zip (documents, a PDF, a nested zip), an e-mail with two attachments and a tar.gz is crawled
+through the real worker pipeline (sandbox children, the drained write path) and served by the real API
+(MCP client, signed downloads through the worker's internal fetch endpoint). Every member is a file row
+with parent_id = its listed file, searchable, readable and downloadable; members are replaced and deleted
+with their parent, bounded against bombs, and invisible to other tenants.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+import threading
+import time
+import zipfile
+from contextlib import asynccontextmanager
+from email.message import EmailMessage
+from urllib.parse import quote, urlparse
+
+import httpx
+import pytest
+import uvicorn
+from helpers import Corpus, free_port, make_corpus, make_pdf, pdf_text_page, running_api
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+from sqlalchemy import text
+
+from kdbl_control import admin
+from kdbl_core.db.engine import principal_params
+from kdbl_core.principal import Principal
+from kdbl_core.settings import Settings
+from kdbl_core.uris import file_uri, parse_file_uri
+from kdbl_worker.fetch import create_fetch_app
+from kdbl_worker.pipeline import Indexer, load_sources
+
+SIGNING = "c" * 48
+FETCH_TOKEN = "containers-fetch-" + "t" * 32
+PUBLIC = "http://public.example:8443"
+
+
+def _zip(entries: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    return buf.getvalue()
+
+
+def _tar_gz(entries: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as archive:
+        for name, data in entries.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _mail(body: str, attachments: dict[str, tuple[bytes, str, str]]) -> bytes:
+    message = EmailMessage()
+    message["From"], message["To"], message["Subject"] = "frank@example.org", "team@example.org", "Figures"
+    message.set_content(body)
+    for name, (data, maintype, subtype) in attachments.items():
+        message.add_attachment(data, maintype=maintype, subtype=subtype, filename=name)
+    return message.as_bytes()
+
+
+A_MD = b"# Aardvark field notes\n\nThe aardvark burrow census counted seventeen burrows near the ridge."
+B_PDF = make_pdf([pdf_text_page("Bilby survey results for the northern range")])
+C_TXT = "Cassowary sightings near the creek, logged by the ranger on duty, 🦤 ünïcode.".encode()
+INNER = _zip({"c.txt": C_TXT})
+BUNDLE = _zip({"docs/a.md": A_MD, "docs/b.pdf": B_PDF, "inner.zip": INNER})
+REPORT_PDF = make_pdf([pdf_text_page("Dugong grazing report for the quarter")])
+NOTES = b"Echidna notes: spines, snouts and a very long tongue."
+MAIL = _mail("Please find the figures attached. Regards, Frank the numbat keeper.",
+             {"report.pdf": (REPORT_PDF, "application", "pdf"), "notes.txt": (NOTES, "text", "plain")})
+GECKO = b"Gecko observations on the night shift: forty geckos on the lamp post."
+TAR = _tar_gz({"logs/night shift.txt": GECKO})
+
+# member key -> (its bytes, a word only it holds)
+MEMBERS = {
+    "bundle.zip!/docs/a.md": (A_MD, "aardvark"),
+    "bundle.zip!/docs/b.pdf": (B_PDF, "bilby"),
+    "bundle.zip!/inner.zip!/c.txt": (C_TXT, "cassowary"),
+    "mail.eml!/attachments/report.pdf": (REPORT_PDF, "dugong"),
+    "mail.eml!/attachments/notes.txt": (NOTES, "echidna"),
+    "logs.tar.gz!/logs/night shift.txt": (GECKO, "gecko"),
+}
+LISTED = {"bundle.zip", "mail.eml", "logs.tar.gz", "plain.md", "data!/real.md"}
+
+
+def _crawl(worker_engine, corpus: Corpus, settings: Settings | None = None):
+    [source] = load_sources(worker_engine, source_id=corpus.source_id)
+    return Indexer(worker_engine, settings or Settings()).crawl(source)
+
+
+def _rows(owner_engine, corpus: Corpus) -> dict[str, dict]:
+    """Every file row of the corpus's source, with its parent's key (as the owner)."""
+    with owner_engine.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT f.key, f.size, f.mtime, f.status, f.status_reason, f.chunk_count, p.key AS parent "
+            "FROM files f LEFT JOIN files p ON p.id = f.parent_id WHERE f.source_id = :s"),
+            {"s": corpus.source_id}).mappings().all()
+    return {r["key"]: dict(r) for r in rows}
+
+
+def _assert_statistics_exact(owner_engine, corpus: Corpus) -> None:
+    """df and corpus counters of the source equal what its postings and chunks say (no drift)."""
+    with owner_engine.connect() as conn:
+        params = {"s": corpus.source_id}
+        df = set(conn.execute(text("SELECT term, sum(df) FROM term_stats WHERE source_id = :s GROUP BY term "
+                                   "HAVING sum(df) <> 0"), params))
+        truth = set(conn.execute(text("SELECT term, count(*) FROM postings WHERE source_id = :s GROUP BY term"),
+                                 params))
+        counters = conn.execute(text("SELECT coalesce(sum(n_chunks), 0), coalesce(sum(total_len), 0) "
+                                     "FROM corpus_stats WHERE source_id = :s"), params).one()
+        chunks = conn.execute(text("SELECT count(*), coalesce(sum(token_count), 0) FROM chunks "
+                                   "WHERE source_id = :s"), params).one()
+    assert df == truth and tuple(counters) == tuple(chunks)
+
+
+@pytest.fixture(scope="module")
+def fetch_url(worker_engine):
+    port = free_port()
+    app = create_fetch_app(Settings(internal_fetch_token=FETCH_TOKEN), worker_engine)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def env(owner_engine, worker_engine, owner_url, fetch_url, tmp_path_factory):
+    root = tmp_path_factory.mktemp("containers") / "share"
+    corpus = make_corpus(owner_engine, worker_engine, root, {
+        "bundle.zip": BUNDLE, "mail.eml": MAIL, "logs.tar.gz": TAR,
+        "plain.md": "# Plain\n\nA plain file about wombats.",
+        "data!/real.md": "A real file in a folder named data! about quokkas.",
+    }, tenant="containers")
+    other = make_corpus(owner_engine, worker_engine, tmp_path_factory.mktemp("containers-other") / "other",
+                        {"mine.md": "Nothing about cassowaries here, only kiwis."}, tenant="containers-other")
+    token = admin.create_token(owner_engine, tenant_name="containers", name="c")[0]
+    other_token = admin.create_token(owner_engine, tenant_name="containers-other", name="o")[0]
+    settings = Settings(mcp_enabled=True, download_signing_secret=SIGNING, internal_fetch_token=FETCH_TOKEN,
+                        worker_fetch_url=fetch_url, api_public_url=PUBLIC)
+    with running_api(owner_url, settings) as url:
+        yield {"url": url, "corpus": corpus, "other": other, "token": token, "other_token": other_token}
+
+
+@asynccontextmanager
+async def mcp(env, token_name: str = "token"):
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {env[token_name]}"})
+    async with http, Client(streamable_http_client(f"{env['url']}/mcp", http_client=http)) as client:
+        yield client
+
+
+async def _search(client, query: str) -> list[dict]:
+    return (await client.call_tool("search_content", {"query": query, "mode": "lexical"})).structured_content["hits"]
+
+
+def test_every_member_is_a_child_row_of_its_listed_file_with_its_size_and_the_parents_mtime(env, owner_engine):
+    rows = _rows(owner_engine, env["corpus"])
+    for key, (data, _) in MEMBERS.items():
+        row = rows[key]
+        top = key.split("!/", 1)[0]
+        assert row["parent"] == top, key  # nested members point at the listed file too
+        assert row["size"] == len(data) and row["mtime"] == rows[top]["mtime"], key
+        assert row["status"] == "ok" and row["chunk_count"] >= 1, (key, row["status_reason"])
+    inner = rows["bundle.zip!/inner.zip"]  # a nested container is a member with its own listing text
+    assert inner["parent"] == "bundle.zip" and inner["status"] == "ok"
+    for key in LISTED:
+        assert rows[key]["parent"] is None and rows[key]["status"] == "ok", (key, rows[key]["status_reason"])
+    assert rows["data!/real.md"]["parent"] is None  # a real folder named "x!" holds listed files
+
+
+async def test_every_member_is_searchable_and_a_hit_cites_the_parents_uri_with_the_member_path(env):
+    sid = env["corpus"].source_id
+    async with mcp(env) as client:
+        for key, (_, word) in MEMBERS.items():
+            hits = await _search(client, word)
+            assert hits and hits[0]["key"] == key, (word, [h["key"] for h in hits])
+            parent, _, member = key.rpartition("!/")
+            assert hits[0]["uri"] == file_uri(sid, parent) + "!/" + quote(member, safe="")
+            assert parse_file_uri(hits[0]["uri"]) == (sid, key)
+        hit = (await _search(client, "aardvark burrow"))[0]
+    assert hit["uri"] == f"kdbl://file/{sid}/bundle.zip!/docs%2Fa.md"
+
+
+async def test_get_file_text_list_files_and_resources_read_work_for_member_keys(env):
+    sid = str(env["corpus"].source_id)
+    key = "bundle.zip!/inner.zip!/c.txt"
+    async with mcp(env) as client:
+        read = (await client.call_tool("get_file_text", {"source_id": sid, "key": key})).structured_content
+        meta = (await client.call_tool("get_file_metadata", {"source_id": sid, "key": key})).structured_content
+        listed = (await client.call_tool("list_files", {"source_id": sid, "limit": 100})).structured_content
+        resource = (await client.read_resource(file_uri(sid, key))).contents[0]
+    assert read["status"] == "ok" and "Cassowary sightings" in read["chunks"][0]["text"]
+    assert read["uri"] == file_uri(sid, key) and meta["size"] == len(C_TXT)
+    assert {f["key"] for f in listed["files"]} >= set(MEMBERS) | LISTED
+    assert "Cassowary sightings" in resource.text
+
+
+async def test_the_signed_download_of_a_member_returns_exactly_the_members_bytes(env):
+    async with mcp(env) as client:
+        urls = {key: (await _search(client, word))[0]["url"] for key, (_, word) in MEMBERS.items()}
+    async with httpx.AsyncClient() as http:
+        for key, url in urls.items():
+            parsed = urlparse(url)
+            assert f"{parsed.scheme}://{parsed.netloc}" == PUBLIC
+            resp = await http.get(f"{env['url']}{parsed.path}?{parsed.query}&dl=1")
+            assert resp.status_code == 200 and resp.content == MEMBERS[key][0], key
+            name = key.rsplit("/", 1)[-1]
+            assert f"filename*=UTF-8''{quote(name, safe='')}" in resp.headers["content-disposition"]
+
+
+def test_a_recrawl_of_an_unchanged_share_skips_the_listed_files_and_keeps_their_members(
+        env, owner_engine, worker_engine):
+    before = _rows(owner_engine, env["corpus"])
+    stats = _crawl(worker_engine, env["corpus"])
+    assert (stats.listed, stats.unchanged, stats.indexed, stats.deleted) == (len(LISTED), len(LISTED), 0, 0)
+    assert _rows(owner_engine, env["corpus"]) == before
+
+
+async def test_another_tenant_cannot_see_members(env, api_sync_engine):
+    sid = str(env["corpus"].source_id)
+    async with mcp(env, "other_token") as client:
+        hits = await _search(client, "cassowary sightings")
+        with pytest.raises(MCPError) as err:
+            await client.call_tool("get_file_text", {"source_id": sid, "key": "bundle.zip!/inner.zip!/c.txt"})
+    assert all(h["key"] == "mine.md" for h in hits) and err.value.code == -32602
+    other = env["other"]
+    probe = Principal(tenant_id=other.tenant_id, tenant_name=other.tenant, subject="user:probe", groups=())
+    with api_sync_engine.begin() as conn:
+        conn.execute(text("SELECT set_config('kdbl.tenant_id', :tenant, true), "
+                          "set_config('kdbl.subjects', :subjects, true)"), principal_params(probe))
+        keys = conn.execute(text("SELECT key FROM files WHERE parent_id IS NOT NULL")).scalars().all()
+        texts = conn.execute(text("SELECT count(*) FROM chunks WHERE text LIKE '%Cassowary%'")).scalar()
+    assert keys == [] and texts == 0
+
+
+def test_a_file_granted_one_by_one_grants_its_members_and_nothing_else(
+        owner_engine, worker_engine, api_sync_engine, tmp_path):
+    corpus = make_corpus(owner_engine, worker_engine, tmp_path / "granted", {
+        "mail.eml": MAIL, "bundle.zip": BUNDLE}, tenant="containers-grants", restricted=True)
+    admin.add_grant(owner_engine, source_id=corpus.source_id, subject="user:gina", file_key="mail.eml")
+
+    def visible(subject: str) -> tuple[set[str], int]:
+        who = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject=subject, groups=())
+        with api_sync_engine.begin() as conn:
+            conn.execute(text("SELECT set_config('kdbl.tenant_id', :tenant, true), "
+                              "set_config('kdbl.subjects', :subjects, true)"), principal_params(who))
+            keys = set(conn.execute(text("SELECT key FROM files")).scalars())
+            postings = conn.execute(text("SELECT count(*) FROM postings WHERE term = 'echidna'")).scalar()
+        return keys, postings
+
+    assert visible("user:gina") == ({"mail.eml", "mail.eml!/attachments/report.pdf",
+                                      "mail.eml!/attachments/notes.txt"}, 1)
+    assert visible("user:hank") == (set(), 0)
+
+
+async def test_recrawling_a_changed_zip_replaces_its_members_and_deleting_it_removes_them(
+        owner_engine, worker_engine, tmp_path):
+    corpus = make_corpus(owner_engine, worker_engine, tmp_path / "changing", {
+        "bundle.zip": BUNDLE, "keep.md": "A file that stays."}, tenant="containers-change")
+    assert "bundle.zip!/docs/b.pdf" in _rows(owner_engine, corpus)
+    path = corpus.root / "bundle.zip"
+    path.write_bytes(_zip({"docs/a.md": b"# Aardvark, revised\n\nNow about platypus burrows.",
+                           "docs/new.md": b"A new member about tree kangaroos."}))
+    os.utime(path, (time.time() + 10, time.time() + 10))
+    stats = _crawl(worker_engine, corpus)
+    rows = _rows(owner_engine, corpus)
+    assert stats.indexed == 1 and stats.deleted == 0
+    assert {k for k in rows if rows[k]["parent"] == "bundle.zip"} == {"bundle.zip!/docs/a.md",
+                                                                       "bundle.zip!/docs/new.md"}
+    with owner_engine.connect() as conn:
+        texts = conn.execute(text("SELECT string_agg(c.text, ' ') FROM chunks c JOIN files f ON f.id = c.file_id "
+                                  "WHERE f.source_id = :s"), {"s": corpus.source_id}).scalar()
+    assert "platypus" in texts and "Bilby" not in texts and "Cassowary" not in texts
+    _assert_statistics_exact(owner_engine, corpus)
+
+    path.unlink()
+    stats = _crawl(worker_engine, corpus)
+    assert stats.deleted == 1 and set(_rows(owner_engine, corpus)) == {"keep.md"}
+    _assert_statistics_exact(owner_engine, corpus)
+
+
+def test_a_zip_bomb_ends_with_a_status_and_the_crawl_goes_on(owner_engine, worker_engine, tmp_path):
+    bomb = _zip({"zeros.bin": bytes(40 << 20), "readme.txt": b"A harmless note about tapirs."})
+    assert len(bomb) < 100_000  # ~1000:1
+    many = _zip({f"part{i}.txt": f"Part {i} about okapis.".encode() for i in range(6)})
+    corpus = make_corpus(owner_engine, worker_engine, tmp_path / "bombs", {
+        "bomb.zip": bomb, "many.zip": many, "bundle.zip": BUNDLE, "after.md": "Indexed after the bomb: lemurs."},
+        tenant="containers-bombs")
+    rows = _rows(owner_engine, corpus)
+    assert rows["after.md"]["status"] == "ok"
+    assert rows["bomb.zip"]["status"] == "partial" and "zeros.bin" in rows["bomb.zip"]["status_reason"]
+    refused = rows["bomb.zip!/zeros.bin"]
+    assert refused["status"] == "skipped" and "ratio" in refused["status_reason"] and refused["chunk_count"] == 0
+    assert rows["bomb.zip!/readme.txt"]["status"] == "ok"
+    _assert_statistics_exact(owner_engine, corpus)
+
+    # tight bounds: members per file, nesting depth
+    for key in ("many.zip", "bundle.zip"):
+        os.utime(corpus.root / key, (time.time() + 10, time.time() + 10))
+    stats = _crawl(worker_engine, corpus, Settings(container_max_members=4, container_max_depth=1))
+    rows = _rows(owner_engine, corpus)
+    assert stats.indexed == 2 and stats.failed == 0
+    assert rows["many.zip"]["status"] == "partial" and "KDBL_CONTAINER_MAX_MEMBERS" in rows["many.zip"]["status_reason"]
+    assert len([k for k in rows if rows[k]["parent"] == "many.zip"]) == 4
+    inner = rows["bundle.zip!/inner.zip"]
+    assert inner["status"] == "partial" and "KDBL_CONTAINER_MAX_DEPTH" in inner["status_reason"]
+    assert "bundle.zip!/inner.zip!/c.txt" not in rows
+    _assert_statistics_exact(owner_engine, corpus)
