@@ -12,8 +12,9 @@ text `get_file_text` returns keeps its indentation; the chunker cuts longer bloc
 (chunking.py, `lines=True` for these content types).
 
 A file no row reads is sniffed: its first 64 KB (`SNIFF_BYTES`) decide. Binary junk (NUL bytes, control
-characters) is refused after that one bounded read, so an unknown binary costs the same whatever its size;
-text is indexed as text/plain with the reason "detected as text by content".
+characters anywhere in them) is refused after that one bounded read, so an unknown binary costs the same
+whatever its size (a 16 MB one: one 64 KB read); text is indexed as text/plain with the reason "detected as
+text by content".
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ SNIFF_BYTES = 64 * 1024
 BINARY = "unsupported format (binary content)"
 # one or more blank lines, then a line that starts at column 0
 _TOP_LEVEL = re.compile(r"\n(?:[ \t]*\n)+(?=\S)")
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f]")
 _ASSIGNMENT = re.compile(r"^(\s*(?:export\s+)?[A-Za-z_][A-Za-z0-9_.-]*\s*[=:])(.*)$")
 
 
@@ -71,14 +73,19 @@ def extract_dotenv(source: Source) -> Extraction:
                       reason=_with("language: dotenv; values redacted", problem))
 
 
+def _binary(text: str | None) -> bool:
+    """The decoder's verdict looks at the first 8 KB; the sniff also refuses control characters (a NUL, or
+    more than 5%) anywhere in the decoded 64 KB, so a text header in front of binary data is not text."""
+    return text is None or "\x00" in text or len(_CONTROL.findall(text)) > len(text) * 0.05
+
+
 def extract_unknown(source: Source) -> Extraction:
     """No row for this name: index it as text/plain when its first 64 KB are text, else refuse it."""
     head = source.stream.read(SNIFF_BYTES)
-    text, _ = decode_text(head)
-    if text is None:
+    if _binary(decode_text(head)[0]):
         return Extraction.skipped(BINARY)
     text, problem = _decode(source, head)
-    if text is None:  # text at the start, binary later: still not a text file
+    if text is None:
         return Extraction.skipped(BINARY)
     return Extraction(blocks=blocks_of(text), status="partial" if problem else "ok",
                       reason=_with("detected as text by content", problem), content_type="text/plain")
