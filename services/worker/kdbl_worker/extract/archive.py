@@ -65,18 +65,42 @@ def check_zip(stream: BinaryIO) -> zipfile.ZipFile:
     members = package.infolist()
     if len(members) > MAX_MEMBERS:
         raise PackageError(f"package has too many members ({len(members)} > {MAX_MEMBERS})")
+    if overlapped := overlapping_members(package):
+        raise PackageError(f"overlapping members {overlapped[0]!r} (zip bomb?)")
     total = 0
     for info in members:
         total += info.file_size
-        if info.file_size > _RATIO_FLOOR and info.file_size > MAX_RATIO * max(info.compress_size, 1):
+        if ratio_exceeded(info.file_size, info.compress_size, MAX_RATIO, _RATIO_FLOOR):
             raise PackageError(f"suspicious compression ratio in {info.filename!r} (zip bomb?)")
-        if info.flag_bits & 0x1:
+        if is_encrypted(info):
             raise PackageError(ENCRYPTED)
     if total > MAX_UNCOMPRESSED:
         raise PackageError(
             f"package too large uncompressed ({total >> 20} MiB > {MAX_UNCOMPRESSED >> 20} MiB)"
         )
     return package
+
+
+def ratio_exceeded(expanded: int, packed: int, max_ratio: int, floor: int) -> bool:
+    """True when `expanded` bytes from `packed` compressed ones is past `max_ratio`, once above `floor`."""
+    return expanded > floor and expanded > max_ratio * max(packed, 1)
+
+
+def is_encrypted(info: zipfile.ZipInfo) -> bool:
+    """Traditional PKWARE encryption (flag bit 0) or WinZip AES (compression method 99)."""
+    return bool(info.flag_bits & 0x1) or info.compress_type == 99
+
+
+def overlapping_members(package: zipfile.ZipFile) -> list[str]:
+    """Members whose data runs into the next member's local header or the central directory.
+
+    Overlapping entries are how the non-recursive zip bombs (Fifield 2019: 42 kB -> 5.5 GB) reuse one
+    compressed kernel for every member; a real zip never has them. A local header is at least 30 bytes.
+    """
+    infos = sorted(package.infolist(), key=lambda info: info.header_offset)
+    ends = [info.header_offset for info in infos[1:]] + [package.start_dir]
+    return [info.orig_filename for info, end in zip(infos, ends, strict=True)
+            if info.header_offset + 30 + info.compress_size > end]
 
 
 def read_member(package: zipfile.ZipFile, name: str, limit: int = 256 << 20) -> bytes:

@@ -31,6 +31,7 @@ DOTENV = _P + "code:extract_dotenv"
 SNIFF = _P + "code:extract_unknown"  # no row: text by content, else refused (extract/code.py)
 _OOXML = "application/vnd.openxmlformats-officedocument."
 _STT = "a transcriber model or a subtitle sidecar"
+LISTING = _P + "containers:extract_listing"
 
 # THE FORMAT TABLE. To support a format, add ONE row here:
 #     Format((".ext", ".ext2"), "content/type", _P + "module:function", "Human label", "extra or package"),
@@ -67,6 +68,15 @@ FORMATS: list[Format] = [
            "OpenDocument text (ODT)"),
     Format((".epub",), "application/epub+zip", _P + "epub:extract_epub", "EPUB"),
     Format((".rtf",), "application/rtf", _P + "rtf:extract_rtf", "RTF"),
+    # archives: the file's text lists its members; each member is indexed as a child file
+    # (`a.zip!/docs/b.md`, extract/containers.py), as are e-mail attachments
+    Format((".zip",), "application/zip", LISTING, "Zip archive (members indexed)"),
+    Format((".tar",), "application/x-tar", LISTING, "Tar archive (members indexed)"),
+    Format((".tar.gz", ".tgz"), "application/gzip", LISTING, "Tar archive, gzip (members indexed)"),
+    Format((".tar.bz2", ".tbz2"), "application/x-bzip2", LISTING, "Tar archive, bzip2 (members indexed)"),
+    Format((".tar.xz", ".txz"), "application/x-xz", LISTING, "Tar archive, xz (members indexed)"),
+    Format((".7z",), "application/x-7z-compressed", LISTING, "7-Zip archive (members indexed)",
+           "the `archives` extra"),
     # audio and video: text from a subtitle sidecar or a local transcriber (extract/media.py)
     Format((".mp3",), "audio/mpeg", MEDIA, "MP3 audio", _STT),
     Format((".m4a",), "audio/mp4", MEDIA, "M4A audio", _STT),
@@ -159,11 +169,13 @@ def by_extension() -> dict[str, Format]:
 
 
 def lookup(name: str) -> Format | None:
-    """The row for a file name: its whole name (Dockerfile, .gitignore), then its extension, then the name
-    before the extension (Dockerfile.prod, .env.local); None when no row reads it."""
+    """The row for a file name: its whole name (Dockerfile, .gitignore), then its last two extensions
+    (.tar.gz), then its extension, then the name before the extension (Dockerfile.prod, .env.local); None
+    when no row reads it."""
     index = by_extension()
     path = PurePosixPath(name.lower())
-    return index.get(path.name) or index.get(path.suffix) or (index.get(path.stem) if path.suffix else None)
+    return (index.get(path.name) or index.get("".join(path.suffixes[-2:])) or index.get(path.suffix)
+            or (index.get(path.stem) if path.suffix else None))
 
 
 def add(row: Format) -> None:
