@@ -54,7 +54,7 @@ async def test_a_mixed_real_world_collection_crawls_to_the_end_with_a_status_for
         "mail/outage.eml": _mail(),
         "legacy/latin1.txt": "Caf\xe9 cr\xe8me br\xfbl\xe9e, a note about the tamarisk cellar.\n".encode("latin-1"),
         "empty.txt": "",
-        "junk.bin": bytes(random.Random(1).randrange(256) for _ in range(50_000)),
+        "junk.bin": random.Random(1).randbytes(50_000),
         "odd names/r\u00e9sum\u00e9 (final) #2.md": "# R\u00e9sum\u00e9\n\nWorked on the zephyrine project.\n",
     }
     office = sorted(p for p in SAMPLES.iterdir() if p.suffix in {".docx", ".pptx", ".csv"})
