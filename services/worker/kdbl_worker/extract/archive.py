@@ -24,6 +24,10 @@ class PackageError(Exception):
     """A package that must not (or cannot) be opened; str() is the status reason."""
 
 
+class LegacyBinary(PackageError):
+    """A legacy binary Office file (OLE2) under an OOXML name: the .doc/.xls/.ppt reader takes it."""
+
+
 def is_ole2(stream: BinaryIO) -> bool:
     stream.seek(0)
     head = stream.read(8)
@@ -49,11 +53,12 @@ def ole2_has_encrypted_package(stream: BinaryIO, chunk: int = 1 << 20) -> bool:
 
 
 def check_ooxml(stream: BinaryIO, legacy_name: str) -> None:
-    """Raise PackageError for an encrypted OOXML file or a legacy binary file with an OOXML extension."""
+    """Raise PackageError for an encrypted OOXML file, LegacyBinary for a legacy binary file with an OOXML
+    extension (the caller hands it to the legacy reader)."""
     if is_ole2(stream):
         if ole2_has_encrypted_package(stream):
             raise PackageError(ENCRYPTED)
-        raise PackageError(f"legacy binary Office file ({legacy_name}), not supported")
+        raise LegacyBinary(f"legacy binary Office file ({legacy_name}) under an OOXML name")
 
 
 def check_zip(stream: BinaryIO) -> zipfile.ZipFile:

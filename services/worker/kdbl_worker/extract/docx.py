@@ -13,7 +13,7 @@ import docx
 from docx.opc.exceptions import PackageNotFoundError
 from docx.oxml import parse_xml
 
-from kdbl_worker.extract.archive import PackageError, check_zip, guarded_ooxml, read_member
+from kdbl_worker.extract.archive import LegacyBinary, PackageError, check_zip, guarded_ooxml, read_member
 from kdbl_worker.extract.base import Block, Extraction, Source
 
 _STRICT_MAIN = "http://purl.oclc.org/ooxml/officeDocument/relationships/officeDocument"
@@ -106,6 +106,10 @@ def _strict_body(source: Source):
 def extract_docx(source: Source) -> Extraction:
     try:
         guarded_ooxml(source.stream, ".doc")
+    except LegacyBinary:  # a .doc file saved under a .docx name
+        from kdbl_worker.extract.doc import extract_doc
+
+        return extract_doc(source)
     except PackageError as exc:
         return Extraction.failed(str(exc))
     try:

@@ -68,6 +68,12 @@ FORMATS: list[Format] = [
            "OpenDocument text (ODT)"),
     Format((".epub",), "application/epub+zip", _P + "epub:extract_epub", "EPUB"),
     Format((".rtf",), "application/rtf", _P + "rtf:extract_rtf", "RTF"),
+    # legacy binary Office (OLE2): our own readers over olefile, xlrd for .xls; a .doc/.xls/.ppt that really
+    # holds RTF, HTML, XML or a zip goes to that format's extractor (extract/ole.py)
+    Format((".doc", ".dot"), "application/msword", _P + "doc:extract_doc", "Word 97-2003 (DOC)"),
+    Format((".xls", ".xlt"), "application/vnd.ms-excel", _P + "xls:extract_xls", "Excel 97-2003 (XLS)"),
+    Format((".ppt", ".pps", ".pot"), "application/vnd.ms-powerpoint", _P + "ppt:extract_ppt",
+           "PowerPoint 97-2003 (PPT)"),
     # archives: the file's text lists its members; each member is indexed as a child file
     # (`a.zip!/docs/b.md`, extract/containers.py), as are e-mail attachments
     Format((".zip",), "application/zip", LISTING, "Zip archive (members indexed)"),

@@ -11,7 +11,7 @@ import pptx
 from pptx.exc import PackageNotFoundError
 from pptx.shapes.group import GroupShape
 
-from kdbl_worker.extract.archive import PackageError, guarded_ooxml
+from kdbl_worker.extract.archive import LegacyBinary, PackageError, guarded_ooxml
 from kdbl_worker.extract.base import Block, Extraction, Source
 
 _A_T = "{http://schemas.openxmlformats.org/drawingml/2006/main}t"
@@ -84,6 +84,10 @@ def _title(presentation) -> str | None:
 def extract_pptx(source: Source) -> Extraction:
     try:
         guarded_ooxml(source.stream, ".ppt")
+    except LegacyBinary:  # a .ppt file saved under a .pptx name
+        from kdbl_worker.extract.ppt import extract_ppt
+
+        return extract_ppt(source)
     except PackageError as exc:
         return Extraction.failed(str(exc))
     try:

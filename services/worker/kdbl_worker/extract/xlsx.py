@@ -15,7 +15,7 @@ import zipfile
 import openpyxl
 from openpyxl.utils.exceptions import InvalidFileException
 
-from kdbl_worker.extract.archive import PackageError, guarded_ooxml
+from kdbl_worker.extract.archive import LegacyBinary, PackageError, guarded_ooxml
 from kdbl_worker.extract.base import Block, Extraction, Source
 
 ROWS_PER_BLOCK = 50
@@ -65,6 +65,10 @@ def _sheet_blocks(sheet, name: str, page_no: int, budget: int) -> tuple[list[Blo
 def extract_xlsx(source: Source, *, max_cells: int = MAX_CELLS) -> Extraction:
     try:
         guarded_ooxml(source.stream, ".xls")
+    except LegacyBinary:  # a .xls file saved under a .xlsx name
+        from kdbl_worker.extract.xls import extract_xls
+
+        return extract_xls(source)
     except PackageError as exc:
         return Extraction.failed(str(exc))
     with warnings.catch_warnings():
