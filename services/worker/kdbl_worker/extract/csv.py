@@ -10,7 +10,7 @@ import csv
 import io
 
 from kdbl_worker.extract.base import Block, Extraction, Source
-from kdbl_worker.extract.text import decode_text
+from kdbl_worker.extract.encoding import decode
 
 ROWS_PER_BLOCK = 50
 MAX_ROWS = 1_000_000
@@ -30,10 +30,11 @@ def _line(row: list[str]) -> str:
 
 
 def extract_csv(source: Source, *, max_rows: int = MAX_ROWS) -> Extraction:
-    text, problem = decode_text(source.stream.read())
-    if text is None:
-        return Extraction.failed(problem or "not text")
-    problems = [problem] if problem else []
+    decoded = decode(source.stream.read())
+    if decoded.text is None:
+        return Extraction.failed(decoded.note or "not text")
+    text, partial = decoded.text, decoded.lossy
+    problems = [decoded.note] if decoded.note else []  # an encoding note alone leaves the status ok
     default = "\t" if source.name.lower().endswith((".tsv", ".tab")) else ","
     sample = text[:_SNIFF_CHARS]
     sample = sample[: sample.rfind("\n") + 1] or sample  # whole lines only: a cut line misleads the sniffer
@@ -45,6 +46,7 @@ def extract_csv(source: Source, *, max_rows: int = MAX_ROWS) -> Extraction:
         for row in reader:
             if reader.line_num > max_rows:
                 problems.append(f"row cap reached ({max_rows} lines); the rest skipped")
+                partial = True
                 break
             line = _line(row)
             if not line.strip():
@@ -58,10 +60,11 @@ def extract_csv(source: Source, *, max_rows: int = MAX_ROWS) -> Extraction:
                 lines = []
     except csv.Error as exc:  # e.g. a field over csv.field_size_limit() (128 KiB)
         problems.append(f"CSV parse error at line {reader.line_num}: {exc}")
+        partial = True
     if lines or (header is not None and not blocks):
         blocks.append(Block("\n".join([header or "", *lines])))
-    if problems and not blocks:
+    if partial and not blocks:
         return Extraction.failed("; ".join(problems))
     return Extraction(
-        blocks=blocks, status="partial" if problems else "ok", reason="; ".join(problems) or None
+        blocks=blocks, status="partial" if partial else "ok", reason="; ".join(problems) or None
     )

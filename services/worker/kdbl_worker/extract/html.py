@@ -1,17 +1,23 @@
-"""HTML: the main content (main/article when present), without scripts, navigation or boilerplate."""
+"""HTML: the main content (main/article when present), without scripts, navigation or boilerplate.
+
+Bytes are decoded by extract/encoding.py with the charset a `<meta>` in the first 4 KiB declares
+(`<meta charset=...>` or `http-equiv` Content-Type): used when the page is not valid UTF-8, else detected.
+"""
 
 from __future__ import annotations
 
+import re
 from html.parser import HTMLParser
 
 from kdbl_worker.extract.base import Block, Extraction, Source
-from kdbl_worker.extract.text import decode_text
+from kdbl_worker.extract.encoding import decode
 
 _SKIP = {"script", "style", "noscript", "template", "svg", "nav", "header", "footer", "aside", "form", "button"}
 _BLOCK = {
     "p", "div", "section", "article", "main", "li", "ul", "ol", "table", "tr", "h1", "h2", "h3", "h4",
     "h5", "h6", "pre", "blockquote", "br", "hr", "dd", "dt", "figcaption", "td", "th", "body",
 }
+_META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.IGNORECASE)
 _VOID = {"br", "hr", "img", "meta", "link", "input", "area", "base", "col", "embed", "source", "wbr"}
 
 
@@ -88,13 +94,16 @@ def _clean(blocks: list[str]) -> list[Block]:
 
 
 def extract_html(source: Source) -> Extraction:
-    text, problem = decode_text(source.stream.read())
-    if text is None:
-        return Extraction.failed(problem or "not text")
+    data = source.stream.read()
+    meta = _META_CHARSET.search(data, 0, 4096)
+    decoded = decode(data, meta.group(1).decode("ascii") if meta else None)
+    if decoded.text is None:
+        return Extraction.failed(decoded.note or "not text")
     parser = _Collector()
-    parser.feed(text)
+    parser.feed(decoded.text)
     parser.close()
     main = _clean(parser.main_blocks)
     blocks = main if main else _clean(parser.all_blocks)
     title = " ".join("".join(parser.title).split()) or None
-    return Extraction(blocks=blocks, status="partial" if problem else "ok", reason=problem, title=title)
+    return Extraction(blocks=blocks, status="partial" if decoded.lossy else "ok", reason=decoded.note,
+                      title=title)

@@ -3,22 +3,29 @@
 JSON is flattened to "path: value" lines (`a.b[0].c: 42`); XML gives the text of its
 elements in document order. XML goes through defusedxml: a DTD that declares entities
 (billion laughs) or points outside the file (XXE) is refused, never expanded or fetched.
+
+Both are decoded by extract/encoding.py first (BOM, UTF-16/32 by their NUL pattern, UTF-8, the
+XML declaration's encoding, detection) and the parser gets text: an XML declaration whose encoding
+disagrees with the bytes (UTF-16 bytes declared ISO-8859-1, latin-1 bytes declared UTF-8) no longer
+fails the file; the encoding used is in the status reason when it is not plain UTF-8.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 
 import defusedxml
 import defusedxml.ElementTree as safe_et
 
 from kdbl_worker.extract.base import Block, Extraction, Source
-from kdbl_worker.extract.text import decode_text
+from kdbl_worker.extract.encoding import Decoded, decode
 
 LINES_PER_BLOCK = 50
 MAX_LINES = 500_000
 MAX_VALUE_CHARS = 2_000
+_XML_ENCODING = re.compile(rb"""\A\s*<\?xml[^>]*?\sencoding\s*=\s*["']([A-Za-z0-9._:-]+)["']""")
 
 
 def _flatten(value: object, root: str = "") -> Iterator[str]:
@@ -62,36 +69,35 @@ def _blocks(lines: Iterator[str], max_lines: int) -> tuple[list[Block], bool]:
     return blocks, capped
 
 
-def _result(lines: Iterator[str], problem: str | None, max_lines: int) -> Extraction:
+def _result(lines: Iterator[str], decoded: Decoded, max_lines: int) -> Extraction:
     blocks, capped = _blocks(lines, max_lines)
-    problems = [p for p in (problem, f"line cap reached ({max_lines} lines)" if capped else None) if p]
-    return Extraction(
-        blocks=blocks, status="partial" if problems else "ok", reason="; ".join(problems) or None
-    )
+    problems = [p for p in (decoded.note, f"line cap reached ({max_lines} lines)" if capped else None) if p]
+    return Extraction(blocks=blocks, status="partial" if decoded.lossy or capped else "ok",
+                      reason="; ".join(problems) or None)
 
 
 def extract_json(source: Source, *, max_lines: int = MAX_LINES) -> Extraction:
-    text, problem = decode_text(source.stream.read())
-    if text is None:
-        return Extraction.failed(problem or "not text")
+    decoded = decode(source.stream.read())
+    if decoded.text is None:
+        return Extraction.failed(decoded.note or "not text")
     try:
-        data = json.loads(text)
+        data = json.loads(decoded.text)
     except json.JSONDecodeError as exc:
         return Extraction.failed(f"invalid JSON: {exc}")
     except RecursionError:
         return Extraction.failed("invalid JSON: nested too deeply")
-    return _result(_flatten(data), problem, max_lines)
+    return _result(_flatten(data), decoded, max_lines)
 
 
 def extract_jsonl(source: Source, *, max_lines: int = MAX_LINES) -> Extraction:
     """JSON Lines / NDJSON: each record flattened under its 1-based line number (`3.name: x`)."""
-    text, problem = decode_text(source.stream.read())
-    if text is None:
-        return Extraction.failed(problem or "not text")
+    decoded = decode(source.stream.read())
+    if decoded.text is None:
+        return Extraction.failed(decoded.note or "not text")
     bad: list[int] = []
 
     def lines() -> Iterator[str]:
-        for number, raw in enumerate(text.splitlines(), start=1):
+        for number, raw in enumerate(decoded.text.splitlines(), start=1):
             if not raw.strip():
                 continue
             try:
@@ -101,7 +107,7 @@ def extract_jsonl(source: Source, *, max_lines: int = MAX_LINES) -> Extraction:
                 continue
             yield from _flatten(record, root=f"[{number}]")
 
-    result = _result(lines(), problem, max_lines)
+    result = _result(lines(), decoded, max_lines)
     if bad:
         note = f"{len(bad)} invalid JSON lines skipped (first: line {bad[0]})"
         if not result.blocks:
@@ -127,12 +133,18 @@ def _xml_lines(root) -> Iterator[str]:
 
 
 def extract_xml(source: Source, *, max_lines: int = MAX_LINES) -> Extraction:
+    data = source.stream.read()
+    declared = _XML_ENCODING.match(data.removeprefix(b"\xef\xbb\xbf")[:512])
+    decoded = decode(data, declared.group(1).decode("ascii") if declared else None)
+    if decoded.text is None:
+        return Extraction.failed(decoded.note or "not text")
     try:
-        # forbid_dtd stays False (many real files carry a harmless DOCTYPE); entity
-        # declarations and external references raise instead of being expanded.
-        tree = safe_et.parse(source.stream, forbid_dtd=False, forbid_entities=True, forbid_external=True)
+        # Text, not bytes: expat then ignores the declared encoding (decode chose it). forbid_dtd
+        # stays False (many real files carry a harmless DOCTYPE); entity declarations and external
+        # references raise instead of being expanded.
+        root = safe_et.fromstring(decoded.text, forbid_dtd=False, forbid_entities=True, forbid_external=True)
     except defusedxml.DefusedXmlException as exc:
         return Extraction.failed(f"refused unsafe XML ({type(exc).__name__}: {exc})")
     except safe_et.ParseError as exc:
         return Extraction.failed(f"invalid XML: {exc}")
-    return _result(_xml_lines(tree.getroot()), None, max_lines)
+    return _result(_xml_lines(root), decoded, max_lines)

@@ -11,7 +11,7 @@ import html
 import re
 
 from kdbl_worker.extract.base import Block, Extraction, Source
-from kdbl_worker.extract.text import decode_text
+from kdbl_worker.extract.encoding import decode
 
 # hh:mm:ss.mmm (hours optional in WebVTT; SubRip uses a comma and may omit leading zeros)
 _TIME = r"(?:(\d+):)?(\d{1,2}):(\d{1,2})[.,](\d{1,3})"
@@ -68,17 +68,18 @@ def parse_cues(text: str) -> tuple[list[Block], int]:
 
 
 def extract_subtitles(source: Source) -> Extraction:
-    text, problem = decode_text(source.stream.read())
-    if text is None:
-        return Extraction.failed(problem or "not text")
-    blocks, malformed = parse_cues(text)
-    problems = [problem] if problem else []
+    decoded = decode(source.stream.read())
+    if decoded.text is None:
+        return Extraction.failed(decoded.note or "not text")
+    blocks, malformed = parse_cues(decoded.text)
+    problems = [decoded.note] if decoded.note else []  # an encoding note alone leaves the status ok
     if malformed:
         problems.append(f"{malformed} cues with an unparseable timing line skipped")
+    partial = decoded.lossy or bool(malformed)
     if not blocks:
-        if problems:
+        if partial:
             return Extraction.failed("; ".join(problems))
-        return Extraction.skipped("no subtitle cues")
+        return Extraction.skipped("; ".join(["no subtitle cues", *problems]))
     return Extraction(
-        blocks=blocks, status="partial" if problems else "ok", reason="; ".join(problems) or None
+        blocks=blocks, status="partial" if partial else "ok", reason="; ".join(problems) or None
     )
