@@ -133,6 +133,18 @@ def test_a_text_file_without_any_extension_or_known_name_is_detected_by_content(
     assert result.content_type == "text/plain"
 
 
+@pytest.mark.parametrize(("first_line", "language", "content_type"), [
+    ("#!/bin/sh", "Shell", "text/x-shellscript"),
+    ("#!/usr/bin/env bash", "Shell", "text/x-shellscript"),
+    ("#!/usr/bin/env -S python3.11 -u", "Python", "text/x-python"),
+    ("#!/usr/bin/perl -w", "Perl", "text/x-perl"),
+])
+def test_a_script_without_an_extension_is_known_by_its_interpreter_line(first_line, language, content_type):
+    result = run(f"{first_line}\necho release\n".encode(), "bin/release")
+    assert (result.status, result.reason, result.content_type) == ("ok", f"language: {language} (#! line)",
+                                                                   content_type)
+
+
 def test_binary_junk_with_an_unknown_extension_stays_refused():
     junk = random.Random(14).randbytes(200_000)
     result = run(junk, "blob.q7z")
