@@ -477,6 +477,8 @@ def source(body: Mapping[str, Any], *, credentials_root: str = DEFAULT_CREDENTIA
     max_bytes = _int(spec.get("maxFileBytes"), "spec.maxFileBytes", low=1)
     if max_bytes is not None:
         config["max_file_bytes"] = max_bytes
+    if not _bool(spec.get("ocr"), "spec.ocr", True):
+        config["ocr"] = False  # images and scanned PDF pages stay unread (kdbl_worker.pipeline.ocr_enabled)
 
     hybrid = spec.get("hybrid")
     if hybrid is not None and not isinstance(hybrid, bool):

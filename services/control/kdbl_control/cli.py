@@ -133,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--ca-file")
     sa.add_argument("--include", action="append", help="glob of keys to index (repeatable)")
     sa.add_argument("--exclude", action="append", help="glob of keys to skip (repeatable)")
+    sa.add_argument("--no-ocr", action="store_true",
+                    help="leave images and PDF pages without a text layer unread (OCR costs CPU)")
     sa.add_argument("--schedule", help="crawl schedule, e.g. '@every 15m', '@hourly'")
     sa.add_argument("--name")
     sa.add_argument("--restricted", action="store_true", help="only granted principals see it")
@@ -389,6 +391,8 @@ def source_config(args: argparse.Namespace) -> dict[str, Any]:
         config["include"] = args.include
     if args.exclude:
         config["exclude"] = args.exclude
+    if args.no_ocr:
+        config["ocr"] = False
     if args.protocol == "s3":
         from kdbl_worker.connectors.s3 import parse_config
 

@@ -104,6 +104,10 @@ class Settings(BaseSettings):
         default=None, description="Folder of a faster-whisper (CTranslate2) model, e.g. from the airgap "
         "bundle: audio/video without subtitle sidecars is transcribed with it (needs the optional "
         "faster-whisper package). Unset: such files are skipped.")
+    ocr_max_pages: int = Field(default=200, ge=0, le=100_000, description=(
+        "Per file: images' pages and PDF pages without a text layer read by OCR (the `ocr` extra; "
+        "a source turns OCR off with its config key `ocr: false`). Pages past it stay unread and the "
+        "file is `partial` with the reason; OCR also stops after 3/4 of KDBL_EXTRACT_TIMEOUT_S."))
     container_max_depth: int = Field(default=3, ge=0, le=16, description=(
         "Archives and e-mails are indexed with their members as child files (`a.zip!/docs/b.md`); members "
         "nested deeper than this many levels are not expanded."))

@@ -50,6 +50,7 @@ from kdbl_worker import deadlines, extract, sandbox
 from kdbl_worker.connectors import Connector, RemoteFile, connector_for
 from kdbl_worker.connectors.fs import FsConnector
 from kdbl_worker.extract import containers, media
+from kdbl_worker.extract import ocr
 from kdbl_worker.globs import Selection
 from kdbl_worker.queue import Activity, QueueOptions, QueueRunner, make_holder
 from kdbl_worker.sidecars import Sidecars, is_subtitle
@@ -127,13 +128,24 @@ def _waits_for_transcriber(state: content.FileState | None) -> bool:
     return state is not None and state.status == "skipped" and state.status_reason == media.NO_TRANSCRIBER
 
 
+def _waits_for_ocr(state: content.FileState | None) -> bool:
+    """Left unread only because OCR was off or not installed: worth one more try once it is on."""
+    reason = (state.status_reason or "") if state is not None else ""
+    return ocr.OFF in reason or ocr.NOT_INSTALLED in reason
+
+
+def ocr_enabled(config: dict) -> bool:
+    """A source's `ocr` config key: images and scanned PDF pages are OCRed unless it is false."""
+    return config.get("ocr", True) is not False
+
+
 def limits_from(settings: Settings) -> sandbox.Limits:
     """Extraction limits. `extract_timeout_s` / `extract_memory_mb` are read when Settings has them."""
     return sandbox.Limits(
         timeout_s=float(getattr(settings, "extract_timeout_s", sandbox.DEFAULT_TIMEOUT_S)),
         memory_mb=getattr(settings, "extract_memory_mb", sandbox.DEFAULT_MEMORY_MB),
         chunk_target=settings.chunk_target_chars, chunk_max=settings.chunk_max_chars,
-        transcriber_model=settings.transcriber_model,
+        transcriber_model=settings.transcriber_model, ocr_max_pages=settings.ocr_max_pages,
         container_max_depth=settings.container_max_depth,
         container_max_members=settings.container_max_members,
         container_max_member_bytes=settings.container_max_member_bytes,
@@ -236,6 +248,7 @@ class Indexer:
                 raise LookupError("source is disabled")
             connector = connector_for(source.protocol, source.config)
             selection = Selection.from_config(source.config)
+            ocr_on = ocr_enabled(source.config)
             with tenant_transaction(self.engine, job.tenant_id) as conn:
                 known = content.load_file_states(conn, job.source_id)
                 quota = _Quota.load(conn, job.tenant_id, job.source_id)
@@ -274,7 +287,8 @@ class Indexer:
                 if extract.is_media(remote.key):
                     sidecars.media.append(remote)  # paired with its subtitles once the listing is complete
                     continue
-                fresh = _unchanged(known.get(remote.key), remote)
+                state = known.get(remote.key)
+                fresh = _unchanged(state, remote) and not (ocr_on and _waits_for_ocr(state))
                 if is_subtitle(remote.key):
                     sidecars.add_subtitle(remote.key, changed=not fresh)
                 add(remote, fresh)
@@ -349,6 +363,7 @@ class Indexer:
                 if isinstance(task, sandbox.Outcome):
                     direct.append((item, task))
                 else:
+                    task.ocr = ocr_enabled(contexts[item.source_id].row.config)
                     yield task
 
         def results() -> Iterator[tuple[jobs.ItemClaim, sandbox.Outcome]]:

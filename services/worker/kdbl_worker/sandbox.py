@@ -36,7 +36,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from types import SimpleNamespace
 from typing import Any, BinaryIO
@@ -51,6 +51,9 @@ DEFAULT_MEMORY_MB = 2048
 DEFAULT_MAX_TASKS = 1000
 STARTUP_TIMEOUT_S = 120.0
 STOP_POLL_S = 0.2
+# OCR stops reading pages after this share of the per-file timeout: a long scan ends `partial` with the
+# pages read so far instead of being killed at the timeout with none of them
+OCR_BUDGET_SHARE = 0.75
 
 
 def default_processes() -> int:
@@ -64,6 +67,10 @@ class Limits:
     chunk_target: int = DEFAULT_TARGET
     chunk_max: int = DEFAULT_MAX
     transcriber_model: str | None = None  # not a limit: the extraction setting children need (media.py)
+    # OCR of images and scanned PDF pages (extract/ocr.py): `ocr` is the source's switch (Task.ocr sets it
+    # per file), `ocr_max_pages` per file (KDBL_OCR_MAX_PAGES); OCR stops after OCR_BUDGET_SHARE of timeout_s
+    ocr: bool = True
+    ocr_max_pages: int = 200
     # archives and e-mails: their members become child files (extract/containers.py, KDBL_CONTAINER_*)
     container_max_depth: int = 3
     container_max_members: int = 1000
@@ -81,6 +88,7 @@ class Task:
     path: str | None = None
     data: bytes | None = None
     sidecar: Sidecar | None = None  # the subtitle file paired with a media file
+    ocr: bool = True  # the source's `ocr` config key: False leaves images and scanned pages unread
 
 
 @dataclass(slots=True)
@@ -141,7 +149,9 @@ def extract_and_chunk(name: str, size: int, stream: BinaryIO, limits: Limits,
     content_type, _ = extract.detect(name)
     try:
         result = extract.extract(extract.Source(stream, name, size, content_type, sidecar=sidecar,
-                                                transcriber_model=limits.transcriber_model))
+                                                transcriber_model=limits.transcriber_model, ocr=limits.ocr,
+                                                ocr_max_pages=limits.ocr_max_pages,
+                                                ocr_budget_s=limits.timeout_s * OCR_BUDGET_SHARE))
         for block in result.blocks:
             block.text = clean(block.text)
         full_text, chunks = chunk_blocks(result.blocks, target=limits.chunk_target, max_chars=limits.chunk_max,
@@ -224,6 +234,8 @@ def run_task(task: Task, limits: Limits) -> Outcome:
 
     from kdbl_worker import extract
 
+    if not task.ocr:
+        limits = replace(limits, ocr=False)  # members of an archive follow their file's source
     if task.data is not None:
         return extract_and_chunk(task.name, task.size, io.BytesIO(task.data), limits, task.sidecar)
     try:

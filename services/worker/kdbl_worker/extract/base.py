@@ -57,6 +57,11 @@ class Source:
     folder of a local speech-to-text model (`transcriber_model`, from KDBL_TRANSCRIBER_MODEL). When the
     extractor will not read the media itself (a sidecar is there, or no transcriber is configured), the
     pipeline does not fetch it and `stream` is empty (`size` is still the file's).
+
+    Images and PDF pages without a text layer are read by OCR when `ocr` is on (the source's config key
+    `ocr`, default on), at most `ocr_max_pages` pages per file (KDBL_OCR_MAX_PAGES) and, when
+    `ocr_budget_s` is set, only while the file has spent less time than that (pages left unread make the
+    file `partial`, before the sandbox's per-file timeout would lose all of them).
     """
 
     stream: BinaryIO
@@ -65,3 +70,6 @@ class Source:
     content_type: str | None = None
     sidecar: Sidecar | None = None
     transcriber_model: str | None = None
+    ocr: bool = True
+    ocr_max_pages: int = 200
+    ocr_budget_s: float | None = None

@@ -31,6 +31,8 @@ DOTENV = _P + "code:extract_dotenv"
 SNIFF = _P + "code:extract_unknown"  # no row: text by content, else refused (extract/code.py)
 _OOXML = "application/vnd.openxmlformats-officedocument."
 _STT = "a transcriber model or a subtitle sidecar"
+IMAGE = _P + "image:extract_image"
+_OCR = "the `ocr` extra"
 LISTING = _P + "containers:extract_listing"
 
 # THE FORMAT TABLE. To support a format, add ONE row here:
@@ -83,6 +85,13 @@ FORMATS: list[Format] = [
     Format((".tar.xz", ".txz"), "application/x-xz", LISTING, "Tar archive, xz (members indexed)"),
     Format((".7z",), "application/x-7z-compressed", LISTING, "7-Zip archive (members indexed)",
            "the `archives` extra"),
+    # images: text by OCR (extract/image.py, extract/ocr.py); a multi-page TIFF gives one page per frame
+    Format((".png",), "image/png", IMAGE, "PNG image (OCR)", _OCR),
+    Format((".jpg", ".jpeg", ".jpe", ".jfif"), "image/jpeg", IMAGE, "JPEG image (OCR)", _OCR),
+    Format((".tif", ".tiff"), "image/tiff", IMAGE, "TIFF image, multi-page (OCR)", _OCR),
+    Format((".webp",), "image/webp", IMAGE, "WebP image (OCR)", _OCR),
+    Format((".bmp",), "image/bmp", IMAGE, "BMP image (OCR)", _OCR),
+    Format((".gif",), "image/gif", IMAGE, "GIF image, first frame (OCR)", _OCR),
     # audio and video: text from a subtitle sidecar or a local transcriber (extract/media.py)
     Format((".mp3",), "audio/mpeg", MEDIA, "MP3 audio", _STT),
     Format((".m4a",), "audio/mp4", MEDIA, "M4A audio", _STT),

