@@ -120,6 +120,19 @@ def test_a_dotenv_file_is_indexed_by_its_names_never_its_values():
     assert run(b"KEY=value\n", "settings.env").content_type == "text/x-dotenv"
 
 
+def test_code_in_a_legacy_encoding_says_its_language_and_its_encoding():
+    source = "# r\u00e9sum\u00e9 des donn\u00e9es fran\u00e7aises, \u00e9t\u00e9 \u00e0 No\u00ebl\n"
+    result = run((source + "def f():\n    return 'caf\u00e9'\n").encode("cp1252"), "legacy.py")
+    assert (result.status, result.reason) == ("ok", "language: Python; encoding: windows-1252 (detected)")
+    assert "return 'caf\u00e9'" in result.blocks[-1].text
+
+
+def test_utf16_text_with_an_unknown_extension_is_detected_as_text_by_content():
+    result = run("Notes in UTF-16 from a Windows tool.\n".encode("utf-16"), "notes.q7z")
+    assert result.status == "ok" and result.reason.startswith("detected as text by content; encoding: utf-16")
+    assert result.blocks[0].text == "Notes in UTF-16 from a Windows tool."
+
+
 def test_utf8_text_with_an_unknown_extension_is_detected_as_text_by_content():
     result = run("Grüße aus Köln.\n\nZweiter Absatz über Straßen.\n".encode(), "notes.q7z")
     assert (result.status, result.reason) == ("ok", "detected as text by content")

@@ -24,7 +24,7 @@ import re
 
 from kdbl_worker.extract import formats
 from kdbl_worker.extract.base import Block, Extraction, Source
-from kdbl_worker.extract.text import decode_text
+from kdbl_worker.extract.encoding import Decoded, decode
 
 SNIFF_BYTES = 64 * 1024
 BINARY = "unsupported format (binary content)"
@@ -43,39 +43,39 @@ def blocks_of(text: str) -> list[Block]:
     return [Block(part.strip("\n").rstrip()) for part in _TOP_LEVEL.split(text) if part.strip()]
 
 
-def _with(reason: str, problem: str | None) -> str:
-    return f"{reason}; {problem}" if problem else reason
+def _decode(source: Source, head: bytes = b"") -> Decoded:
+    return decode(head + source.stream.read())
 
 
-def _decode(source: Source, head: bytes | None = None) -> tuple[str | None, str | None]:
-    data = (head or b"") + source.stream.read()
-    return decode_text(data)
+def _result(text: str, decoded: Decoded, reason: str, content_type: str | None = None) -> Extraction:
+    """ok, or partial when bytes were replaced; the reason: the language, then the encoding if not UTF-8."""
+    return Extraction(blocks=blocks_of(text), status="partial" if decoded.lossy else "ok",
+                      reason=f"{reason}; {decoded.note}" if decoded.note else reason,
+                      content_type=content_type)
 
 
 def extract_code(source: Source) -> Extraction:
     row = formats.lookup(source.name)
     language = row.label if row else "text"
-    text, problem = _decode(source)
-    if text is None:
+    decoded = _decode(source)
+    if decoded.text is None:
         return Extraction.skipped(f"{BINARY[:-1]}, not {language} text)")
-    return Extraction(blocks=blocks_of(text), status="partial" if problem else "ok",
-                      reason=_with(f"language: {language}", problem))
+    return _result(decoded.text, decoded, f"language: {language}")
 
 
 def extract_dotenv(source: Source) -> Extraction:
     """.env files hold credentials: index the variable names, never their values."""
-    text, problem = _decode(source)
-    if text is None:
+    decoded = _decode(source)
+    if decoded.text is None:
         return Extraction.skipped(f"{BINARY[:-1]}, not dotenv text)")
     lines = []
-    for line in text.splitlines():
+    for line in decoded.text.splitlines():
         match = _ASSIGNMENT.match(line)
         if line.lstrip().startswith("#") or not match:
             lines.append(line)
         else:
             lines.append(f"{match.group(1)}<redacted>" if match.group(2).strip() else line)
-    return Extraction(blocks=blocks_of("\n".join(lines)), status="partial" if problem else "ok",
-                      reason=_with("language: dotenv; values redacted", problem))
+    return _result("\n".join(lines), decoded, "language: dotenv; values redacted")
 
 
 def _binary(text: str | None) -> bool:
@@ -87,18 +87,15 @@ def _binary(text: str | None) -> bool:
 def extract_unknown(source: Source) -> Extraction:
     """No row for this name: index it as text/plain when its first 64 KB are text, else refuse it."""
     head = source.stream.read(SNIFF_BYTES)
-    if _binary(decode_text(head)[0]):
+    if _binary(decode(head).text):
         return Extraction.skipped(BINARY)
-    text, problem = _decode(source, head)
-    if text is None:
+    decoded = _decode(source, head)
+    if decoded.text is None:
         return Extraction.skipped(BINARY)
-    row = _interpreter(text)
+    row = _interpreter(decoded.text)
     if row is not None:  # a script without an extension: its #! line names the language
-        return Extraction(blocks=blocks_of(text), status="partial" if problem else "ok",
-                          reason=_with(f"language: {row.label} (#! line)", problem),
-                          content_type=row.content_type)
-    return Extraction(blocks=blocks_of(text), status="partial" if problem else "ok",
-                      reason=_with("detected as text by content", problem), content_type="text/plain")
+        return _result(decoded.text, decoded, f"language: {row.label} (#! line)", row.content_type)
+    return _result(decoded.text, decoded, "detected as text by content", "text/plain")
 
 
 def _interpreter(text: str) -> formats.Format | None:
