@@ -36,6 +36,14 @@ def _filing(rows: int) -> str:
             "<footer>Copyright</footer></body></html>")
 
 
+def _utf16_mail() -> bytes:
+    """A message a Windows tool saved whole as UTF-16 (BOM and all)."""
+    msg = EmailMessage()
+    msg["From"], msg["To"], msg["Subject"] = "it@example.org", "team@example.org", "Migration"
+    msg.set_content("Die Migration des larkspur Servers ist für Größere Änderungen geplant.\n")
+    return msg.as_string().encode("utf-16")
+
+
 def _mail() -> bytes:
     msg = EmailMessage()
     msg["From"], msg["To"], msg["Subject"] = "ops@example.org", "team@example.org", "Outage review"
@@ -53,6 +61,11 @@ async def test_a_mixed_real_world_collection_crawls_to_the_end_with_a_status_for
         "filing.html": _filing(20_000),
         "mail/outage.eml": _mail(),
         "legacy/latin1.txt": "Caf\xe9 cr\xe8me br\xfbl\xe9e, a note about the tamarisk cellar.\n".encode("latin-1"),
+        "legacy/utf16.txt": "Notes from the nightjar survey: Größe, Москва.\n".encode("utf-16"),
+        "mail/utf16.eml": _utf16_mail(),
+        # PowerShell's Out-File: UTF-16 LE with a BOM under a declaration that still says utf-8
+        "data/export.xml": ('<?xml version="1.0" encoding="utf-8"?>\n<export><item>sandpiper count: 12'
+                            "</item></export>\n").encode("utf-16"),
         "empty.txt": "",
         "junk.bin": random.Random(1).randbytes(50_000),
         "odd names/r\u00e9sum\u00e9 (final) #2.md": "# R\u00e9sum\u00e9\n\nWorked on the zephyrine project.\n",
@@ -81,8 +94,13 @@ async def test_a_mixed_real_world_collection_crawls_to_the_end_with_a_status_for
     assert rows["empty.txt"].status == "skipped" and rows["junk.bin"].status == "skipped"
     assert {k: (rows[k].status, rows[k].status_reason) for k in ("novel.txt", "filing.html", "mail/outage.eml")
             if rows[k].status != "ok" or rows[k].chunk_count == 0} == {}
-    # not UTF-8: indexed with the bad bytes replaced, and says so (charset detection is issue 14)
-    assert rows["legacy/latin1.txt"].status == "partial" and "UTF-8" in rows["legacy/latin1.txt"].status_reason
+    # not UTF-8: decoded in the encoding found, which the reason names (extract/encoding.py)
+    assert {k: (rows[k].status, rows[k].status_reason) for k in (
+        "legacy/latin1.txt", "legacy/utf16.txt", "mail/utf16.eml", "data/export.xml")} == {
+        "legacy/latin1.txt": ("ok", "encoding: windows-1252 (detected)"),
+        "legacy/utf16.txt": ("ok", "encoding: utf-16-le (BOM)"),
+        "mail/utf16.eml": ("ok", "encoding: utf-16-le (BOM)"),
+        "data/export.xml": ("ok", "encoding: utf-16-le (BOM)")}
     assert sum(rows[f"office/{p.name}"].status in {"ok", "partial"} for p in office) >= len(office) - 2
 
     engine = async_engine(for_role(owner_url, "kdbl_api"))
@@ -90,11 +108,14 @@ async def test_a_mixed_real_world_collection_crawls_to_the_end_with_a_status_for
         principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
         found = {}
         async with rls_transaction(engine, principal) as conn:
-            for word in ("quasarvane", "obsidianfjord", "heliotrope", "tamarisk", "zephyrine", "marzipanquill"):
+            for word in ("quasarvane", "obsidianfjord", "heliotrope", "tamarisk", "zephyrine", "marzipanquill",
+                         "nightjar", "larkspur", "sandpiper"):
                 hits = await lexical.search(conn, word, lexical.Filters(), limit=3, ts_config="english")
                 found[word] = [h.key for h in hits]
     finally:
         await engine.dispose()
     assert found == {"quasarvane": ["manual.pdf"], "obsidianfjord": ["filing.html"],
                      "heliotrope": ["mail/outage.eml"], "tamarisk": ["legacy/latin1.txt"],
-                     "zephyrine": ["odd names/r\u00e9sum\u00e9 (final) #2.md"], "marzipanquill": ["novel.txt"]}
+                     "zephyrine": ["odd names/r\u00e9sum\u00e9 (final) #2.md"], "marzipanquill": ["novel.txt"],
+                     "nightjar": ["legacy/utf16.txt"], "larkspur": ["mail/utf16.eml"],
+                     "sandpiper": ["data/export.xml"]}
