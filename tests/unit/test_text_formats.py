@@ -76,6 +76,19 @@ def test_code_config_and_markup_extract_as_text_with_their_language(name, data, 
     assert detect(name)[0] == content_type
 
 
+def test_svg_xml_vocabularies_and_notebooks_go_to_the_xml_and_json_extractors():
+    svg = run(b'<svg xmlns="http://www.w3.org/2000/svg"><title>Sales chart</title><path d="M0 0 L9 9"/>'
+              b'<text x="1">Revenue 2024</text></svg>', "chart.svg")
+    assert (svg.status, svg.content_type, [b.text for b in svg.blocks]) == (
+        "ok", "image/svg+xml", ["Sales chart\nRevenue 2024"])
+    project = run(b"<Project><PropertyGroup><AssemblyName>Ledgerly</AssemblyName></PropertyGroup></Project>",
+                  "Ledgerly.csproj")
+    assert project.status == "ok" and "Ledgerly" in project.blocks[0].text
+    notebook = run(b'{"cells": [{"cell_type": "code", "source": ["import quillwort"]}], "nbformat": 4}',
+                   "analysis.ipynb")
+    assert notebook.status == "ok" and "import quillwort" in notebook.blocks[0].text
+
+
 def test_org_is_emacs_org_text_not_lotus_organizer():
     assert detect("plans.org") == ("text/x-org", formats.CODE)
     assert run(b"* Heading\nbody\n", "plans.org").status == "ok"
