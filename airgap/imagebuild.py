@@ -281,6 +281,7 @@ SMOKE_MODULES = (
     "kdbl_control.cli",
     "llama_cpp",
     "psycopg",
+    "tesserocr",  # OCR (the `ocr` extra): its bundled libtesseract loads
 )
 
 
