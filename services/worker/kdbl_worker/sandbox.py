@@ -249,7 +249,7 @@ def run_task(task: Task, limits: Limits) -> Outcome:
 def _child_main(conn: Connection, limits: Limits) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides when children stop
     # imported before "ready": start-up time is no file's time
-    for module in ("kdbl_worker.chunking", "kdbl_worker.extract"):
+    for module in ("kdbl_worker.chunking", "kdbl_worker.extract", "kdbl_worker.extract.containers"):
         importlib.import_module(module)
 
     if limits.memory_mb:

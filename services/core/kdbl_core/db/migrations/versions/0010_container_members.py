@@ -1,4 +1,4 @@
-"""files.parent_id: archive members and e-mail attachments as child files (see ../sql/0010_container_members.sql).
+"""files.parent_id: archive members and attachments as child files (../sql/0010_container_members.sql).
 
 Revision ID: 0010
 Revises: 0009
