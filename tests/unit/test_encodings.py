@@ -16,6 +16,7 @@ from email.message import EmailMessage
 
 import pytest
 from kdbl_worker.extract import Extraction, Source, extract
+from kdbl_worker.extract.containers import Bounds, Budget, expand
 from kdbl_worker.extract.encoding import DETECT_BYTES, decode
 
 PROSE = {
@@ -268,3 +269,14 @@ def test_mail_parts_with_a_right_charset_need_no_reason_and_iso_2022_jp_is_read(
     result = run(_mail(PROSE["ja"].encode("iso-2022-jp"), "text/plain; charset=iso-2022-jp", "7bit"), "b.eml")
     assert (result.status, result.reason) == ("ok", None)
     assert WORD["ja"] in text_of(result)
+
+
+def test_the_attachments_of_an_e_mail_saved_whole_as_utf_16_are_its_members():
+    msg = EmailMessage()
+    msg["From"], msg["To"], msg["Subject"] = "ops@example.org", "team@example.org", "Bericht"
+    msg.set_content(PROSE["de"])
+    msg.add_attachment(PROSE["fr"], filename="notes.txt")
+    expansion = expand("bericht.eml", io.BytesIO(msg.as_string().encode("utf-16")), Bounds(), Budget())
+    members = {m.path: m.data for m in expansion.members}
+    assert list(members) == ["attachments/notes.txt"]
+    assert WORD["fr"] in members["attachments/notes.txt"].decode()

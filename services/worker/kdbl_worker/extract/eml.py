@@ -78,8 +78,9 @@ def _body_note(decoded: Decoded | None) -> str | None:
     return f"body {decoded.note}" if decoded.note.startswith("encoding:") else f"body: {decoded.note}"
 
 
-def _unwrapped(data: bytes) -> tuple[bytes, str | None]:
-    """A message saved whole as UTF-16/UTF-32 (or with a UTF-8 BOM) as UTF-8 bytes for the parser."""
+def message_bytes(data: bytes) -> tuple[bytes, str | None]:
+    """A message saved whole as UTF-16/UTF-32 (or with a UTF-8 BOM) as UTF-8 bytes for the parser, and
+    the encoding note (None when the bytes are passed on as they are)."""
     # UTF-32 LE's BOM starts as UTF-16 LE's; UTF-32 BE's starts with NUL
     if not (data.startswith(_BOMS) or b"\x00" in data[:SNIFF_BYTES]):
         return data, None
@@ -103,7 +104,7 @@ def attachment_lines(message: EmailMessage) -> list[str]:
 
 
 def extract_eml(source: Source) -> Extraction:
-    data, file_note = _unwrapped(source.stream.read())
+    data, file_note = message_bytes(source.stream.read())
     message = BytesParser(policy=policy.default).parsebytes(data)
     present = {key.lower() for key in message.keys()}
     if not present & {"from", "subject", "date", "message-id"}:

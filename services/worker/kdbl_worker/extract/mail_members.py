@@ -23,6 +23,7 @@ from typing import BinaryIO
 import olefile
 
 from kdbl_worker.extract.containers import Entry
+from kdbl_worker.extract.eml import message_bytes
 from kdbl_worker.extract.msg import (
     ATTACH_DATA,
     ATTACH_DISPLAY,
@@ -70,7 +71,8 @@ def _part_bytes(part: Message) -> bytes:
 
 def eml_entries(stream: BinaryIO) -> Iterator[Entry]:
     stream.seek(0)
-    message = BytesParser(policy=policy.default).parse(stream)
+    data, _ = message_bytes(stream.read())  # a message saved whole as UTF-16 has attachments too
+    message = BytesParser(policy=policy.default).parsebytes(data)
     for number, part in enumerate(message.iter_attachments(), start=1):
         content_type = part.get_content_type()
         filename = part.get_filename()

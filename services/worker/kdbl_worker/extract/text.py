@@ -10,13 +10,6 @@ from kdbl_worker.extract.encoding import decode
 _PARA = re.compile(r"\n\s*\n")
 
 
-def decode_text(data: bytes) -> tuple[str | None, str | None]:
-    """(text, problem) for callers that need no encoding note: text is None when the bytes are not text
-    (problem says why); problem is set when bytes had to be replaced. `encoding.decode` says more."""
-    decoded = decode(data)
-    return decoded.text, decoded.note if decoded.text is None or decoded.lossy else None
-
-
 def paragraphs(text: str) -> list[Block]:
     return [Block(p.strip("\n")) for p in _PARA.split(text) if p.strip()]
 
