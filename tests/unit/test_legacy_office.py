@@ -1,8 +1,9 @@
-"""Word, Excel and PowerPoint 97-2003 (.doc, .xls, .ppt): text and locators, encryption, damage, misnamed files.
+"""Word, Excel and PowerPoint 97-2003 (.doc, .xls, .ppt): text, locators, encryption, damage, misnamed files.
 
 The samples in tests/data/legacy were written by LibreOffice from OOXML that make_samples.py generates
-(the password-protected ones with real RC4 encryption); word-mac-fox.doc is a Word for Mac file from the
-textract project (MIT). Damaged and flag-carrying variants are derived here from those bytes with olefile.
+(the password-protected ones with real RC4 encryption); word-mac-fox.doc (Word for Mac, textract, MIT),
+word-2007.doc, powerpoint-2007.ppt and powerpoint-encrypted.ppt (Office 2007, oletools, BSD) were written by
+Microsoft Office. Damaged and flag-carrying variants are derived here from those bytes with olefile.
 The extractors are called directly where the test is that they never raise.
 """
 
@@ -90,6 +91,19 @@ def test_word_for_mac_document_with_8_bit_pieces_reads_like_antiword():
     assert [b.text for b in result.blocks] == ["the quick brown fox jumps over the lazy dog"]
 
 
+def test_word_2007_document_reads_like_antiword():
+    result = run(sample("word-2007.doc"), "clean.doc")
+    assert result.status == "ok"
+    assert [b.text for b in result.blocks] == [
+        "Test",
+        "This is a harmless test document.",
+        ("It contains neither macros nor dde links nor embedded viruses nor links to evil web pages. "
+        "Not even a single insult. Boring!"),
+        ("Just to make things slightly interesting, however, we add some ünicöde-ßtringß and different text "
+        "sizes, colors and fonts"),
+    ]
+
+
 def test_excel_97_workbook_reads_exactly_like_the_xlsx_it_was_saved_from(tmp_path):
     spec = importlib.util.spec_from_file_location("make_samples", LEGACY / "make_samples.py")
     make_samples = importlib.util.module_from_spec(spec)
@@ -122,6 +136,19 @@ def test_powerpoint_97_slides_are_pages_with_text_boxes_and_speaker_notes():
     assert [(b.page_no, b.text) for b in result.blocks] == LIGHTHOUSE
 
 
+def test_powerpoint_2007_deck_keeps_its_text_in_the_slide_shapes_and_is_read():
+    # Debian's catppt prints only the master names ("Office Theme") for this file
+    result = run(sample("powerpoint-2007.ppt"), "embedded.ppt")
+    assert (result.status, result.title) == ("ok", "Embedded Objects")
+    assert [(b.page_no, b.text) for b in result.blocks] == [
+        (1, "Embedded Objects\nThis slide contains an embedded object\nIt is a simple harmless ASCII text file")]
+
+
+def test_presentation_encrypted_by_powerpoint_fails_as_encrypted():
+    result = run(sample("powerpoint-encrypted.ppt"), "locked.ppt")
+    assert (result.status, result.reason) == ENCRYPTED
+
+
 @pytest.mark.parametrize("name", ["heron-locked.doc", "tides-locked.xls"])
 def test_password_protected_doc_and_xls_fail_as_encrypted(name):
     data = sample(name)
@@ -149,7 +176,8 @@ def test_word_document_with_the_obfuscation_flag_fails_as_encrypted(tmp_path):
     assert (direct(data, "xor.doc").status, direct(data, "xor.doc").reason) == ENCRYPTED
 
 
-@pytest.mark.parametrize("name", ["heron.doc", "tides.xls", "lighthouse.ppt", "word-mac-fox.doc"])
+@pytest.mark.parametrize("name", ["heron.doc", "tides.xls", "lighthouse.ppt", "word-mac-fox.doc",
+                                  "word-2007.doc", "powerpoint-2007.ppt"])
 @pytest.mark.parametrize("fraction", [0.02, 0.3, 0.6, 0.95])
 def test_a_truncated_file_ends_with_a_status_and_reason_never_an_exception(name, fraction):
     data = sample(name)
@@ -209,6 +237,19 @@ def test_a_doc_that_is_really_a_web_page_is_extracted_as_html():
     result = run(page, "minutes.doc")
     assert (result.status, result.content_type) == ("ok", "text/html")
     assert "osprey budget" in "\n".join(b.text for b in result.blocks)
+
+
+def test_a_doc_that_is_really_a_single_file_web_page_is_extracted_from_its_html_part():
+    mhtml = (b'MIME-Version: 1.0\nContent-Type: multipart/related; boundary="----=_NextPart_01D"\n\n'
+             b"This document is a Single File Web Page, also known as a Web Archive file.\n\n"
+             b"------=_NextPart_01D\nContent-Location: file:///C:/minutes.htm\n"
+             b"Content-Transfer-Encoding: quoted-printable\n"
+             b'Content-Type: text/html; charset="windows-1252"\n\n'
+             b"<html><body><p class=3DMsoNormal>The board approved the caf=E9 budget.</p></body></html>\n\n"
+             b"------=_NextPart_01D--\n")
+    result = run(mhtml, "minutes.doc")
+    assert (result.status, result.reason) == ("ok", "MHTML (web archive) content in a .doc file")
+    assert [b.text for b in result.blocks] == ["The board approved the café budget."]
 
 
 def test_an_xls_that_is_really_tab_separated_text_is_read_as_rows():

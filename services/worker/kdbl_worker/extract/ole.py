@@ -10,7 +10,10 @@ failing as "not an OLE2 file".
 
 from __future__ import annotations
 
+import email
+import email.policy
 import importlib
+import io
 import struct
 from typing import BinaryIO
 
@@ -62,7 +65,7 @@ _DELEGATES = {
     "rtf": ("RTF", "application/rtf", "rtf:extract_rtf"),
     "html": ("HTML", "text/html", "html:extract_html"),
     "xml": ("XML", "application/xml", "json_xml:extract_xml"),
-    "mime": ("MIME (web archive)", "message/rfc822", "eml:extract_eml"),
+    "mime": ("MHTML (web archive)", "multipart/related", "ole:extract_mhtml"),
     "text": ("tab-separated text", "text/tab-separated-values", "csv:extract_csv"),
 }
 _OOXML_TYPE = "application/vnd.openxmlformats-officedocument."
@@ -87,7 +90,7 @@ def sniff(head: bytes, legacy: str) -> tuple[str, str, str] | None:
     text = text.lstrip().replace(b"\x00", b"")[:_HEAD].lower()  # UTF-16 markup loses its NULs here
     if text.startswith(b"{\\rtf"):
         return _DELEGATES["rtf"]
-    if text.startswith(b"mime-version:") or b"\nmime-version:" in text[:1024] and b"content-type:" in text:
+    if text.startswith(b"mime-version:") or (b"\nmime-version:" in text[:1024] and b"content-type:" in text):
         return _DELEGATES["mime"]
     if b"<html" in text or text.startswith(b"<!doctype html"):
         return _DELEGATES["html"]
@@ -114,6 +117,21 @@ def misnamed(source: Source, legacy: str) -> Extraction | None:
     if result.status == "ok" and not result.reason:
         result.reason = f"{label} content in a {legacy} file"
     return result
+
+
+def extract_mhtml(source: Source) -> Extraction:
+    """Word's "Single File Web Page" (MHTML) under a .doc name: the text of its first HTML part."""
+    from kdbl_worker.extract.html import extract_html
+
+    message = email.message_from_binary_file(source.stream, policy=email.policy.default)
+    part = next((p for p in message.walk() if p.get_content_type() == "text/html"), None)
+    if part is None:
+        return Extraction.failed("web archive without an HTML part")
+    try:
+        html = part.get_content().encode("utf-8")
+    except (LookupError, ValueError, AttributeError) as exc:  # an unknown charset, a broken transfer encoding
+        return Extraction.failed(f"web archive HTML part unreadable: {exc}")
+    return extract_html(Source(io.BytesIO(html), source.name + ".html", len(html)))
 
 
 def not_ole2(what: str) -> Extraction:
