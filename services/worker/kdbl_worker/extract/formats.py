@@ -34,6 +34,7 @@ _STT = "a transcriber model or a subtitle sidecar"
 IMAGE = _P + "image:extract_image"
 _OCR = "the `ocr` extra"
 LISTING = _P + "containers:extract_listing"
+COMPRESSED = _P + "compressed:extract_compressed"  # one file inside, not an archive (extract/compressed.py)
 
 # THE FORMAT TABLE. To support a format, add ONE row here:
 #     Format((".ext", ".ext2"), "content/type", _P + "module:function", "Human label", "extra or package"),
@@ -75,12 +76,6 @@ FORMATS: list[Format] = [
            "OpenDocument text (ODT)"),
     Format((".epub",), "application/epub+zip", _P + "epub:extract_epub", "EPUB"),
     Format((".rtf",), "application/rtf", _P + "rtf:extract_rtf", "RTF"),
-    # legacy binary Office (OLE2): our own readers over olefile, xlrd for .xls; a .doc/.xls/.ppt that really
-    # holds RTF, HTML, XML or a zip goes to that format's extractor (extract/ole.py)
-    Format((".doc", ".dot"), "application/msword", _P + "doc:extract_doc", "Word 97-2003 (DOC)"),
-    Format((".xls", ".xlt"), "application/vnd.ms-excel", _P + "xls:extract_xls", "Excel 97-2003 (XLS)"),
-    Format((".ppt", ".pps", ".pot"), "application/vnd.ms-powerpoint", _P + "ppt:extract_ppt",
-           "PowerPoint 97-2003 (PPT)"),
     # archives: the file's text lists its members; each member is indexed as a child file
     # (`a.zip!/docs/b.md`, extract/containers.py), as are e-mail attachments
     Format((".zip",), "application/zip", LISTING, "Zip archive (members indexed)"),
@@ -88,8 +83,17 @@ FORMATS: list[Format] = [
     Format((".tar.gz", ".tgz"), "application/gzip", LISTING, "Tar archive, gzip (members indexed)"),
     Format((".tar.bz2", ".tbz2"), "application/x-bzip2", LISTING, "Tar archive, bzip2 (members indexed)"),
     Format((".tar.xz", ".txz"), "application/x-xz", LISTING, "Tar archive, xz (members indexed)"),
+    Format((".gz",), "application/gzip", COMPRESSED, "gzip-compressed file (the text of the file inside)"),
+    Format((".bz2",), "application/x-bzip2", COMPRESSED, "bzip2-compressed file (the text of the file inside)"),
+    Format((".xz",), "application/x-xz", COMPRESSED, "xz-compressed file (the text of the file inside)"),
     Format((".7z",), "application/x-7z-compressed", LISTING, "7-Zip archive (members indexed)",
            "the `archives` extra"),
+    # legacy binary Office (OLE2): our own readers over olefile, xlrd for .xls; a .doc/.xls/.ppt that really
+    # holds RTF, HTML, XML or a zip goes to that format's extractor (extract/ole.py)
+    Format((".doc", ".dot"), "application/msword", _P + "doc:extract_doc", "Word 97-2003 (DOC)"),
+    Format((".xls", ".xlt"), "application/vnd.ms-excel", _P + "xls:extract_xls", "Excel 97-2003 (XLS)"),
+    Format((".ppt", ".pps", ".pot"), "application/vnd.ms-powerpoint", _P + "ppt:extract_ppt",
+           "PowerPoint 97-2003 (PPT)"),
     # images: text by OCR (extract/image.py, extract/ocr.py); a multi-page TIFF gives one page per frame
     Format((".png",), "image/png", IMAGE, "PNG image (OCR)", _OCR),
     Format((".jpg", ".jpeg", ".jpe", ".jfif"), "image/jpeg", IMAGE, "JPEG image (OCR)", _OCR),
