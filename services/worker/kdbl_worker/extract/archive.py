@@ -8,6 +8,7 @@ container that password-protected OOXML files are wrapped in.
 from __future__ import annotations
 
 import zipfile
+from collections import Counter
 from typing import BinaryIO
 
 ENCRYPTED = "encrypted/password-protected"
@@ -102,10 +103,11 @@ def overlapping_members(package: zipfile.ZipFile) -> list[str]:
     Overlapping entries are how the non-recursive zip bombs (Fifield 2019: 42 kB -> 5.5 GB) reuse one
     compressed kernel for every member; a real zip never has them. A local header is at least 30 bytes.
     """
-    infos = sorted(package.infolist(), key=lambda info: info.header_offset)
-    ends = [info.header_offset for info in infos[1:]] + [package.start_dir]
-    return [info.orig_filename for info, end in zip(infos, ends, strict=True)
-            if info.header_offset + 30 + info.compress_size > end]
+    starts = sorted({info.header_offset for info in package.infolist()}) + [package.start_dir]
+    end_of = dict(zip(starts, starts[1:]))  # a member's data must end before the next header starts
+    shared = Counter(info.header_offset for info in package.infolist())
+    return [info.orig_filename for info in package.infolist() if shared[info.header_offset] > 1
+            or info.header_offset + 30 + info.compress_size > end_of[info.header_offset]]
 
 
 def read_member(package: zipfile.ZipFile, name: str, limit: int = 256 << 20) -> bytes:

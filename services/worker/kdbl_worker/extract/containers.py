@@ -309,6 +309,7 @@ def _members(name: str, stream: BinaryIO, bounds: Bounds, budget: Budget,
                 else:
                     budget.bytes += len(data)
                     yield Member(path, data, len(data))
+                    del data  # the consumer holds the member now; keep one in memory, not two
                     continue
             refused.add(_kind(problem), f"{path}: {problem}")
             yield Member(path, None, entry.size, problem)

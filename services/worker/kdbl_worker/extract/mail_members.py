@@ -110,10 +110,7 @@ def _as_eml(ole: olefile.OleFileIO, prefix: str, codepage: str, level: int) -> b
     out = EmailMessage()
     for line in _headers(message):
         name, _, value = line.partition(": ")
-        try:
-            out[name] = value
-        except (ValueError, IndexError, TypeError):  # a value the header policy cannot parse
-            continue
+        out.set_raw(name, value)  # as Outlook shows it: not re-rendered as an address list
     body = message.string(BODY)
     html = message.binary(HTML_BODY) or message.string(HTML_BODY).encode("utf-8")
     if body or not html:

@@ -33,6 +33,7 @@ class _Batches:
     def __init__(self, archive: Any, files: list[Any], bounds: Bounds) -> None:
         self.archive, self.files, self.bounds = archive, files, bounds
         self.ready: dict[int, bytes] = {}
+        self.declared = sum(f.uncompressed for f in files if not f.emptystream)
 
     def _writers(self) -> Any:
         from py7zr.io import Py7zIO, WriterFactory
@@ -92,7 +93,8 @@ class _Batches:
         for entry in self.archive.files:
             target = wanted.get(entry.id)
             worker.register_filelike(entry.id, MemIO(f"{entry.id}:{target[1]}", factory) if target else None)
-        worker.max_extract_size = total + len(wanted) + (1 << 20)
+        # counts what it skips too: a backstop against sizes that lie, the capped writers bound memory
+        worker.max_extract_size = self.declared + (1 << 20)
         try:
             worker.extract(self.archive.fp, None, parallel=False)
         except Exception as exc:  # noqa: BLE001 - py7zr's CRC, codec and bomb errors alike

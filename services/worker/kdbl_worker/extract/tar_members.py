@@ -22,7 +22,7 @@ from kdbl_worker.extract.archive import ratio_exceeded
 from kdbl_worker.extract.containers import RATIO_FLOOR, Bounds, Entry, Refused
 
 _SLACK = 16 << 10
-_CHUNK = 1 << 20
+_CHUNK = 256 << 10
 _MAGIC = {
     b"\x1f\x8b": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"),
     b"BZh": lambda raw: bz2.BZ2File(raw, mode="rb"),

@@ -23,7 +23,7 @@ _MAX_ENTRIES = 200_000
 _UTF8_FLAG = 0x800
 _UNICODE_PATH = 0x7075
 _UNIX = 3
-_CHUNK = 1 << 20
+_CHUNK = 256 << 10
 _METHODS = {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA}
 
 
