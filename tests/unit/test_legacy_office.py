@@ -85,6 +85,14 @@ def test_word_97_document_gives_paragraphs_table_rows_and_unicode_without_field_
     assert all(b.page_no is None for b in result.blocks)
 
 
+def test_word_field_codes_are_dropped_and_their_results_kept_also_when_nested():
+    from kdbl_worker.extract.doc import _paragraphs
+
+    story = ('See \x13 HYPERLINK "https://example.org" \x14the site\x15 and page \x13 PAGE \x15.\r'
+             "\x13 IF \x13 DATE \x14today\x15 = x \x14nested result\x15 stays\r")
+    assert _paragraphs(story) == ["See the site and page .", "nested result stays"]
+
+
 def test_word_for_mac_document_with_8_bit_pieces_reads_like_antiword():
     result = run(sample("word-mac-fox.doc"), "fox.doc")
     assert result.status == "ok"

@@ -1,10 +1,9 @@
 """PowerPoint 97-2003 .ppt: each slide's text records ([MS-PPT]) via olefile; page_no = slide number.
 
-Why our own reader: Debian's catppt printed nothing at all for the LibreOffice-written sample
-(tests/data/legacy/lighthouse.ppt), since it reads only the outline list where PowerPoint keeps
-placeholder text, while LibreOffice (and text boxes in any writer) keep text in the shapes. There is
-no maintained PyPI .ppt parser; olefile (BSD) is already a dependency. Measured: a 300-slide deck
-(1.3 MB) in 12 ms (catppt printed nothing for it either).
+Why our own reader: Debian's catppt printed nothing for the LibreOffice-written samples and only the
+master names ("Office Theme") for the PowerPoint 2007 one (tests/data/legacy), whose text all sits in
+the slides' shapes; there is no maintained PyPI .ppt parser; olefile (BSD) is already a dependency.
+Measured: a 300-slide deck (1.3 MB) in 12 ms.
 
 The walk follows the spec's persistence model rather than scanning bytes, so text of older edits
 left in the stream by incremental saves is not indexed: the Current User stream points at the last
