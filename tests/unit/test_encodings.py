@@ -207,6 +207,7 @@ def _xml(declared: str | None) -> str:
     (codecs.BOM_UTF16_LE + _xml("ISO-8859-1").encode("utf-16-le"), "encoding: utf-16-le (BOM)"),
     (_xml("UTF-8").replace(PROSE["ja"], "").encode("cp1252"),
      "encoding: windows-1252 (detected; declared utf-8)"),
+    (_xml("UTF-16").encode("utf-8"), None),
 ])
 def test_xml_in_utf_16_or_with_a_wrong_declaration_extracts_its_text(data, reason):
     result = run(data, "notes.xml")
