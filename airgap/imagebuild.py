@@ -282,6 +282,7 @@ SMOKE_MODULES = (
     "llama_cpp",
     "psycopg",
     "tesserocr",  # OCR (the `ocr` extra): its bundled libtesseract loads
+    "py7zr",  # .7z members (the `archives` extra): its C codecs load
 )
 
 

@@ -14,6 +14,7 @@ import struct
 import tarfile
 import tracemalloc
 import zipfile
+import zlib
 from email.message import EmailMessage
 
 import py7zr
@@ -505,3 +506,45 @@ def test_container_kinds():
     assert all(is_container(n) for n in ("a.zip", "A.ZIP", "a.tar", "a.tar.gz", "a.tgz", "a.tar.bz2",
                                          "a.tar.xz", "a.7z", "m.eml", "m.msg", "x.zip!/b.tar.gz"))
     assert not any(is_container(n) for n in ("a.gz", "a.docx", "a.txt", "tar.gz", "a.epub"))
+
+
+def test_nesting_stops_at_the_depth_bound_and_the_deepest_container_is_still_listed():
+    from kdbl_worker.sandbox import Limits, extract_and_chunk
+
+    data = zip_bytes({"level4.md": "# Bottom\n\nfour levels down"})
+    for level in (3, 2, 1):
+        data = zip_bytes({f"level{level + 1}.zip": data, f"note{level}.md": f"# Level {level}\n\ntext {level}"})
+    outcome = extract_and_chunk("top.zip", len(data), io.BytesIO(data), Limits(container_max_depth=2))
+    level1 = {kid.path: kid for kid in outcome.children}
+    assert sorted(level1) == ["level2.zip", "note1.md"] and outcome.status == "ok"
+    level2 = {kid.path: kid for kid in level1["level2.zip"].outcome.children}
+    assert sorted(level2) == ["level3.zip", "note2.md"]
+    deepest = level2["level3.zip"].outcome
+    assert deepest.children == [] and deepest.status == "partial"
+    assert "nested deeper than 2 levels" in deepest.reason
+    assert "level4.zip (" in " ".join(chunk[1] for chunk in deepest.chunks)  # its listing is still its text
+
+
+def test_info_zip_unicode_path_field_names_the_member():
+    stored = b"doc?.txt"
+    field = struct.pack("<B I", 1, zlib.crc32(stored)) + "doc\u00e9.txt".encode()
+    info = zipfile.ZipInfo(stored.decode())
+    info.extra = struct.pack("<HH", 0x7075, len(field)) + field
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as archive:
+        archive.writestr(info, "accent")
+    assert [m.path for m in members_of("unicode.zip", buf.getvalue())[0]] == ["docé.txt"]
+
+
+def test_a_flood_of_directory_entries_stops_the_scan():
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as archive:
+        for number in range(1200):
+            info = tarfile.TarInfo(f"d{number}")
+            info.type = tarfile.DIRTYPE
+            archive.addfile(info)
+        info = tarfile.TarInfo("after.txt")
+        info.size = 1
+        archive.addfile(info, io.BytesIO(b"x"))
+    members, problems = members_of("dirs.tar.gz", buf.getvalue(), Bounds(max_members=100))
+    assert members == [] and problems == ["stopped after 1000 entries (directories and links included)"]
