@@ -14,7 +14,7 @@ import time
 from kdbl_worker.extract import ocr
 from kdbl_worker.extract.base import Block, Extraction, Source
 
-PAGED = ("TIFF", "MPO")  # formats whose frames are pages; other multi-frame images are animations
+PAGED = ("TIFF",)  # frames are pages; in GIF/WebP/APNG they are an animation, in MPO (cameras) previews
 
 
 def extract_image(source: Source) -> Extraction:

@@ -27,6 +27,7 @@ pay for it.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import warnings
@@ -46,7 +47,8 @@ LANGUAGE = "eng"
 PDF_DPI = 200
 # Larger images are refused before decoding (Pillow's own decompression-bomb bound, ~89 megapixels).
 MAX_PIXELS = 89_478_485
-# A page at PDF_DPI larger than this many pixels (a poster, a plan) is rendered at a lower resolution.
+# A page at PDF_DPI larger than this many pixels (a poster, a plan) is rendered at a lower resolution, and
+# a larger image is scaled down to it before reading (A4 at 600 dpi is 35 MP): bounded memory and time.
 MAX_RENDER_PIXELS = 40_000_000
 
 
@@ -157,8 +159,15 @@ def _prepare(image: Image.Image) -> Image.Image:
         grey = image.point(lambda v: v / 256).convert("L")
     else:
         grey = image.convert("L") if image.mode != "L" else image
-    if "dpi" in image.info:
-        grey.info["dpi"] = image.info["dpi"]
+    dpi = image.info.get("dpi")
+    pixels = grey.width * grey.height
+    if pixels > MAX_RENDER_PIXELS:
+        scale = math.sqrt(MAX_RENDER_PIXELS / pixels)
+        grey = grey.resize((max(1, int(grey.width * scale)), max(1, int(grey.height * scale))),
+                           PILImage.Resampling.BILINEAR)
+        dpi = (float(dpi[0]) * scale, float(dpi[1]) * scale) if dpi else None
+    if dpi:
+        grey.info["dpi"] = dpi
     return grey
 
 
