@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -260,10 +261,18 @@ def test_a_doc_that_is_really_a_single_file_web_page_is_extracted_from_its_html_
     assert [b.text for b in result.blocks] == ["The board approved the café budget."]
 
 
-def test_an_xls_that_is_really_tab_separated_text_is_read_as_rows():
-    result = run(b"Region\tSales\nNorth\t1200\nSouth\t900\n", "export.xls")
-    assert (result.status, result.content_type) == ("ok", "text/tab-separated-values")
-    assert "North" in result.blocks[0].text and "1200" in result.blocks[0].text
+def test_an_xls_that_is_really_excels_unicode_text_is_read_as_rows():
+    # Excel's "Unicode Text" export: UTF-16 with a BOM, tab-separated, often saved with an .xls name
+    result = run("Region\tSales\nNörth\t1200\nSouth\t900\n".encode("utf-16"), "export.xls")
+    assert result.status == "ok" and result.reason.startswith("delimited text content in a .xls file")
+    assert [b.text for b in result.blocks] == ["Region\tSales\nNörth\t1200\nSouth\t900"]
+
+
+def test_a_doc_saved_as_plain_text_is_indexed_as_text():
+    result = run(b"Meeting notes\n\nThe ospreys returned to the lake.\n", "notes.doc")
+    assert (result.status, result.content_type) == ("ok", "text/plain")
+    assert result.reason.startswith("plain text content in a .doc file")
+    assert "ospreys returned" in "\n".join(b.text for b in result.blocks)
 
 
 def test_a_docx_renamed_to_doc_is_read_as_docx():
@@ -284,7 +293,7 @@ def test_a_legacy_file_under_an_ooxml_name_is_read_by_the_legacy_reader(name, oo
 def test_binary_junk_with_a_legacy_name_fails_with_a_reason(name):
     junk = bytes(range(256)) * 64 + b"\x00\xff" * 1000
     result = direct(junk, name)
-    assert result.status == "failed" and result.reason.startswith("not a ")
+    assert result.status == "failed" and re.match(r"not an? (Word|Excel|PowerPoint) 97-2003 file", result.reason)
 
 
 @pytest.mark.parametrize("name", ["heron.doc", "tides.xls", "lighthouse.ppt"])

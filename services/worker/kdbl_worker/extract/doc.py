@@ -182,7 +182,7 @@ def _read(source: Source) -> Extraction:
         return other
     source.stream.seek(0)
     if source.stream.read(8) != b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1":
-        return not_ole2("Word 97-2003")
+        return not_ole2("a Word 97-2003")
     try:
         with open_ole(source.stream) as ole:
             if not ole.exists("WordDocument"):

@@ -4,8 +4,8 @@ files that carry a legacy extension but hold another format.
 A `.doc` on a real share is often not a Word 97 binary at all: Word's "Save as" writes RTF, HTML
 ("Web Page") or Word 2003 XML under any name, web applications export HTML tables or tab-separated
 text as `.xls`, and a `.docx` renamed to `.doc` is a zip. `misnamed` recognises those by their first
-bytes and hands them to the extractor of what they really are, so the file is indexed instead of
-failing as "not an OLE2 file".
+bytes (plain text by the same test as files no format reads) and hands them to the extractor of what
+they really are, so the file is indexed instead of failing as "not an OLE2 file".
 """
 
 from __future__ import annotations
@@ -66,7 +66,6 @@ _DELEGATES = {
     "html": ("HTML", "text/html", "html:extract_html"),
     "xml": ("XML", "application/xml", "json_xml:extract_xml"),
     "mime": ("MHTML (web archive)", "multipart/related", "ole:extract_mhtml"),
-    "text": ("tab-separated text", "text/tab-separated-values", "csv:extract_csv"),
 }
 _OOXML_TYPE = "application/vnd.openxmlformats-officedocument."
 _OOXML = {
@@ -96,8 +95,6 @@ def sniff(head: bytes, legacy: str) -> tuple[str, str, str] | None:
         return _DELEGATES["html"]
     if text.startswith(b"<"):
         return _DELEGATES["xml"]
-    if legacy == ".xls" and head and b"\x00" not in head and b"\t" in head:
-        return _DELEGATES["text"]
     return None
 
 
@@ -108,7 +105,7 @@ def misnamed(source: Source, legacy: str) -> Extraction | None:
     source.stream.seek(0)
     found = sniff(head, legacy)
     if found is None:
-        return None
+        return None if head.startswith(OLE2_MAGIC) else _as_text(source, legacy)
     label, content_type, target = found
     module_name, func_name = target.split(":")
     extractor = getattr(importlib.import_module("kdbl_worker.extract." + module_name), func_name)
@@ -116,6 +113,26 @@ def misnamed(source: Source, legacy: str) -> Extraction | None:
     result.content_type = result.content_type or content_type
     if result.status == "ok" and not result.reason:
         result.reason = f"{label} content in a {legacy} file"
+    return result
+
+
+def _as_text(source: Source, legacy: str) -> Extraction | None:
+    """Text under a legacy name: Excel's "Unicode Text" (UTF-16, tab-separated) or a CSV export saved as
+    .xls (read as delimited rows), a .doc saved as plain text. None when the bytes are binary."""
+    from kdbl_worker.extract.code import extract_unknown
+
+    result = extract_unknown(source)  # the same text-or-binary judgement as for files no format reads
+    source.stream.seek(0)
+    if result.status == "skipped":
+        return None
+    label = "plain text"
+    if legacy == ".xls":
+        from kdbl_worker.extract.csv import extract_csv
+
+        result, label = extract_csv(source), "delimited text"
+        result.content_type = result.content_type or "text/csv"
+    if result.status == "ok":
+        result.reason = f"{label} content in a {legacy} file" + (f" ({result.reason})" if result.reason else "")
     return result
 
 
@@ -135,4 +152,5 @@ def extract_mhtml(source: Source) -> Extraction:
 
 
 def not_ole2(what: str) -> Extraction:
-    return Extraction.failed(f"not a {what} file (no OLE2 header; not RTF, HTML, XML or a zip either)")
+    """`what` with its article: "a Word 97-2003"."""
+    return Extraction.failed(f"not {what} file (no OLE2 header; not RTF, HTML, XML, a zip or text either)")

@@ -223,7 +223,7 @@ def _read(source: Source) -> Extraction:
         return other
     source.stream.seek(0)
     if source.stream.read(8) != OLE2_MAGIC:
-        return not_ole2("PowerPoint 97-2003")
+        return not_ole2("a PowerPoint 97-2003")
     try:
         with open_ole(source.stream) as ole:
             if ole.exists("EncryptedSummary"):

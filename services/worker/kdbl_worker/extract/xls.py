@@ -91,7 +91,7 @@ def _read(source: Source, *, max_cells: int = MAX_CELLS) -> Extraction:
         return other
     source.stream.seek(0)
     if source.stream.read(8) != OLE2_MAGIC:
-        return not_ole2("Excel 97-2003")
+        return not_ole2("an Excel 97-2003")
     try:
         with open_ole(source.stream) as ole:
             name = next((n for n in ("Workbook", "Book") if ole.exists(n)), None)
