@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import io
 import os
+import random
+import string
 import tarfile
 import threading
 import time
@@ -338,4 +340,21 @@ def test_a_zip_bomb_ends_with_a_status_and_the_crawl_goes_on(owner_engine, worke
     inner = rows["bundle.zip!/inner.zip"]
     assert inner["status"] == "partial" and "KDBL_CONTAINER_MAX_DEPTH" in inner["status_reason"]
     assert "bundle.zip!/inner.zip!/c.txt" not in rows
+    _assert_statistics_exact(owner_engine, corpus)
+
+
+def test_a_member_key_too_long_for_the_index_is_left_out_and_its_container_is_still_indexed(
+        owner_engine, worker_engine, tmp_path):
+    rng = random.Random(14)
+    folder = "/".join("".join(rng.choices(string.ascii_letters, k=90)) for _ in range(11))  # 1,000 bytes
+    deep = _zip({f"{folder}/c.txt": b"Deep member about narwhals."})
+    mid = _zip({f"{folder}/deep.zip": deep})
+    outer = _zip({f"{folder}/mid.zip": mid, "short.txt": b"A short member about walruses."})
+    corpus = make_corpus(owner_engine, worker_engine, tmp_path / "long-keys", {"outer.zip": outer},
+                         tenant="containers-long")
+    rows = _rows(owner_engine, corpus)
+    second = f"outer.zip!/{folder}/mid.zip!/{folder}/deep.zip"  # ~2,030 bytes: fits an index entry
+    assert rows["outer.zip"]["status"] == "ok" and rows[second]["status"] == "ok"
+    assert "outer.zip!/short.txt" in rows
+    assert f"{second}!/{folder}/c.txt" not in rows  # ~3,040 bytes: more than a btree entry holds
     _assert_statistics_exact(owner_engine, corpus)

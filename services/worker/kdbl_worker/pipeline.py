@@ -64,6 +64,9 @@ INLINE_BYTES = 32 * 1024  # remote files up to this size travel to the sandbox i
 SIDECAR_MAX_BYTES = 16 * 1024 * 1024  # a subtitle sidecar larger than this is not used
 DEFAULT_FILE_DEADLINE_S = 300.0
 RECORD_TIMEOUT_MS = 10_000  # recording a file as failed must not hang either
+# A btree entry holds at most ~2,700 bytes (files' (tenant, source, key) index): a longer member key (three
+# levels of 1 KiB paths) would abort its parent's whole transaction, so such a member is left out
+MAX_MEMBER_KEY_BYTES = 2500
 
 
 class QuotaExceeded(PermanentError):
@@ -603,7 +606,8 @@ class Indexer:
 
 def member_files(parent_key: str, mtime, children: list[sandbox.Child]) -> list[content.MemberFile]:
     """A container's members (all levels) as child rows: key = parent key + '!/' + member path, the
-    member's size, the parent's mtime. A path seen twice in one archive keeps its first entry."""
+    member's size, the parent's mtime. A path seen twice in one archive keeps its first entry; a key
+    longer than MAX_MEMBER_KEY_BYTES is left out (with what it holds) and logged."""
     out: list[content.MemberFile] = []
     seen: set[str] = set()
 
@@ -611,6 +615,9 @@ def member_files(parent_key: str, mtime, children: list[sandbox.Child]) -> list[
         for kid in kids:
             key = _clean(prefix + containers.MEMBER_SEP + kid.path)
             if key in seen:
+                continue
+            if len(key.encode("utf-8")) > MAX_MEMBER_KEY_BYTES:
+                log.warning("member key too long", extra={"key": key[:300], "limit": MAX_MEMBER_KEY_BYTES})
                 continue
             seen.add(key)
             o = kid.outcome
