@@ -113,6 +113,14 @@ def test_a_noisy_skewed_scan_reads_within_5_percent():
     assert cer(reference, text_of(result)) < NOISY, text_of(result)
 
 
+@pytest.mark.parametrize("turn", [90, 180])
+def test_a_page_scanned_turned_is_read_upright(turn):
+    image, reference = image_of(" ".join([LINES] * 3))
+    result = run(encoded(image.rotate(turn, expand=True, fillcolor=255), "PNG"), "turned.png")
+    assert result.status == "ok"
+    assert cer(reference, text_of(result)) < CLEAN, text_of(result)
+
+
 def test_a_transparent_png_with_black_text_is_read_on_white():
     image, reference = image_of(LINES)
     rgba = Image.new("RGBA", image.size, (0, 0, 0, 0))
