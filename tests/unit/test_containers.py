@@ -548,3 +548,35 @@ def test_a_flood_of_directory_entries_stops_the_scan():
         archive.addfile(info, io.BytesIO(b"x"))
     members, problems = members_of("dirs.tar.gz", buf.getvalue(), Bounds(max_members=100))
     assert members == [] and problems == ["stopped after 1000 entries (directories and links included)"]
+
+
+def test_twelve_thousand_equal_names_stay_unique_and_the_listing_counts_past_ten_thousand():
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as archive, pytest.warns(UserWarning, match="Duplicate name"):
+        for number in range(12_000):
+            archive.writestr("a.txt", b"%d" % number)
+    data = buf.getvalue()
+    assert read_member("same.zip", io.BytesIO(data), "a (12000).txt") == b"11999"
+    result = extract(Source(io.BytesIO(data), "same.zip", len(data)))
+    lines = [line for block in result.blocks for line in block.text.split("\n")]
+    assert lines[0] == "Archive members: 12000 (48890 bytes expanded)"
+    assert lines[1:3] == ["a.txt (1 bytes)", "a (2).txt (1 bytes)"] and lines[-1] == "... and 2000 more members"
+    assert len(lines) == 1 + 10_000 + 1
+
+
+def test_an_unreadable_attachment_is_refused_and_the_others_still_come():
+    broken, good = "__attach_version1.0_#00000000/", "__attach_version1.0_#00000001/"
+    msg = build_cfb({
+        "__properties_version1.0": b"\0" * 32,
+        "__substg1.0_0037001F": _utf16("Two attachments"),
+        broken + "__properties_version1.0": b"\0" * 8,
+        broken + "__substg1.0_3707001F": _utf16("broken.bin"),
+        broken + "__substg1.0_37010102/not-a-stream": b"the data property is a storage here",
+        good + "__properties_version1.0": b"\0" * 8,
+        good + "__substg1.0_3707001F": _utf16("good.txt"),
+        good + "__substg1.0_37010102": b"good text",
+    })
+    members, problems = members_of("odd.msg", msg)
+    assert [(m.path, m.data) for m in members] == [("attachments/attachment 1", None),
+                                                   ("attachments/good.txt", b"good text")]
+    assert members[0].problem.startswith("attachment unreadable: ")

@@ -44,6 +44,8 @@ RATIO_FLOOR = 1 << 20  # members smaller than this are never refused for their c
 MAX_PART_BYTES = 255
 MAX_PATH_BYTES = 1024
 LISTING_LINES_PER_BLOCK = 50
+LISTING_MAX_MEMBERS = 10_000  # named in the archive's own text; the rest are counted
+LISTING_MAX_ENTRIES = 200_000  # scanned for the listing (zip refuses more before reading any)
 _SCAN_FACTOR = 10  # entries scanned (directories included) per member allowed, before giving up
 _EXAMPLES = 5  # problems of one kind named one by one before they are counted
 
@@ -182,6 +184,7 @@ class Names:
 
     def __init__(self) -> None:
         self._seen: set[str] = set()
+        self._next: dict[str, int] = {}  # next number to try per path: 200,000 equal names stay linear
 
     def add(self, path: str) -> str:
         if path in self._seen:
@@ -189,9 +192,10 @@ class Names:
             suffix = container_suffix(base)
             stem = base[: len(base) - len(suffix)] if suffix and len(base) > len(suffix) else base
             suffix = base[len(stem):]
-            number = 2
+            number = self._next.get(path, 2)
             while (candidate := f"{folder}/" * bool(folder) + f"{stem} ({number}){suffix}") in self._seen:
                 number += 1
+            self._next[path] = number + 1
             path = candidate
         self._seen.add(path)
         return path
@@ -291,11 +295,13 @@ def _members(name: str, stream: BinaryIO, bounds: Bounds, budget: Budget,
              problems: list[str]) -> Iterator[Member]:
     names, refused = Names(), _Problems(problems)
     scanned = over_cap = 0
+    stopped = False
     try:
         for entry in _entries(name, stream, bounds, problems):
             scanned += 1
             if scanned > _SCAN_FACTOR * max(bounds.max_members, 100):
                 problems.append(f"stopped after {scanned - 1} entries (directories and links included)")
+                stopped = True
                 break
             if not entry.regular:
                 continue
@@ -319,16 +325,18 @@ def _members(name: str, stream: BinaryIO, bounds: Bounds, budget: Budget,
             yield Member(path, None, entry.size, problem)
     except Refused as exc:  # the rest of the container cannot be read safely (a stream bomb)
         problems.append(str(exc))
+    except MemoryError:  # the sandbox's memory cap: the child is replaced, the file fails as out of memory
+        raise
     except Exception as exc:  # noqa: BLE001 - a broken container is a problem, never a crash
         problems.append(f"container unreadable after {scanned} entries: "
                         f"{type(exc).__name__}: {str(exc)[:200]}")
     finally:
         refused.close()
         if over_cap:
-            taken = budget.members
+            more = f"at least {over_cap}" if stopped else str(over_cap)
             problems.append(f"member cap reached: {bounds.max_members} members per file, "
-                            f"{over_cap} more in {member_path(name.rpartition(MEMBER_SEP)[2])} not read "
-                            f"(KDBL_CONTAINER_MAX_MEMBERS; {taken} taken)")
+                            f"{more} more in {member_path(name.rpartition(MEMBER_SEP)[2])} not read "
+                            f"(KDBL_CONTAINER_MAX_MEMBERS; {budget.members} taken)")
 
 
 def expand(name: str, stream: BinaryIO, bounds: Bounds, budget: Budget) -> Expansion:
@@ -376,21 +384,30 @@ def extract_listing(source: Source) -> Extraction:
     bounds = Bounds()
     names, problems = Names(), []
     lines: list[str] = []
-    total = 0
+    total = count = scanned = 0
     try:
         for entry in _entries(source.name, source.stream, bounds, problems):
+            scanned += 1
+            if scanned > LISTING_MAX_ENTRIES:
+                problems.append(f"listing stopped after {LISTING_MAX_ENTRIES} entries")
+                break
             if entry.regular:
-                lines.append(f"{names.add(member_path(entry.raw))} ({_size(entry.size)})")
-                total += entry.size
+                count, total = count + 1, total + entry.size
+                if count <= LISTING_MAX_MEMBERS:
+                    lines.append(f"{names.add(member_path(entry.raw))} ({_size(entry.size)})")
     except Refused as exc:
         problems.append(str(exc))
+    except MemoryError:
+        raise
     except Exception as exc:  # noqa: BLE001 - an unreadable archive is a status
         if not lines:
             return Extraction.failed(f"not a readable archive: {type(exc).__name__}: {str(exc)[:200]}")
-        problems.append(f"listing stopped after {len(lines)} members: {type(exc).__name__}: {str(exc)[:200]}")
+        problems.append(f"listing stopped after {count} members: {type(exc).__name__}: {str(exc)[:200]}")
     if not lines:
         return Extraction.skipped("empty archive (no members)")
-    head = f"Archive members: {len(lines)} ({total} bytes expanded)"
+    head = f"Archive members: {count} ({total} bytes expanded)"
+    if count > len(lines):
+        lines.append(f"... and {count - len(lines)} more members")
     blocks = [Block("\n".join(([head] if start == 0 else []) + lines[start:start + LISTING_LINES_PER_BLOCK]))
               for start in range(0, len(lines), LISTING_LINES_PER_BLOCK)]
     title = PurePosixPath(source.name.rpartition(MEMBER_SEP)[2]).name

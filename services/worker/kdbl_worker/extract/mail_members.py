@@ -74,13 +74,28 @@ def eml_entries(stream: BinaryIO) -> Iterator[Entry]:
     data, _ = message_bytes(stream.read())  # a message saved whole as UTF-16 has attachments too
     message = BytesParser(policy=policy.default).parsebytes(data)
     for number, part in enumerate(message.iter_attachments(), start=1):
-        content_type = part.get_content_type()
-        filename = part.get_filename()
-        if filename is None and content_type == "message/rfc822" and part.is_multipart():
-            inner = part.get_payload(0)
-            filename = str(inner.get("Subject", "") or "") if isinstance(inner, Message) else None
-        data = _part_bytes(part)
-        yield Entry(FOLDER + attachment_name(filename, number, content_type), len(data), _data_reader(data))
+        yield _guarded(_eml_entry, number, part, number)
+
+
+def _eml_entry(part: Message, number: int) -> Entry:
+    content_type = part.get_content_type()
+    filename = part.get_filename()
+    if filename is None and content_type == "message/rfc822" and part.is_multipart():
+        inner = part.get_payload(0)
+        filename = str(inner.get("Subject", "") or "") if isinstance(inner, Message) else None
+    data = _part_bytes(part)
+    return Entry(FOLDER + attachment_name(filename, number, content_type), len(data), _data_reader(data))
+
+
+def _guarded(read, number: int, *args) -> Entry:
+    """One attachment; one that cannot be decoded is a refused member, the others still come."""
+    try:
+        return read(*args)
+    except MemoryError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a malformed part or property stream
+        return Entry(FOLDER + f"attachment {number}", 0,
+                     problem=f"attachment unreadable: {type(exc).__name__}: {str(exc)[:200]}")
 
 
 # --- .msg ------------------------------------------------------------------------------------------
@@ -142,19 +157,20 @@ def msg_entries(stream: BinaryIO) -> Iterator[Entry]:
         message = _Storage(ole, "", header_size=32)
         codepage = _codepage(message)
         for number, storage in enumerate(_attachment_storages(ole, ""), start=1):
-            attachment = _Storage(ole, storage, header_size=8, codepage=codepage)
-            name = _name(attachment)
-            method = attachment.long(ATTACH_METHOD)
-            mime = attachment.string(ATTACH_MIME) or "application/octet-stream"
-            if ole.exists(storage + EMBEDDED_MESSAGE) and method != METHOD_OLE:
-                data = _as_eml(ole, storage + EMBEDDED_MESSAGE + "/", codepage, 1)
-                path = FOLDER + attachment_name(name, number, "message/rfc822")
-                yield Entry(path, len(data), _data_reader(data))
-                continue
-            path = FOLDER + attachment_name(name, number, mime)
-            if method == METHOD_OLE:
-                yield Entry(path, 0, problem="embedded OLE object (not extracted)")
-            elif (data := attachment.binary(ATTACH_DATA)) is None:
-                yield Entry(path, 0, problem="attached by reference (no data in the message)")
-            else:
-                yield Entry(path, len(data), _data_reader(data))
+            yield _guarded(_msg_entry, number, ole, storage, number, codepage)
+
+
+def _msg_entry(ole: olefile.OleFileIO, storage: str, number: int, codepage: str) -> Entry:
+    attachment = _Storage(ole, storage, header_size=8, codepage=codepage)
+    name = _name(attachment)
+    method = attachment.long(ATTACH_METHOD)
+    mime = attachment.string(ATTACH_MIME) or "application/octet-stream"
+    if ole.exists(storage + EMBEDDED_MESSAGE) and method != METHOD_OLE:
+        data = _as_eml(ole, storage + EMBEDDED_MESSAGE + "/", codepage, 1)
+        return Entry(FOLDER + attachment_name(name, number, "message/rfc822"), len(data), _data_reader(data))
+    path = FOLDER + attachment_name(name, number, mime)
+    if method == METHOD_OLE:
+        return Entry(path, 0, problem="embedded OLE object (not extracted)")
+    if (data := attachment.binary(ATTACH_DATA)) is None:
+        return Entry(path, 0, problem="attached by reference (no data in the message)")
+    return Entry(path, len(data), _data_reader(data))
