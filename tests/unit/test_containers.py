@@ -580,3 +580,22 @@ def test_an_unreadable_attachment_is_refused_and_the_others_still_come():
     assert [(m.path, m.data) for m in members] == [("attachments/attachment 1", None),
                                                    ("attachments/good.txt", b"good text")]
     assert members[0].problem.startswith("attachment unreadable: ")
+
+
+def test_a_recursive_bomb_of_ten_copies_a_level_ends_at_the_shared_member_budget():
+    from kdbl_worker.sandbox import Limits, extract_and_chunk
+
+    data = zip_bytes({"zeros.bin": b"\0" * MIB})  # 10,000 leaves of 1 MiB if all were expanded
+    for level in range(4):
+        data = zip_bytes({f"copy{i}.zip": data for i in range(10)})
+    outcome = extract_and_chunk("42.zip", len(data), io.BytesIO(data),
+                                Limits(container_max_members=40, container_max_depth=8))
+
+    def walk(kids):
+        for kid in kids:
+            yield kid
+            yield from walk(kid.outcome.children)
+
+    kids = list(walk(outcome.children))
+    assert len(kids) == 40 and outcome.status == "partial"
+    assert any("member cap reached: 40 members per file" in (kid.outcome.reason or "") for kid in kids)
