@@ -11,6 +11,7 @@ import io
 import random
 import stat
 import struct
+import sys
 import tarfile
 import tracemalloc
 import zipfile
@@ -599,3 +600,11 @@ def test_a_recursive_bomb_of_ten_copies_a_level_ends_at_the_shared_member_budget
     kids = list(walk(outcome.children))
     assert len(kids) == 40 and outcome.status == "partial"
     assert any("member cap reached: 40 members per file" in (kid.outcome.reason or "") for kid in kids)
+
+
+def test_without_py7zr_a_7z_is_skipped_with_the_reason_and_is_not_a_container(monkeypatch):
+    data = sevenzip_bytes({"a.txt": b"alpha"})
+    monkeypatch.setitem(sys.modules, "py7zr", None)  # as on an install without the `archives` extra
+    assert not is_container("a.7z") and is_container("a.zip")
+    result = extract(Source(io.BytesIO(data), "a.7z", len(data)))
+    assert result.status == "skipped" and "py7zr" in result.reason

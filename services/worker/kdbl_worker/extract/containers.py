@@ -397,7 +397,7 @@ def extract_listing(source: Source) -> Extraction:
                     lines.append(f"{names.add(member_path(entry.raw))} ({_size(entry.size)})")
     except Refused as exc:
         problems.append(str(exc))
-    except MemoryError:
+    except (MemoryError, ImportError):  # out of memory: the sandbox's; no py7zr: extract() skips the file
         raise
     except Exception as exc:  # noqa: BLE001 - an unreadable archive is a status
         if not lines:
