@@ -107,8 +107,14 @@ class _Batches:
             self.ready.setdefault(index, b"")
 
 
+NOT_INSTALLED = "py7zr is not installed (pip install 'kdbl-context-lake[archives]')"
+
+
 def sevenzip_entries(stream: BinaryIO, bounds: Bounds, problems: list[str]) -> Iterator[Entry]:
-    import py7zr
+    try:
+        import py7zr
+    except ImportError as exc:
+        raise ImportError(NOT_INSTALLED) from exc
 
     stream.seek(0, 2)
     archive_bytes = stream.tell()
