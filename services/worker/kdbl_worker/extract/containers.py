@@ -124,12 +124,17 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _fix_surrogates(text: str) -> str:
-    """Names decoded with surrogateescape (tar's non-UTF-8 names): UTF-8 if they are, else cp1252."""
+    """Names decoded with surrogateescape (tar's non-UTF-8 names): UTF-8 if they are, else cp1252; other
+    lone surrogates (a broken UTF-16 name in a 7z) become '?'."""
     try:
         text.encode("utf-8")
         return text
     except UnicodeEncodeError:
+        pass
+    try:
         raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
