@@ -613,5 +613,6 @@ def test_without_py7zr_a_7z_is_skipped_with_the_reason_and_is_not_a_container(mo
 
 def test_member_path_survives_lone_surrogates_and_names_of_only_dots():
     assert member_path("a\ud800b.txt") == "a?b.txt"
+    assert member_path("N" * 300 + ".TXT") == "N" * 251 + ".TXT"  # cut to 255 bytes, extension kept
     assert member_path("caf\udce9.txt") == "café.txt"  # tar's surrogateescape of a latin-1 byte
     assert member_path("../..") == "_" and member_path("C:") == "_" and member_path("a/ /b") == "a/b"

@@ -149,8 +149,8 @@ def _part(part: str) -> str:
     if part.endswith("!"):  # "x!" + "/" would read as a level separator
         part += "_"
     if len(part.encode("utf-8")) > MAX_PART_BYTES:
-        suffix = container_suffix(part)
-        suffix = suffix if len(suffix) <= 16 else ""
+        suffix = part[len(part) - len(container_suffix(part)):]  # as written: `.TXT` stays upper-case
+        suffix = suffix if 0 < len(suffix) <= 16 else ""
         part = _cut(part[: len(part) - len(suffix)], MAX_PART_BYTES - len(suffix.encode("utf-8"))) + suffix
     return part
 
