@@ -616,3 +616,12 @@ def test_member_path_survives_lone_surrogates_and_names_of_only_dots():
     assert member_path("N" * 300 + ".TXT") == "N" * 251 + ".TXT"  # cut to 255 bytes, extension kept
     assert member_path("caf\udce9.txt") == "café.txt"  # tar's surrogateescape of a latin-1 byte
     assert member_path("../..") == "_" and member_path("C:") == "_" and member_path("a/ /b") == "a/b"
+
+
+def test_a_reader_that_returns_more_than_its_member_declared_is_refused():
+    from kdbl_worker.extract.containers import Entry, Refused, _read
+
+    liar = Entry("x.bin", 5, read=lambda limit: b"x" * (limit + 1))  # what a codec ignoring sizes would give
+    with pytest.raises(Refused, match="member larger than declared"):
+        _read(liar, Bounds(), Budget())
+    assert _read(Entry("ok.bin", 5, read=lambda limit: b"y" * 5), Bounds(), Budget()) == b"yyyyy"

@@ -268,9 +268,9 @@ def _read(entry: Entry, bounds: Bounds, budget: Budget | None) -> bytes:
     limit = bounds.max_member_bytes
     if budget is not None:
         limit = min(limit, budget.bytes_left(bounds))
-    data = entry.read(limit)
-    if len(data) > limit:
-        raise Refused(f"member larger than declared ({entry.size} bytes declared, more than {limit} read)")
+    data = entry.read(min(limit, entry.size))
+    if len(data) > entry.size:
+        raise Refused(f"member larger than declared ({entry.size} bytes declared, more read)")
     return data
 
 
