@@ -514,7 +514,8 @@ def test_nesting_stops_at_the_depth_bound_and_the_deepest_container_is_still_lis
 
     data = zip_bytes({"level4.md": "# Bottom\n\nfour levels down"})
     for level in (3, 2, 1):
-        data = zip_bytes({f"level{level + 1}.zip": data, f"note{level}.md": f"# Level {level}\n\ntext {level}"})
+        note = f"# Level {level}\n\ntext {level}"
+        data = zip_bytes({f"level{level + 1}.zip": data, f"note{level}.md": note})
     outcome = extract_and_chunk("top.zip", len(data), io.BytesIO(data), Limits(container_max_depth=2))
     level1 = {kid.path: kid for kid in outcome.children}
     assert sorted(level1) == ["level2.zip", "note1.md"] and outcome.status == "ok"
@@ -561,7 +562,8 @@ def test_twelve_thousand_equal_names_stay_unique_and_the_listing_counts_past_ten
     result = extract(Source(io.BytesIO(data), "same.zip", len(data)))
     lines = [line for block in result.blocks for line in block.text.split("\n")]
     assert lines[0] == "Archive members: 12000 (48890 bytes expanded)"
-    assert lines[1:3] == ["a.txt (1 bytes)", "a (2).txt (1 bytes)"] and lines[-1] == "... and 2000 more members"
+    assert lines[1:3] == ["a.txt (1 bytes)", "a (2).txt (1 bytes)"]
+    assert lines[-1] == "... and 2000 more members"
     assert len(lines) == 1 + 10_000 + 1
 
 
@@ -607,8 +609,9 @@ def test_without_py7zr_a_7z_is_skipped_with_the_reason_and_is_not_a_container(mo
     monkeypatch.setitem(sys.modules, "py7zr", None)  # as on an install without the `archives` extra
     assert not is_container("a.7z") and is_container("a.zip")
     result = extract(Source(io.BytesIO(data), "a.7z", len(data)))
-    assert (result.status, result.reason) == (
-        "skipped", "no extractor available: py7zr is not installed (pip install 'kdbl-context-lake[archives]')")
+    assert result.status == "skipped"
+    assert result.reason == ("no extractor available: py7zr is not installed "
+                             "(pip install 'kdbl-context-lake[archives]')")
 
 
 def test_member_path_survives_lone_surrogates_and_names_of_only_dots():
@@ -625,3 +628,14 @@ def test_a_reader_that_returns_more_than_its_member_declared_is_refused():
     with pytest.raises(Refused, match="member larger than declared"):
         _read(liar, Bounds(), Budget())
     assert _read(Entry("ok.bin", 5, read=lambda limit: b"y" * 5), Bounds(), Budget()) == b"yyyyy"
+
+
+def test_a_7z_from_a_stream_that_is_not_an_io_object_is_read():
+    class Stream:  # the least a connector's stream offers: read, seek, tell
+        def __init__(self, data: bytes) -> None:
+            self._inner = io.BytesIO(data)
+            self.read, self.seek, self.tell = self._inner.read, self._inner.seek, self._inner.tell
+
+    data = sevenzip_bytes({"a.txt": b"alpha"})
+    members = list(expand("s.7z", Stream(data), Bounds(), Budget()).members)
+    assert [(m.path, m.data) for m in members] == [("a.txt", b"alpha")]

@@ -12,6 +12,7 @@ refuses traversal names for the whole archive, so its worker is given in-memory 
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
@@ -119,6 +120,8 @@ def sevenzip_entries(stream: BinaryIO, bounds: Bounds, problems: list[str]) -> I
     stream.seek(0, 2)
     archive_bytes = stream.tell()
     stream.seek(0)
+    if not isinstance(stream, io.IOBase):  # py7zr takes only io objects (a connector may give another kind)
+        stream = io.BytesIO(stream.read())
     try:
         archive = py7zr.SevenZipFile(stream, mode="r")
     except py7zr.PasswordRequired as exc:
