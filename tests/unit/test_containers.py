@@ -639,3 +639,12 @@ def test_a_7z_from_a_stream_that_is_not_an_io_object_is_read():
     data = sevenzip_bytes({"a.txt": b"alpha"})
     members = list(expand("s.7z", Stream(data), Bounds(), Budget()).members)
     assert [(m.path, m.data) for m in members] == [("a.txt", b"alpha")]
+
+
+def test_a_corrupt_7z_refuses_its_members_with_the_codec_error():
+    data = bytearray(sevenzip_bytes({f"f{i}.txt": b"line %d of text\n" % i * 200 for i in range(30)}))
+    data[200] ^= 0xFF  # inside the packed stream
+    members, problems = members_of("corrupt.7z", bytes(data))
+    assert len(members) == 30 and all(m.data is None for m in members)
+    assert problems[0] == "f0.txt: corrupt member: LZMAError: Corrupt input data"
+    assert problems[-1] == "... and 25 more members refused (corrupt member)"

@@ -34,6 +34,7 @@ class _Batches:
     def __init__(self, archive: Any, files: list[Any], bounds: Bounds) -> None:
         self.archive, self.files, self.bounds = archive, files, bounds
         self.ready: dict[int, bytes] = {}
+        self.broken: str | None = None
         self.declared = sum(f.uncompressed for f in files if not f.emptystream)
 
     def _writers(self) -> Any:
@@ -72,8 +73,14 @@ class _Batches:
         return Factory()
 
     def read(self, position: int, limit: int) -> bytes:
+        if self.broken is not None:  # decompressing again from the start would fail again: n tries, n^2 work
+            raise Refused(self.broken)
         if position not in self.ready:
-            self._batch(position, limit)
+            try:
+                self._batch(position, limit)
+            except Refused as exc:
+                self.broken = str(exc)
+                raise
         return self.ready.pop(position)
 
     def _batch(self, position: int, limit: int) -> None:
@@ -104,7 +111,7 @@ class _Batches:
             self.archive.reset()
         for name, product in factory.products.items():
             self.ready[wanted[int(name.split(":")[0])][0]] = bytes(product.data)
-        for file_id, (index, _) in wanted.items():
+        for index, _ in wanted.values():
             self.ready.setdefault(index, b"")
 
 
