@@ -358,3 +358,18 @@ def test_a_member_key_too_long_for_the_index_is_left_out_and_its_container_is_st
     assert "outer.zip!/short.txt" in rows
     assert f"{second}!/{folder}/c.txt" not in rows  # ~3,040 bytes: more than a btree entry holds
     _assert_statistics_exact(owner_engine, corpus)
+
+
+def test_a_container_too_slow_for_the_extraction_limit_keeps_the_members_read_in_time(
+        owner_engine, worker_engine, tmp_path):
+    pdf = make_pdf([pdf_text_page(f"Tarsier page {p}: enormous eyes, observed at night") for p in range(40)])
+    slow = _zip({f"scans/{i:04d}.pdf": pdf for i in range(1000)})  # ~4 s of pdfium here, 1 s allowed
+    corpus = make_corpus(owner_engine, worker_engine, tmp_path / "slow", {}, tenant="containers-slow")
+    (corpus.root / "slow.zip").write_bytes(slow)
+    stats = _crawl(worker_engine, corpus, Settings(extract_timeout_s=1.0))
+    rows = _rows(owner_engine, corpus)
+    members = [k for k in rows if rows[k]["parent"] == "slow.zip"]
+    assert stats.failed == 0 and rows["slow.zip"]["status"] == "partial", rows["slow.zip"]["status_reason"]
+    assert "KDBL_EXTRACT_TIMEOUT_S" in rows["slow.zip"]["status_reason"]
+    assert 0 < len(members) < 1000 and all(rows[k]["status"] == "ok" for k in members)
+    _assert_statistics_exact(owner_engine, corpus)

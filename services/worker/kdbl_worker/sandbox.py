@@ -54,6 +54,9 @@ STOP_POLL_S = 0.2
 # OCR stops reading pages after this share of the per-file timeout: a long scan ends `partial` with the
 # pages read so far instead of being killed at the timeout with none of them
 OCR_BUDGET_SHARE = 0.75
+# A container stops extracting members after this share of the per-file timeout (the file and all its members
+# share it): a zip of slow members ends `partial` with those read so far instead of `failed` with none
+CONTAINER_BUDGET_SHARE = 0.75
 
 
 def default_processes() -> int:
@@ -126,6 +129,7 @@ class _Nesting:
     bounds: Any
     budget: Any
     depth: int
+    deadline: float  # time.monotonic() by which members stop being extracted (CONTAINER_BUDGET_SHARE)
 
 
 def clean(value: str) -> str:
@@ -143,6 +147,7 @@ def extract_and_chunk(name: str, size: int, stream: BinaryIO, limits: Limits,
                       sidecar: Sidecar | None = None, *, nesting: _Nesting | None = None) -> Outcome:
     """Extract one file and cut it into chunks (what a child does; also the in-process path); a container's
     members become `Outcome.children`, extracted the same way (`_expand`)."""
+    started = time.monotonic()
     from kdbl_worker import extract
     from kdbl_worker.chunking import chunk_blocks
 
@@ -165,49 +170,61 @@ def extract_and_chunk(name: str, size: int, stream: BinaryIO, limits: Limits,
                       [(c.seq, c.text, c.char_start, c.char_end, c.page_no, c.ts_start_ms, c.ts_end_ms)
                        for c in chunks])
     try:
-        return _expand(outcome, name, stream, limits, nesting,
-                       lambda member, size, data, inner: extract_and_chunk(member, size, data, limits,
-                                                                          nesting=inner))
+        return _expand(outcome, name, stream, limits, nesting or started,
+                       lambda member, size, data, inner, left: extract_and_chunk(
+                           member, size, data, replace(limits, timeout_s=left / OCR_BUDGET_SHARE),
+                           nesting=inner))
     except MemoryError:
         if nesting is not None:
             raise
         return _out_of_memory(limits, outcome.content_type)
 
 
-def _expand(outcome: Outcome, name: str, stream: BinaryIO, limits: Limits, nesting: _Nesting | None,
-            again: Callable[[str, int, BinaryIO, _Nesting], Outcome]) -> Outcome:
+def _expand(outcome: Outcome, name: str, stream: BinaryIO, limits: Limits, nesting: _Nesting | float,
+            again: Callable[[str, int, BinaryIO, _Nesting, float], Outcome]) -> Outcome:
     """A container's members, one level at a time, each extracted by `again` (with the same flags as
     its parent). One Budget per top-level file bounds the members and bytes of all levels together;
     members nested deeper than `container_max_depth` are not expanded. A refused member becomes a
-    `skipped` child with the reason; the container's own problems make it `partial`."""
+    `skipped` child with the reason; the container's own problems make it `partial`. `nesting` is the
+    top file's start time (monotonic) at the top: members stop at CONTAINER_BUDGET_SHARE of the timeout,
+    and a member's own OCR budget is what is left of it."""
     import io
 
     from kdbl_worker.extract import containers
 
     if not containers.is_container(name):
         return outcome
-    if nesting is None:
+    if not isinstance(nesting, _Nesting):
         bounds = containers.Bounds(
             max_depth=limits.container_max_depth, max_members=limits.container_max_members,
             max_member_bytes=limits.container_max_member_bytes,
             max_expanded_bytes=limits.container_max_expanded_bytes)
-        nesting = _Nesting(bounds, containers.Budget(), 0)
+        deadline = nesting + limits.timeout_s * CONTAINER_BUDGET_SHARE
+        nesting = _Nesting(bounds, containers.Budget(), 0, deadline)
     problems: list[str] = []
     if nesting.depth >= nesting.bounds.max_depth:
         problems.append(f"members not expanded: nested deeper than {nesting.bounds.max_depth} levels "
                         "(KDBL_CONTAINER_MAX_DEPTH)")
     else:
-        inner = _Nesting(nesting.bounds, nesting.budget, nesting.depth + 1)
+        inner = _Nesting(nesting.bounds, nesting.budget, nesting.depth + 1, nesting.deadline)
         try:
             stream.seek(0)
             expansion = containers.expand(name, stream, nesting.bounds, nesting.budget)
             for member in expansion.members:
+                left = nesting.deadline - time.monotonic()
                 if member.data is None:
                     child = Outcome("skipped", member.problem or "member refused", None,
                                     _content_type(member.path), 0)
+                elif left <= 0:
+                    problems.append(
+                        f"stopped at {member.path} after {len(outcome.children)} members: the time for "
+                        f"members ({CONTAINER_BUDGET_SHARE:.0%} of KDBL_EXTRACT_TIMEOUT_S, for the file and "
+                        "all its members) was spent; the rest are not indexed")
+                    break
                 else:
-                    child = again(member.path, member.size, io.BytesIO(member.data), inner)
+                    child = again(member.path, member.size, io.BytesIO(member.data), inner, left)
                 outcome.children.append(Child(member.path, member.size, child))
+            getattr(expansion.members, "close", lambda: None)()  # a generator: its last problems now
             problems.extend(expansion.problems)
         except MemoryError:
             raise
