@@ -373,3 +373,20 @@ def test_a_container_too_slow_for_the_extraction_limit_keeps_the_members_read_in
     assert "KDBL_EXTRACT_TIMEOUT_S" in rows["slow.zip"]["status_reason"]
     assert 0 < len(members) < 1000 and all(rows[k]["status"] == "ok" for k in members)
     _assert_statistics_exact(owner_engine, corpus)
+
+
+def test_deleting_a_source_in_batches_takes_each_container_with_its_members(
+        owner_engine, worker_engine, tmp_path):
+    from kdbl_core.db import operator_sync
+
+    corpus = make_corpus(owner_engine, worker_engine, tmp_path / "drop", {
+        "bundle.zip": BUNDLE, "mail.eml": MAIL, "z.md": "A last file about ibises."}, tenant="containers-drop")
+    assert len(_rows(owner_engine, corpus)) == 3 + 4 + 2  # listed, zip members (inner.zip's too), attachments
+    batches = []
+    while True:
+        with owner_engine.begin() as conn:
+            batches.append(operator_sync.delete_source_files(conn, corpus.tenant_id, corpus.source_id, 1))
+        if batches[-1] == 0:
+            break
+    assert batches == [1, 1, 1, 0] and _rows(owner_engine, corpus) == {}
+    _assert_statistics_exact(owner_engine, corpus)
