@@ -390,3 +390,15 @@ def test_deleting_a_source_in_batches_takes_each_container_with_its_members(
             break
     assert batches == [1, 1, 1, 0] and _rows(owner_engine, corpus) == {}
     _assert_statistics_exact(owner_engine, corpus)
+
+
+def test_tenant_quotas_count_listed_files_not_their_members(owner_engine, worker_engine, tmp_path):
+    corpus = make_corpus(owner_engine, worker_engine, tmp_path / "quota",
+                         {"bundle.zip": BUNDLE, "a.md": "Alpha."}, tenant="containers-quota")
+    with owner_engine.begin() as conn:  # 2 listed files + 4 members indexed; room for one more listed file
+        conn.execute(text("UPDATE tenants SET settings = settings || CAST(:v AS jsonb) WHERE id = :t"),
+                     {"v": '{"quotas": {"max_files": 3}}', "t": corpus.tenant_id})
+    for name in ("b.md", "c.md"):
+        (corpus.root / name).write_text(f"File {name}.")
+    stats = _crawl(worker_engine, corpus)
+    assert stats.indexed == 1 and ("quota", "max_files 3 reached: 1 new files not indexed") in stats.problems
