@@ -274,7 +274,8 @@ def test_a_file_granted_one_by_one_grants_its_members_and_nothing_else(
 
 def test_member_uris_keep_the_separator_and_round_trip_bangs_spaces_and_unicode() -> None:
     sid = "6f1c1c1e-3f4e-4d5b-9a7b-1d2e3f4a5b6c"
-    for key in ("bundle.zip!/docs/a.md", "x!", "x!!/y z.md", "a b/ünï!.zip!/c d/é.txt", "%21/x", "!/", "a.zip!/"):
+    keys = ("bundle.zip!/docs/a.md", "x!", "x!!/y z.md", "a b/ünï!.zip!/c d/é.txt", "%21/x", "!/", "a.zip!/")
+    for key in keys:
         assert parse_file_uri(file_uri(sid, key)) == (uuid.UUID(sid), key), key
     assert file_uri(sid, "a b.zip!/ü/c!.md") == file_uri(sid, "a b.zip") + "!/" + quote("ü/c!.md", safe="")
     assert file_uri(sid, "x!") == f"kdbl://file/{sid}/x%21"
@@ -290,7 +291,8 @@ async def test_recrawling_a_changed_zip_replaces_its_members_and_deleting_it_rem
                            "docs/new.md": b"A new member about tree kangaroos."}))
     os.utime(path, (time.time() + 10, time.time() + 10))
     async with httpx.AsyncClient() as http:  # changed but not yet crawled again: the member is gone
-        gone = await http.get(f"{fetch_url}/internal/files", headers={"Authorization": f"Bearer {FETCH_TOKEN}"},
+        gone = await http.get(f"{fetch_url}/internal/files",
+                              headers={"Authorization": f"Bearer {FETCH_TOKEN}"},
                               params={"source_id": str(corpus.source_id), "key": "bundle.zip!/docs/b.pdf"})
     assert gone.status_code == 404
     stats = _crawl(worker_engine, corpus)
@@ -380,7 +382,8 @@ def test_deleting_a_source_in_batches_takes_each_container_with_its_members(
     from kdbl_core.db import operator_sync
 
     corpus = make_corpus(owner_engine, worker_engine, tmp_path / "drop", {
-        "bundle.zip": BUNDLE, "mail.eml": MAIL, "z.md": "A last file about ibises."}, tenant="containers-drop")
+        "bundle.zip": BUNDLE, "mail.eml": MAIL, "z.md": "A last file about ibises."},
+        tenant="containers-drop")
     assert len(_rows(owner_engine, corpus)) == 3 + 4 + 2  # listed, zip members (inner.zip's too), attachments
     batches = []
     while True:
