@@ -274,7 +274,8 @@ def test_a_file_granted_one_by_one_grants_its_members_and_nothing_else(
 
 def test_member_uris_keep_the_separator_and_round_trip_bangs_spaces_and_unicode() -> None:
     sid = "6f1c1c1e-3f4e-4d5b-9a7b-1d2e3f4a5b6c"
-    keys = ("bundle.zip!/docs/a.md", "x!", "x!!/y z.md", "a b/ünï!.zip!/c d/é.txt", "%21/x", "!/", "a.zip!/")
+    keys = ("bundle.zip!/docs/a.md", "x!", "x!!/y z.md", "a b/ünï!.zip!/c d/é.txt", "%21/x", "!/",
+            "a.zip!/")
     for key in keys:
         assert parse_file_uri(file_uri(sid, key)) == (uuid.UUID(sid), key), key
     assert file_uri(sid, "a b.zip!/ü/c!.md") == file_uri(sid, "a b.zip") + "!/" + quote("ü/c!.md", safe="")
