@@ -72,7 +72,9 @@ class SearchContentArgs(_Args):
 
 class FileRefArgs(_Args):
     source_id: UUID = Field(description="The file's source id (from a hit or list_sources).")
-    key: Text = Field(min_length=1, max_length=4096, description="The file's key within the source.")
+    key: Text = Field(min_length=1, max_length=4096, description=(
+        "The file's key within the source; an archive member or e-mail attachment is "
+        "'<parent key>!/<member path>', e.g. 'bundle.zip!/docs/a.md'."))
 
 
 class FileWindowArgs(FileRefArgs):
