@@ -406,3 +406,18 @@ def test_tenant_quotas_count_listed_files_not_their_members(owner_engine, worker
         (corpus.root / name).write_text(f"File {name}.")
     stats = _crawl(worker_engine, corpus)
     assert stats.indexed == 1 and ("quota", "max_files 3 reached: 1 new files not indexed") in stats.problems
+
+
+def test_the_internal_fetch_refuses_a_member_over_the_configured_member_size(env, worker_engine):
+    from starlette.testclient import TestClient
+
+    params = {"source_id": str(env["corpus"].source_id), "key": "bundle.zip!/docs/a.md"}
+    auth = {"Authorization": f"Bearer {FETCH_TOKEN}"}
+    answers = []
+    for limit in (64 << 20, 16):
+        app = create_fetch_app(Settings(internal_fetch_token=FETCH_TOKEN, container_max_member_bytes=limit),
+                               worker_engine)
+        with TestClient(app) as client:
+            answers.append(client.get("/internal/files", params=params, headers=auth))
+    assert answers[0].status_code == 200 and answers[0].content == A_MD
+    assert answers[1].status_code == 404  # as the crawl would have refused it

@@ -45,7 +45,7 @@ def _chunks(stream: BinaryIO) -> Iterator[bytes]:
         stream.close()
 
 
-def _member(stream: BinaryIO, chain: list[str]) -> bytes | None:
+def _member(stream: BinaryIO, chain: list[str], bounds: containers.Bounds) -> bytes | None:
     """The bytes of the last key of `chain` (a listed file, the containers within it, the member), read
     level by level from the listed file's stream; None when a level no longer holds the next."""
     data: bytes | None = None
@@ -53,7 +53,7 @@ def _member(stream: BinaryIO, chain: list[str]) -> bytes | None:
         source = stream if data is None else BytesIO(data)
         try:
             path = member[len(container) + len(containers.MEMBER_SEP):]
-            data = containers.read_member(container, source, path)
+            data = containers.read_member(container, source, path, bounds)
         except NotFound:  # the file changed since it was indexed
             return None
         except Exception as exc:  # noqa: BLE001 - a container that cannot be read: the source's problem
@@ -63,6 +63,7 @@ def _member(stream: BinaryIO, chain: list[str]) -> bytes | None:
 
 def create_fetch_app(settings: Settings, engine: Engine) -> Starlette:
     secret = settings.internal_fetch_token.get_secret_value().encode() if settings.internal_fetch_token else None
+    bounds = containers.Bounds(max_member_bytes=settings.container_max_member_bytes)  # as the crawl refused
 
     def _open(source_id: uuid.UUID, key: str) -> tuple[BinaryIO, int, str | None] | None:
         with engine.connect() as conn:
@@ -87,7 +88,7 @@ def create_fetch_app(settings: Settings, engine: Engine) -> Starlette:
             return None
         if known.top is not None:
             with stream:
-                data = _member(stream, [known.top, *chain, key])
+                data = _member(stream, [known.top, *chain, key], bounds)
             return (None if data is None else BytesIO(data)), len(data or b""), content_type
         stream.seek(0, 2)
         size = stream.tell()
