@@ -57,30 +57,45 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_api(owner_url: str, settings: Settings | None = None) -> Iterator[str]:
-    """The real API app under uvicorn on a loopback port, as the kdbl_api role; yields its base URL."""
-    from kdbl_api.app import create_app
-    from kdbl_core.db.engine import async_engine
-    from kdbl_core.db.urls import for_role
-
+def serving(app, **config) -> Iterator[str]:
+    """An ASGI app under a real uvicorn on a loopback port, in a thread; yields its base URL."""
     port = free_port()
-    settings = settings or Settings(mcp_enabled=True)
-    app = create_app(settings, async_engine(for_role(owner_url, "kdbl_api")))
-    # proxy_headers=False as kdbl-api (kdbl_api.main): uvicorn's default believes X-Forwarded-For from loopback
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           proxy_headers=False))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **config))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("API did not start")
+            raise RuntimeError("server did not start")
         time.sleep(0.05)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+@contextmanager
+def running_api(owner_url: str, settings: Settings | None = None) -> Iterator[str]:
+    """The real API app under uvicorn on a loopback port, as the kdbl_api role; yields its base URL."""
+    from kdbl_api.app import create_app
+    from kdbl_core.db.engine import async_engine
+    from kdbl_core.db.urls import for_role
+
+    settings = settings or Settings(mcp_enabled=True)
+    app = create_app(settings, async_engine(for_role(owner_url, "kdbl_api")))
+    # proxy_headers=False as kdbl-api (kdbl_api.main): uvicorn's default believes X-Forwarded-For from loopback
+    with serving(app, proxy_headers=False) as url:
+        yield url
+
+
+@contextmanager
+def running_fetch(worker_engine, token: str) -> Iterator[str]:
+    """The worker's internal fetch endpoint (downloads' bytes) on a loopback port; yields its base URL."""
+    from kdbl_worker.fetch import create_fetch_app
+
+    with serving(create_fetch_app(Settings(internal_fetch_token=token), worker_engine)) as url:
+        yield url
 
 
 def make_pdf(pages: list[bytes], *, encrypt: bool = False) -> bytes:

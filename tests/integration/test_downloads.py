@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from contextlib import asynccontextmanager
 from urllib.parse import parse_qs, urlparse
@@ -10,8 +9,7 @@ from urllib.parse import parse_qs, urlparse
 import httpx
 import jwt
 import pytest
-import uvicorn
-from helpers import free_port, make_corpus, running_api
+from helpers import make_corpus, running_api, running_fetch
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -27,16 +25,8 @@ PDF_BYTES = b"%PDF-1.4 not really a pdf but bytes are bytes \x00\xff"
 
 @pytest.fixture(scope="module")
 def fetch_url(worker_engine):
-    port = free_port()
-    app = create_fetch_app(Settings(internal_fetch_token=FETCH_TOKEN), worker_engine)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    with running_fetch(worker_engine, FETCH_TOKEN) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from xlrd.biffh import XLRDError
 from kdbl_worker.extract.archive import ENCRYPTED, OLE2_MAGIC
 from kdbl_worker.extract.base import Block, Extraction, Source
 from kdbl_worker.extract.ole import OleError, misnamed, not_ole2, open_ole, read_stream, title
-from kdbl_worker.extract.xlsx import MAX_CELLS, ROWS_PER_BLOCK, row_line
+from kdbl_worker.extract.xlsx import MAX_CELLS, sheet_blocks
 
 _FILEPASS = 0x002F
 _BOF = (0x0809, 0x0209, 0x0409, 0x0009)
@@ -54,28 +54,6 @@ def _value(cell: xlrd.sheet.Cell, datemode: int) -> object:
     if cell.ctype == xlrd.XL_CELL_ERROR:
         return xlrd.error_text_from_code.get(cell.value, "#ERR")
     return cell.value
-
-
-def _sheet_blocks(sheet, page_no: int, datemode: int, budget: int) -> tuple[list[Block], int]:
-    blocks: list[Block] = []
-    lines: list[str] = []
-    used = 0
-    header = f"Sheet: {sheet.name}"
-    for r in range(sheet.nrows):
-        cells = sheet.row(r)
-        line = row_line(_value(c, datemode) for c in cells)
-        if not line.strip():
-            continue
-        used += len(cells)
-        lines.append(line)
-        if len(lines) == ROWS_PER_BLOCK:
-            blocks.append(Block("\n".join([header, *lines]), page_no=page_no))
-            lines = []
-        if used >= budget:
-            break
-    if lines:
-        blocks.append(Block("\n".join([header, *lines]), page_no=page_no))
-    return blocks, used
 
 
 def extract_xls(source: Source, *, max_cells: int = MAX_CELLS) -> Extraction:
@@ -121,8 +99,9 @@ def _read(source: Source, *, max_cells: int = MAX_CELLS) -> Extraction:
             except (XLRDError, struct.error, IndexError, ValueError, KeyError, AssertionError) as exc:
                 problems.append(f"sheet {sheet_name!r} unreadable: {type(exc).__name__}")
                 continue
-            sheet_blocks, used = _sheet_blocks(sheet, index, book.datemode, budget)
-            blocks.extend(sheet_blocks)
+            rows = ([_value(cell, book.datemode) for cell in sheet.row(r)] for r in range(sheet.nrows))
+            sheet_part, used = sheet_blocks(sheet.name, rows, index, budget)
+            blocks.extend(sheet_part)
             book.unload_sheet(index - 1)
             budget -= used
             if budget <= 0:

@@ -9,6 +9,7 @@ cell cap bounds the work on a huge workbook.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable, Sequence
 import warnings
 import zipfile
 
@@ -40,13 +41,15 @@ def row_line(values) -> str:
     return "\t".join(cells)
 
 
-def _sheet_blocks(sheet, name: str, page_no: int, budget: int) -> tuple[list[Block], int]:
-    """Blocks for one sheet and the number of cells read (stops once `budget` cells are used)."""
+def sheet_blocks(name: str, rows: Iterable[Sequence[object]], page_no: int,
+                 budget: int) -> tuple[list[Block], int]:
+    """Blocks for one sheet's rows of cell values and the number of cells read (stops once `budget` cells
+    are used); the .xls reader lays its sheets out with this too, so both look alike to an agent."""
     blocks: list[Block] = []
     lines: list[str] = []
     used = 0
     header = f"Sheet: {name}"
-    for values in sheet.iter_rows(values_only=True):
+    for values in rows:
         line = row_line(values)
         if not line.strip():
             continue
@@ -91,8 +94,8 @@ def extract_xlsx(source: Source, *, max_cells: int = MAX_CELLS) -> Extraction:
                     continue  # chartsheet
                 if hasattr(sheet, "reset_dimensions"):
                     sheet.reset_dimensions()
-                sheet_blocks, used = _sheet_blocks(sheet, name, index, budget)
-                blocks.extend(sheet_blocks)
+                blocks_of_sheet, used = sheet_blocks(name, sheet.iter_rows(values_only=True), index, budget)
+                blocks.extend(blocks_of_sheet)
                 budget -= used
                 if budget <= 0:
                     capped_at = name
