@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
-import io
 from pathlib import Path
 
 import pytest
 from kdbl_control.cli import main
-from kdbl_worker.extract import Source, detect, extract, formats, register, supported_extensions
+from kdbl_worker.extract import formats
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -50,16 +49,3 @@ def test_every_row_is_well_formed_and_names_an_extractor_that_exists():
         spec = importlib.util.find_spec(module)
         assert spec is not None and spec.origin, row.target
         assert f"def {func}(" in Path(spec.origin).read_text(), row.target
-
-
-def test_register_adds_a_row_that_detect_and_extract_use():
-    assert detect("notes.q7text")[1] is None
-    register(".Q7TEXT", "text/x-q7", "kdbl_worker.extract.text:extract_text", "Q7 notes")
-    try:
-        assert detect("notes.q7text") == ("text/x-q7", "kdbl_worker.extract.text:extract_text")
-        assert supported_extensions()[".q7text"] == "text/x-q7"
-        result = extract(Source(io.BytesIO(b"hello"), "a.q7text", 5))
-        assert (result.status, result.content_type) == ("ok", "text/x-q7")
-    finally:
-        formats.FORMATS.pop()
-    assert detect("notes.q7text")[1] is None

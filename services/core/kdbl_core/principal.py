@@ -18,7 +18,6 @@ class Principal:
     groups: tuple[str, ...] = ()
     scopes: frozenset[str] = field(default_factory=frozenset)
     token_id: UUID | None = None
-    auth_method: str = "pat"  # 'pat' | 'oidc'
 
     @property
     def subjects(self) -> list[str]:

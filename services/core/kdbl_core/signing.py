@@ -77,7 +77,7 @@ class DownloadClaims:
 
     def principal(self) -> Principal:
         return Principal(tenant_id=self.tenant_id, tenant_name=self.tenant_name, subject=self.subject,
-                         groups=self.groups, scopes=frozenset(), auth_method="download-link")
+                         groups=self.groups, scopes=frozenset())
 
 
 class DownloadSigner:

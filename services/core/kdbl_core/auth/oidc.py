@@ -112,7 +112,7 @@ class OidcVerifier:
             tenant_id=tenant_id, tenant_name=tenant_name, subject=f"user:{subject}",
             groups=tuple(_claim_text(g, self._groups_claim)
                          for g in (groups if isinstance(groups, list) else [groups])),
-            scopes=frozenset(scopes & set(ALL_SCOPES)), token_id=None, auth_method="oidc",
+            scopes=frozenset(scopes & set(ALL_SCOPES)), token_id=None,
         )
 
     async def _tenant_id(self, name: str) -> uuid.UUID:

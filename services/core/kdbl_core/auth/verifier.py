@@ -158,7 +158,6 @@ class PatVerifier:
             groups=tuple(row.groups or ()),
             scopes=frozenset(row.scopes or ()),
             token_id=row.id,
-            auth_method="pat",
         )
 
     async def _verify_once(self, lookup_id: str, stored_hash: str, token: str, digest: bytes, *, budgeted: bool,

@@ -425,7 +425,3 @@ def delete_files(conn: Connection, tenant_id: uuid.UUID, source_id: uuid.UUID, k
     _drop_content(conn, tenant_id, ids + members)
     conn.execute(text("DELETE FROM files WHERE id = ANY(:ids)"), {"ids": ids + members})
     return len(ids)
-
-
-def mark_source_indexed(conn: Connection, source_id: uuid.UUID) -> None:
-    conn.execute(text("UPDATE sources SET last_indexed_at = now() WHERE id = :s"), {"s": source_id})

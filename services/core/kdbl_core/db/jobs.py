@@ -29,7 +29,6 @@ from sqlalchemy import Connection, TextClause, text
 from kdbl_core.db.content import FenceLost
 from kdbl_core.errors import PermanentError
 
-OPEN_JOB_STATES = ("queued", "listing", "running")
 MAX_BREAKS = 2
 
 # The tenant of `col` is not disabled (tenants.settings.enabled = false; kdbl_core.policy reads it the same way).

@@ -1,4 +1,5 @@
-"""Typed ORM models mirroring migrations/sql (the SQL is the source of truth for DDL and policies)."""
+"""Typed ORM models of the tables `kdbl-control` writes through the ORM (tenants, sources, grants, tokens,
+audit); migrations/sql is the source of truth for DDL and policies."""
 
 from __future__ import annotations
 
@@ -6,8 +7,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from pgvector.sqlalchemy import Vector
-from sqlalchemy import ARRAY, BigInteger, Boolean, DateTime, ForeignKey, Integer, LargeBinary, SmallInteger, Text
+from sqlalchemy import ARRAY, BigInteger, Boolean, DateTime, ForeignKey, Integer, LargeBinary, Text
 from sqlalchemy import text as sql_text
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -52,60 +52,6 @@ class Source(Base):
     last_indexed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
-
-
-class File(Base):
-    __tablename__ = "files"
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    tenant_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
-    source_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("sources.id", ondelete="CASCADE"))
-    key: Mapped[str] = mapped_column(Text)
-    size: Mapped[int | None] = mapped_column(BigInteger)
-    mtime: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    etag: Mapped[str | None] = mapped_column(Text)
-    content_type: Mapped[str | None] = mapped_column(Text)
-    storage_class: Mapped[str | None] = mapped_column(Text)
-    owner: Mapped[str | None] = mapped_column(Text)
-    mode: Mapped[int | None] = mapped_column(Integer)
-    uid: Mapped[int | None] = mapped_column(Integer)
-    gid: Mapped[int | None] = mapped_column(Integer)
-    status: Mapped[str] = mapped_column(Text, server_default=sql_text("'pending'"))
-    status_reason: Mapped[str | None] = mapped_column(Text)
-    title: Mapped[str | None] = mapped_column(Text)
-    chunk_count: Mapped[int] = mapped_column(Integer, server_default=sql_text("0"))
-    text_chars: Mapped[int] = mapped_column(BigInteger, server_default=sql_text("0"))
-    indexed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # the listed file an archive member / attachment came from (migration 0010)
-    parent_id: Mapped[int | None] = mapped_column(ForeignKey("files.id", ondelete="CASCADE"))
-
-
-class Chunk(Base):
-    __tablename__ = "chunks"
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
-    source_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
-    file_id: Mapped[int] = mapped_column(ForeignKey("files.id", ondelete="CASCADE"))
-    seq: Mapped[int] = mapped_column(Integer)
-    text: Mapped[str] = mapped_column(Text)
-    page_no: Mapped[int | None] = mapped_column(Integer)
-    char_start: Mapped[int] = mapped_column(Integer)
-    char_end: Mapped[int] = mapped_column(Integer)
-    ts_start_ms: Mapped[int | None] = mapped_column(BigInteger)
-    ts_end_ms: Mapped[int | None] = mapped_column(BigInteger)
-    token_count: Mapped[int] = mapped_column(Integer, server_default=sql_text("0"))
-    embedding: Mapped[Any | None] = mapped_column(Vector())
-
-
-class Posting(Base):
-    __tablename__ = "postings"
-    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
-    term: Mapped[str] = mapped_column(Text, primary_key=True)
-    chunk_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    source_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
-    file_id: Mapped[int] = mapped_column(ForeignKey("files.id", ondelete="CASCADE"))
-    tf: Mapped[int] = mapped_column(SmallInteger)
-    dl: Mapped[int] = mapped_column(Integer)
 
 
 class Grant(Base):

@@ -67,11 +67,6 @@ class Rows:
             raise LookupError(f"expected exactly one row, got {len(self._rows)}")
         return self._rows[0]
 
-    def one_or_none(self) -> Any | None:
-        if len(self._rows) > 1:
-            raise LookupError(f"expected at most one row, got {len(self._rows)}")
-        return self.first()
-
     def scalar(self) -> Any | None:
         return self._rows[0][0] if self._rows else None
 

@@ -24,7 +24,3 @@ def for_role(url: str, role: str) -> str:
     password (kdbl_core.db.embedded); production gives each service its own URL.
     """
     return normalise(url).set(username=role).render_as_string(hide_password=False)
-
-
-def redact(url: str) -> str:
-    return normalise(url).render_as_string(hide_password=True)

@@ -16,12 +16,6 @@ Extractor = Callable[[Source], Extraction]
 # The format table lives in extract/formats.py (FORMATS): add a format there, one row.
 
 
-def register(extension: str, content_type: str, target: str, label: str | None = None) -> None:
-    """Add or replace the extractor for a file extension (lower-case, with the dot) at run time."""
-    ext = extension.lower()
-    formats.add(formats.Format((ext,), content_type, target, label or ext))
-
-
 def supported_extensions() -> dict[str, str]:
     return {ext: row.content_type for ext, row in sorted(formats.by_extension().items())}
 
@@ -69,4 +63,4 @@ def extract(source: Source) -> Extraction:
 
 
 __all__ = ["Block", "Extraction", "Sidecar", "Source", "Status", "detect", "extract", "formats", "is_media",
-           "register", "supported_extensions"]
+           "supported_extensions"]

@@ -8,6 +8,7 @@ library only affects its own rows.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -179,17 +180,10 @@ FORMATS: list[Format] = [
 ]
 
 
-_index: tuple[int, dict[str, Format]] = (-1, {})
-
-
+@functools.cache
 def by_extension() -> dict[str, Format]:
-    """Extension or whole file name (lower-case) -> row; later rows win (`register` appends).
-
-    Built once, rebuilt when rows were added or removed."""
-    global _index
-    if _index[0] != len(FORMATS):
-        _index = (len(FORMATS), {ext.lower(): row for row in FORMATS for ext in row.extensions})
-    return _index[1]
+    """Extension or whole file name (lower-case) -> row; later rows win. Built once."""
+    return {ext.lower(): row for row in FORMATS for ext in row.extensions}
 
 
 def lookup(name: str) -> Format | None:
@@ -200,11 +194,6 @@ def lookup(name: str) -> Format | None:
     path = PurePosixPath(name.lower())
     return (index.get(path.name) or index.get("".join(path.suffixes[-2:])) or index.get(path.suffix)
             or (index.get(path.stem) if path.suffix else None))
-
-
-def add(row: Format) -> None:
-    """Append a row at run time (what `extract.register` does); it overrides earlier rows' extensions."""
-    FORMATS.append(row)
 
 
 def line_structured(content_type: str | None) -> bool:
