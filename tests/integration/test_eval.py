@@ -61,7 +61,7 @@ def _assert_expected(scores: dict) -> None:
 
 def test_eval_lexical_end_to_end(owner_url: str, tmp_path: Path, unique: str) -> None:
     dataset = _beir(tmp_path / "tiny")
-    result = run_eval(owner_url, dataset, split="test", modes=("lexical", "vector"), model_path=None,
+    result = run_eval(owner_url, dataset, split="test", modes=("lexical", "semantic"), model_path=None,
                       work_dir=tmp_path / "work", tenant=f"eval-{unique}", log=lambda _: None)
     assert (result["split"], result["queries"], result["documents"]) == ("test", 3, 8)
     assert result["chunks"] == result["documents_with_chunks"] == 8  # one short document, one chunk
@@ -74,7 +74,7 @@ def test_eval_lexical_end_to_end(owner_url: str, tmp_path: Path, unique: str) ->
     # q1 ranks 2 documents, q2 and q3 one each
     assert lexical["docs_per_query"] == pytest.approx(round(4 / 3, 1))
 
-    assert "unavailable" in result["modes"]["vector"]  # no model given: reported, not crashed
+    assert "unavailable" in result["modes"]["semantic"]  # no model given: reported, not crashed
     assert "unavailable" in result["references"]["dense_exact"]
 
     bm25s = result["references"]["bm25s"]
@@ -96,17 +96,17 @@ def test_eval_lexical_end_to_end(owner_url: str, tmp_path: Path, unique: str) ->
     assert again["modes"]["lexical"]["mrr@10"] == 0.5
 
 
-def test_eval_vector_and_hybrid_modes(owner_url: str, tmp_path: Path, unique: str,
+def test_eval_semantic_and_hybrid_modes(owner_url: str, tmp_path: Path, unique: str,
                                       embed_model_path: Path) -> None:
     model = embed_model_path
     dataset = _beir(tmp_path / "tiny")
-    result = run_eval(owner_url, dataset, split="test", modes=("lexical", "vector", "hybrid"),
+    result = run_eval(owner_url, dataset, split="test", modes=("lexical", "semantic", "hybrid"),
                       model_path=model, work_dir=tmp_path / "work", tenant=f"eval-{unique}",
                       log=lambda _: None)
     assert result["settings"]["embedding"]["embedded"] == 8
     _assert_expected(result["modes"]["lexical"])
     systems = {**result["modes"], **result["references"]}
-    for name in ("vector", "hybrid", "dense_exact", "bm25s"):
+    for name in ("semantic", "hybrid", "dense_exact", "bm25s"):
         scores = systems[name]
         assert "unavailable" not in scores, (name, scores)
         assert "served_as" not in scores, (name, scores)  # really ran as asked, not degraded

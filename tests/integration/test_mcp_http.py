@@ -102,7 +102,7 @@ async def test_another_tenants_content_is_invisible_through_both_tools(api_url, 
     ({"query": "x", "limit": 101}, "limit"),
     ({"query": "x", "limit": 0}, "limit"),
     ({}, "query"),
-    ({"query": "x", "mode": "semantic"}, "mode"),
+    ({"query": "x", "mode": "vector"}, "mode"),  # the eval-only mode of old; semantic is public
     ({"query": "x", "bogus": 1}, "bogus"),
     ({"query": "x", "modified_after": "last tuesday"}, "modified_after"),
     ({"query": "x", "source_id": "not-a-uuid"}, "source_id"),

@@ -5,13 +5,13 @@ from __future__ import annotations
 import uuid
 
 from kdbl_core.search import hybrid
-from kdbl_core.search.lexical import LexicalHit
+from kdbl_core.search.lexical import ChunkHit
 
 SOURCE = uuid.uuid4()
 
 
-def hit(chunk_id: int, score: float, file_id: int | None = None, seq: int = 0) -> LexicalHit:
-    return LexicalHit(chunk_id, file_id if file_id is not None else chunk_id, SOURCE, f"k{chunk_id}", seq, score)
+def hit(chunk_id: int, score: float, file_id: int | None = None, seq: int = 0) -> ChunkHit:
+    return ChunkHit(chunk_id, file_id if file_id is not None else chunk_id, SOURCE, f"k{chunk_id}", seq, score)
 
 
 def test_rrf_adds_both_arms_and_ranks_by_the_sum() -> None:

@@ -187,6 +187,8 @@ def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | Non
                 "lexical": {"available": True, "cost": "one SQL query: BM25 over the query terms' postings",
                             "latency": obs.mode_latency("lexical")},
                 "hybrid": hybrid,
+                "semantic": {**hybrid, "latency": obs.mode_latency("semantic"),
+                             "cost": "query embedding (~4 ms CPU, cached) + HNSW scan"},
             },
             "rate_limit": await front_door.quota(principal),
         })

@@ -226,8 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="retrieval quality on a BEIR folder (nDCG, recall, MRR, latency)")
     ev.add_argument("dataset", type=Path, help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv")
     ev.add_argument("--split", default="train", help="qrels/<split>.tsv to score against (default: train)")
-    ev.add_argument("--mode", action="append", choices=["lexical", "vector", "hybrid"],
-                    help="repeatable; default: all three (vector and hybrid need an embedding model)")
+    ev.add_argument("--mode", action="append", choices=["lexical", "semantic", "hybrid"],
+                    help="repeatable; default: all three (semantic and hybrid need an embedding model)")
     ev.add_argument("--max-queries", type=int, help="only the first N judged queries")
     ev.add_argument("--model", type=Path, help="GGUF embedding model (default: KDBL_EMBED_MODEL_PATH, else the "
                     "cached default model if present)")

@@ -38,7 +38,7 @@ from kdbl_core import metrics
 from kdbl_core.errors import ConfigError, KdblError
 from kdbl_core.settings import Settings
 
-MODES = ("lexical", "vector", "hybrid")
+MODES = ("lexical", "semantic", "hybrid")
 MEASURES = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
 DEFAULT_MODEL_NAME = "all-minilm-l6-v2.f16.gguf"
 BM25S_PARAMS = {"k1": 1.5, "b": 0.75, "method": "lucene"}
@@ -85,8 +85,6 @@ async def _search_runs(owner_url: str, tenant_id: Any, tenant: str, queries: lis
                        modes: Sequence[str], embedder: Any, no_vector_reason: str, limit: int,
                        settings: Settings, log: Log) -> dict[str, dict[str, Any]]:
     """Run every query through search_content per mode; {mode: {"run", "latencies", ...} | unavailable}."""
-    from pydantic import ValidationError
-
     from kdbl_api.tools.context import Services, ToolContext
     from kdbl_api.tools.models import SearchContentArgs
     from kdbl_api.tools.search import search_content
@@ -103,22 +101,11 @@ async def _search_runs(owner_url: str, tenant_id: Any, tenant: str, queries: lis
     try:
         async with engine.begin() as conn:
             cursors = CursorCodec(await reads.server_key(conn, "cursor"))
-        services = Services(settings=settings, cursors=cursors, downloads=None)
-        if embedder is not None:
-            try:
-                services = Services(settings=settings, cursors=cursors, downloads=None, embedder=embedder)
-            except TypeError:
-                log("eval: this build's Services takes no embedder; hybrid will be served as lexical")
+        services = Services(settings=settings, cursors=cursors, downloads=None, embedder=embedder)
 
         for mode in modes:
-            if mode in ("vector", "hybrid") and embedder is None:
+            if mode in ("semantic", "hybrid") and embedder is None:
                 out[mode] = _mode_unavailable(no_vector_reason)
-                continue
-            try:
-                SearchContentArgs(query="probe", mode=mode, limit=limit)
-            except ValidationError as exc:
-                out[mode] = _mode_unavailable(f"search_content does not accept mode={mode!r} in this build: "
-                                              f"{exc.errors()[0]['msg']}")
                 continue
 
             async def one(query: str, mode: str = mode) -> tuple[list[str], float, str, str | None]:
@@ -311,8 +298,8 @@ def run_eval(owner_url: str, dataset: Path, *, split: str = "train", modes: Sequ
     """Index `dataset` into a scratch tenant, run its judged queries per mode, score them; JSON-able dict.
 
     `tenant` overrides the scratch tenant's name (default: derived from dataset and work dir, so a re-run
-    over the same database reuses the index and the embeddings). Modes that cannot run in this build or
-    without a model are reported as {"unavailable": reason}."""
+    over the same database reuses the index and the embeddings). Modes that cannot run without a model
+    are reported as {"unavailable": reason}."""
     dataset = dataset.expanduser().resolve()
     if not (dataset / "corpus.jsonl").is_file() or not (dataset / "queries.jsonl").is_file():
         raise ConfigError(f"{dataset} is not a BEIR folder (corpus.jsonl and queries.jsonl expected)")
@@ -350,7 +337,7 @@ def run_eval(owner_url: str, dataset: Path, *, split: str = "train", modes: Sequ
         log(f"eval: warning: only {indexed['files_with_chunks']} of {n_docs} documents have chunks "
             "(empty documents, or extraction failures: see the crawl stats)")
 
-    wants_vectors = any(m in ("vector", "hybrid") for m in modes)
+    wants_vectors = any(m in ("semantic", "hybrid") for m in modes)
     embedder, embedding = None, None
     no_vector_reason = "no embedding model (give --model or build the default GGUF)"
     if model_path is not None and wants_vectors:
@@ -373,7 +360,7 @@ def run_eval(owner_url: str, dataset: Path, *, split: str = "train", modes: Sequ
             log("eval: reference bm25s")
             refs["bm25s"] = _bm25s_reference(dataset, judged, limit)
             if not wants_vectors:
-                refs["dense_exact"] = _mode_unavailable("not run: no vector or hybrid mode requested")
+                refs["dense_exact"] = _mode_unavailable("not run: no semantic or hybrid mode requested")
             elif usable is None:
                 refs["dense_exact"] = _mode_unavailable(no_vector_reason)
             else:

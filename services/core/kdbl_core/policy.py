@@ -5,7 +5,7 @@ The operator (from the Tenant resource) and `kdbl-control tenant update` write t
 them through `parse`, so every reader applies the same defaults:
 
     enabled        true
-    mcp.tools      the six tools;  mcp.modes  lexical + hybrid
+    mcp.tools      the six tools;  mcp.modes  lexical + hybrid (hybrid also allows the semantic mode)
     rate_limit     per token: per_minute/per_hour/per_day (+ burst, the minute bucket's size);
                    rate_limit.tenant: the same tiers for all of the tenant's tokens together.
                    Absent per-token tiers fall back to the installation default (KDBL_RATE_LIMIT_*).

@@ -53,13 +53,16 @@ class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
 
 
+SearchMode = Literal["hybrid", "lexical", "semantic"]
+
+
 class SearchContentArgs(_Args):
     query: Text = Field(min_length=1, description="What to look for. Lead with the most distinctive terms.")
     source_id: UUID | None = Field(default=None, description="Restrict to one source.")
     limit: StrictInt = Field(default=20, ge=1, le=100, description="Number of hits (1-100).")
-    mode: Literal["hybrid", "lexical", "vector"] = Field(
+    mode: SearchMode = Field(
         default="hybrid", description="hybrid (semantic + keyword, fused; default), lexical (keyword only: "
-        "faster, exact terms) or vector (semantic arm only, for evaluation).")
+        "faster, exact terms) or semantic (meaning only: embeddings, no keyword match needed).")
     path: Text | None = Field(default=None, max_length=4096, description="Only keys starting with this prefix.")
     content_type: Text | None = Field(
         default=None, max_length=255, description="MIME type, or a family such as 'text/*' or 'application'.")
@@ -124,7 +127,7 @@ class Hit(BaseModel):
 
 class SearchContentResult(BaseModel):
     hits: list[Hit]
-    mode: Literal["hybrid", "lexical", "vector"] = Field(description="The mode actually used.")
+    mode: SearchMode = Field(description="The mode actually used.")
     degraded: bool = Field(description="True when a semantic mode was requested but lexical served it.")
     degraded_reason: str | None = Field(default=None, description="Why, when degraded.")
 

@@ -1,8 +1,9 @@
-"""search_content: BM25 keyword arm, pgvector semantic arm, fused (hybrid) — or degraded to lexical.
+"""search_content: three modes. lexical is the BM25 keyword arm; semantic the pgvector arm alone (hits
+that share no word with the query); hybrid both arms, fused. Either mode with vectors falls back to lexical.
 
-Hybrid needs an embedder in this API replica, hybrid allowed by the tenant's policy (mcp.modes) and
-enabled for the tenant, and (with a source_id filter) for that source; otherwise the request is
-served lexically and says so (`degraded`).
+hybrid and semantic need an embedder in this API replica, hybrid allowed by the tenant's policy
+(mcp.modes; it allows both) and enabled for the tenant, and (with a source_id filter) for that source;
+otherwise the request is served lexically and says so (`degraded`, `degraded_reason`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from kdbl_api.tools.models import SearchContentArgs
 from kdbl_core.db import reads
 from kdbl_core.errors import InvalidArgument
 from kdbl_core.search import hybrid, lexical, vector
-from kdbl_core.search.lexical import LexicalHit
+from kdbl_core.search.lexical import ChunkHit
 from kdbl_core.search.windows import HitRef, expand_hits
 from kdbl_core.uris import file_uri
 
@@ -53,14 +54,15 @@ async def effective_mode(ctx: ToolContext, args: SearchContentArgs) -> tuple[str
     return args.mode, None
 
 
-async def _semantic(ctx: ToolContext, args: SearchContentArgs, mode: str, filters: lexical.Filters
-                    ) -> list[hybrid.Fused]:
+async def _with_vectors(ctx: ToolContext, args: SearchContentArgs, mode: str, filters: lexical.Filters
+                        ) -> list[hybrid.Fused]:
+    """hybrid: both arms fused (and rescored); semantic: the vector arm alone, in its own order."""
     settings, embedder = ctx.settings, ctx.services.embedder
     assert embedder is not None
     depth = max(args.limit, settings.hybrid_depth)
     query_vector = await anyio.to_thread.run_sync(embedder.embed_query, args.query)
     vec = await vector.search(ctx.conn, query_vector, embedder.model_id, filters, limit=depth)
-    lex: list[LexicalHit] = []
+    lex: list[ChunkHit] = []
     pinned: set[int] = set()
     if mode == "hybrid":
         lex = await lexical.search(ctx.conn, args.query, filters, limit=depth, ts_config=settings.text_search_config,
@@ -102,7 +104,7 @@ async def search_content(ctx: ToolContext, args: SearchContentArgs) -> dict[str,
                          "vector_score": None, "fused": round(h.score, 6), "pinned_identifier": False}
                         for i, h in enumerate(ranked, 1)]
     else:
-        chosen = await _semantic(ctx, args, mode, filters)
+        chosen = await _with_vectors(ctx, args, mode, filters)
         refs = [HitRef(f.hit.file_id, f.hit.source_id, f.hit.key, f.hit.seq, f.score) for f in chosen]
         explanations = [f.explanation() for f in chosen]
     hits = await expand_hits(ctx.conn, refs, query=args.query, ts_config=ctx.settings.text_search_config)

@@ -15,14 +15,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kdbl_core.search.lexical import LexicalHit
+from kdbl_core.search.lexical import ChunkHit
 
 _IDENTIFIER = re.compile(r"\d|[a-z0-9][_-][a-z0-9]")
 
 
 @dataclass(slots=True)
 class Fused:
-    hit: LexicalHit
+    hit: ChunkHit
     score: float
     lexical_rank: int | None = None
     lexical_score: float | None = None
@@ -40,7 +40,7 @@ def is_identifier(term: str) -> bool:
     return len(term) >= 3 and bool(_IDENTIFIER.search(term))
 
 
-def fuse(lexical: list[LexicalHit], vector: list[LexicalHit], *, k: int = 60, vector_weight: float = 1.0,
+def fuse(lexical: list[ChunkHit], vector: list[ChunkHit], *, k: int = 60, vector_weight: float = 1.0,
          pinned_chunks: set[int] | None = None) -> list[Fused]:
     by_chunk: dict[int, Fused] = {}
     for rank, hit in enumerate(lexical, 1):

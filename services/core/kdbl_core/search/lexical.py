@@ -43,7 +43,9 @@ class Filters:
 
 
 @dataclass(frozen=True, slots=True)
-class LexicalHit:
+class ChunkHit:
+    """One ranked chunk, from either arm: `score` is BM25 (lexical) or cosine similarity (vector)."""
+
     chunk_id: int
     file_id: int
     source_id: uuid.UUID
@@ -185,13 +187,13 @@ SELECT top.chunk_id, c.file_id, c.source_id, f.key, c.seq, top.score
 
 
 async def search(conn: AsyncConnection, query: str, filters: Filters, *, limit: int, ts_config: str,
-                 common_df: int = COMMON_DF) -> list[LexicalHit]:
+                 common_df: int = COMMON_DF) -> list[ChunkHit]:
     """Top `limit` chunks by BM25 among rows the current RLS principal may see."""
     sql, params = build_query(filters)
     params.update({"cfg": ts_config, "query": query, "limit": limit, "cand": max(CANDIDATES, 10 * limit),
                    "common_df": common_df})
     rows = await driver.fetch(conn, sql, params)
-    return [LexicalHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in rows]
+    return [ChunkHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in rows]
 
 
 _SCORES_FOR = text(_TERMS + f"""

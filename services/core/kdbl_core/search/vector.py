@@ -14,7 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from kdbl_core.db.embeddings import vector_literal
-from kdbl_core.search.lexical import Filters, LexicalHit, filters_sql
+from kdbl_core.search.lexical import Filters, ChunkHit, filters_sql
 
 
 def build_query(dim: int, filters: Filters) -> tuple[str, dict]:
@@ -41,7 +41,7 @@ SELECT nn.chunk_id, nn.file_id, nn.source_id, f.key, nn.seq, 1 - nn.distance AS 
 
 
 async def search(conn: AsyncConnection, query_vector: Sequence[float], model_id: str, filters: Filters, *,
-                 limit: int) -> list[LexicalHit]:
+                 limit: int) -> list[ChunkHit]:
     dim = len(query_vector)
     await conn.execute(text(
         "SELECT set_config('hnsw.ef_search', :ef, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)"
@@ -49,7 +49,7 @@ async def search(conn: AsyncConnection, query_vector: Sequence[float], model_id:
     sql, params = build_query(dim, filters)
     params.update({"q": vector_literal(query_vector), "model": model_id, "limit": limit})
     rows = await conn.execute(text(sql), params)
-    return [LexicalHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in rows]
+    return [ChunkHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in rows]
 
 
 async def similarities(conn: AsyncConnection, query_vector: Sequence[float], model_id: str,
