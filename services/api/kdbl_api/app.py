@@ -43,7 +43,9 @@ from kdbl_core.db import embeddings, reads
 from kdbl_core.embed import Embedder
 from kdbl_core.db.engine import assert_runtime_role, rls_transaction
 from kdbl_core.db.pgpool import ApiPool
-from kdbl_core.errors import Forbidden, RateLimited, TemporaryError, Unauthenticated, Unavailable
+from kdbl_core.errors import (
+    Forbidden, RateLimited, TemporaryError, Unauthenticated, Unavailable, http_response_of, jsonrpc_response_of,
+)
 from kdbl_core.principal import ALL_SCOPES, Principal
 from kdbl_core.settings import Settings
 from kdbl_core.signing import CursorCodec
@@ -58,16 +60,11 @@ SELECT s.id FROM sources s JOIN tenants t ON t.id = s.tenant_id
 
 
 def unavailable(request: Request, exc: Exception) -> Response:
-    """503 + Retry-After for a TemporaryError (the database is down): JSON-RPC shaped on /mcp."""
+    """A TemporaryError that escaped a handler (the database is down: 503 + Retry-After), rendered from
+    its class: JSON-RPC shaped on /mcp, plain JSON elsewhere."""
     assert isinstance(exc, TemporaryError)
-    retry = int(exc.data.get("retry_after_sec", 1))
-    headers = {"Retry-After": str(retry)}
-    if request.url.path == "/mcp":
-        error = {"code": exc.jsonrpc_code, "message": exc.message, "data": {"retry_after_sec": retry}}
-        body = {"jsonrpc": "2.0", "id": None, "error": error}
-    else:
-        body = {"error": exc.message, "retry_after_sec": retry}
-    return JSONResponse(body, status_code=exc.http_status, headers=headers)
+    rendered = jsonrpc_response_of(exc) if request.url.path == "/mcp" else http_response_of(exc)
+    return rendered.response()
 
 
 def database_error(request: Request, exc: Exception) -> Response:
@@ -137,18 +134,14 @@ def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | Non
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         challenge = f'Bearer realm="kdbl", resource_metadata="{public_base(request, settings)}{PRM_PATH}/mcp"'
         if scheme.lower() != "bearer" or not token.strip():
-            return JSONResponse({"error": "authentication required: send Authorization: Bearer <token>"},
-                                status_code=401, headers={"WWW-Authenticate": challenge})
+            missing = Unauthenticated("authentication required: send Authorization: Bearer <token>")
+            return http_response_of(missing, {"WWW-Authenticate": challenge}).response()
         try:
             return await verifier.verify(token.strip())
         except Unauthenticated as exc:
-            return JSONResponse({"error": exc.message}, status_code=401,
-                                headers={"WWW-Authenticate": challenge + ', error="invalid_token"'})
-        except RateLimited as exc:
-            return JSONResponse({"error": exc.message}, status_code=429,
-                                headers={"Retry-After": str(exc.retry_after_sec)})
-        except Forbidden as exc:
-            return JSONResponse({"error": exc.message}, status_code=403)
+            return http_response_of(exc, {"WWW-Authenticate": challenge + ', error="invalid_token"'}).response()
+        except (RateLimited, Forbidden) as exc:  # 429 + Retry-After, 403
+            return http_response_of(exc).response()
 
     async def protected_resource(request: Request) -> JSONResponse:
         base = public_base(request, settings)

@@ -6,7 +6,8 @@ allow downloads (its policy: off / inline / attachment, at most 2 s old), and th
 it must still be valid (not revoked, not expired) — 403 otherwise, so revoking a token also ends
 the links it minted (issue 13 item 3). Bytes come from the worker's internal fetch endpoint — the
 API holds no source
-credentials — and stream through. Every download writes an audit row (tool `files/download`).
+credentials — and stream through. Every download writes an audit row (tool `files/download`). Refusals
+are kdbl_core.errors classes rendered by `http_response_of` (404 NotFound, 403 Forbidden, 502 UpstreamError).
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ import httpx
 from sqlalchemy import text
 from starlette.background import BackgroundTask
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
 from kdbl_api.observability import Observability
 from kdbl_api.policies import Policies
 
 from kdbl_core.db import audit, reads
 from kdbl_core.db.engine import ContentDb, autocommit_connection, rls_transaction
-from kdbl_core.errors import Forbidden
+from kdbl_core.errors import Forbidden, NotFound, UpstreamError, http_response_of
 from kdbl_core.settings import Settings
 from kdbl_core.signing import DownloadClaims, DownloadSigner
 
@@ -61,25 +62,25 @@ class Downloads:
 
     async def handle(self, request: Request) -> Response:
         if not self.enabled or self.signer is None:
-            return JSONResponse({"error": "downloads are not enabled on this server"}, status_code=404)
+            return http_response_of(NotFound("downloads are not enabled on this server")).response()
         started = time.perf_counter()
         try:
             claims = self.signer.verify(request.query_params.get("t", ""))
         except Forbidden as exc:
             self._obs.downloads.labels("forbidden").inc()
-            return JSONResponse({"error": exc.message}, status_code=403)
+            return http_response_of(exc).response()
         principal = claims.principal()
         refusal = await self._refusal(claims, request.query_params.get("dl") == "1")
         if refusal is not None:
             await self._audit(principal, claims, "denied", refusal, request, started)
             self._obs.downloads.labels("forbidden").inc()
-            return JSONResponse({"error": refusal}, status_code=403)
+            return http_response_of(Forbidden(refusal)).response()
         async with rls_transaction(self._engine, principal) as conn:
             row = await reads.get_file(conn, claims.source_id, claims.key)
         if row is None:
             await self._audit(principal, claims, "error", "not visible", request, started)
             self._obs.downloads.labels("not_found").inc()
-            return JSONResponse({"error": "not found"}, status_code=404)
+            return http_response_of(NotFound("not found")).response()
 
         if self._http is None:
             self._http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=300.0))
@@ -91,13 +92,12 @@ class Downloads:
         except httpx.HTTPError as exc:
             log.warning("worker fetch failed", extra={"error": type(exc).__name__})
             await self._audit(principal, claims, "error", "worker unreachable", request, started)
-            return JSONResponse({"error": "file source is unavailable"}, status_code=502)
+            return http_response_of(UpstreamError("file source is unavailable")).response()
         if upstream.status_code != 200:
             await upstream.aclose()
-            status = 404 if upstream.status_code == 404 else 502
             await self._audit(principal, claims, "error", f"worker answered {upstream.status_code}", request, started)
-            return JSONResponse({"error": "not found" if status == 404 else "file source is unavailable"},
-                                status_code=status)
+            failure = NotFound("not found") if upstream.status_code == 404 else UpstreamError("file source is unavailable")
+            return http_response_of(failure).response()
         await self._audit(principal, claims, "ok", None, request, started)
         self._obs.downloads.labels("ok").inc()
         headers = {

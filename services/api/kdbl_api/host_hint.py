@@ -13,6 +13,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from kdbl_core.errors import MisdirectedRequest, jsonrpc_response_of
 from kdbl_core.settings import Settings
 
 
@@ -52,8 +53,6 @@ class HostHint:
                    "kdbl-control up: start it with --host NAME (or --host 0.0.0.0 to admit this machine's "
                    "names and addresses); kdbl-api: add the name to KDBL_ALLOWED_HOSTS (comma-separated "
                    "host:port, port may be *).")
-        return json.dumps({"jsonrpc": "2.0", "id": None, "error": {
-            "code": -32600, "message": message,
-            "data": {"host": host, "allowed_hosts": self.allowed,
-                     "settings": ["--host", "KDBL_ALLOWED_HOSTS"]}}},
-        ).encode()
+        refusal = MisdirectedRequest(message, data={"host": host, "allowed_hosts": self.allowed,
+                                                    "settings": ["--host", "KDBL_ALLOWED_HOSTS"]})
+        return json.dumps(jsonrpc_response_of(refusal).body).encode()

@@ -7,7 +7,8 @@ Then the tenant's policy (kdbl_api.policies, at most 2 s old): a disabled tenant
 a tool outside the allowlist passes as an unknown tool would (the SDK layer refuses it), and
 resources/* (get_file_text by another name) get 403 unless get_file_text is allowed; requests
 that do work take from the shared rate-limit buckets (kdbl_api.ratelimit) and carry RateLimit-*
-headers. Every refusal here writes an audit row (kdbl_core.db.audit.record_refusal).
+headers. Every refusal here writes an audit row (kdbl_core.db.audit.record_refusal). Each refusal is a
+kdbl_core.errors class rendered by `jsonrpc_response_of` (its JSON-RPC code and HTTP status).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import anyio
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kdbl_api import jsonrpc_envelope
@@ -31,7 +32,10 @@ from kdbl_api.tools.registry import TOOLS
 from kdbl_core.auth.verifier import BearerVerifier, TokenRefused
 from kdbl_core.db import audit
 from kdbl_core.db.engine import ContentDb
-from kdbl_core.errors import PARSE_ERROR, Forbidden, RateLimited, Unauthenticated
+from kdbl_core.errors import (
+    PARSE_ERROR, Forbidden, KdblError, NotFound, RateLimited, RequestTimeout, RequestTooLarge, Unauthenticated,
+    http_response_of, jsonrpc_response_of,
+)
 from kdbl_core.policy import TenantPolicy
 from kdbl_core.principal import SCOPE_READ, Principal
 from kdbl_core.settings import Settings
@@ -46,18 +50,9 @@ def public_base(request: Request, settings: Settings) -> str:
     return f"{request.url.scheme}://{request.headers.get('host', request.url.netloc)}"
 
 
-def _jsonrpc_error(status: int, code: int, message: str, headers: dict[str, str] | None = None,
-                   data: dict[str, Any] | None = None) -> Response:
-    error: dict[str, Any] = {"code": code, "message": message}
-    if data:
-        error["data"] = data
-    return JSONResponse({"jsonrpc": "2.0", "id": None, "error": error}, status_code=status, headers=headers)
-
-
-def _too_many_requests(exc: RateLimited, headers: dict[str, str] | None = None) -> Response:
-    return _jsonrpc_error(429, exc.jsonrpc_code, exc.message,
-                          {**(headers or {}), "Retry-After": str(exc.retry_after_sec)},
-                          {"retry_after_sec": exc.retry_after_sec})
+def _refuse(exc: KdblError, headers: dict[str, str] | None = None) -> Response:
+    """The error as a JSON-RPC response with its class's HTTP status (kdbl_core.errors renders both)."""
+    return jsonrpc_response_of(exc, headers=headers).response()
 
 
 def disabled_message(tenant_name: str) -> str:
@@ -106,8 +101,8 @@ class McpFrontDoor:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         if not self.settings.mcp_enabled:
-            await JSONResponse({"error": "MCP is disabled on this server (KDBL_MCP_ENABLED=false)"},
-                               status_code=404)(scope, receive, send)
+            await http_response_of(NotFound("MCP is disabled on this server (KDBL_MCP_ENABLED=false)")
+                                   ).response()(scope, receive, send)
             return
         if request.method != "POST":
             await Response("Method Not Allowed: this MCP endpoint is POST-only (no SSE stream)",
@@ -118,8 +113,8 @@ class McpFrontDoor:
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             self.obs.auth_failures.labels("missing").inc()
-            await _jsonrpc_error(401, -32001, "authentication required: send Authorization: Bearer <token>",
-                                 {"WWW-Authenticate": self._challenge(request)})(scope, receive, send)
+            await _refuse(Unauthenticated("authentication required: send Authorization: Bearer <token>"),
+                          {"WWW-Authenticate": self._challenge(request)})(scope, receive, send)
             return
         started = time.perf_counter()
         try:
@@ -130,21 +125,21 @@ class McpFrontDoor:
                 who = Principal(tenant_id=exc.tenant_id, tenant_name=exc.tenant_name, subject=exc.subject,
                                 token_id=exc.token_id)
                 await self._refused(request, who, [], "unauthenticated", exc.message, started)
-            await _jsonrpc_error(401, -32001, exc.message, {
-                "WWW-Authenticate": self._challenge(request, "invalid_token", exc.message)})(scope, receive, send)
+            await _refuse(exc, {"WWW-Authenticate": self._challenge(request, "invalid_token", exc.message)})(
+                scope, receive, send)
             return
         except Unauthenticated as exc:
             self.obs.auth_failures.labels("invalid").inc()
-            await _jsonrpc_error(401, -32001, exc.message, {
-                "WWW-Authenticate": self._challenge(request, "invalid_token", exc.message)})(scope, receive, send)
+            await _refuse(exc, {"WWW-Authenticate": self._challenge(request, "invalid_token", exc.message)})(
+                scope, receive, send)
             return
         except RateLimited as exc:
             self.obs.auth_failures.labels("throttled").inc()
-            await _too_many_requests(exc)(scope, receive, send)
+            await _refuse(exc)(scope, receive, send)
             return
         except Forbidden as exc:
             self.obs.auth_failures.labels("forbidden").inc()
-            await _jsonrpc_error(403, exc.jsonrpc_code, exc.message)(scope, receive, send)
+            await _refuse(exc)(scope, receive, send)
             return
 
         policy = await self.policies.get(principal.tenant_id)
@@ -152,39 +147,38 @@ class McpFrontDoor:
             body = await self._read_body(request)
         except TimeoutError:  # a stalled body holds a connection: 408, and uvicorn closes it
             message = f"request body not received within {self.settings.body_read_timeout_s:g} s"
-            await _jsonrpc_error(408, -32600, message, {"Connection": "close"})(scope, receive, send)
+            await _refuse(RequestTimeout(message), {"Connection": "close"})(scope, receive, send)
             return
         if body is None:
-            await _jsonrpc_error(413, -32600, f"request body exceeds {self.settings.max_request_bytes} bytes")(
+            await _refuse(RequestTooLarge(f"request body exceeds {self.settings.max_request_bytes} bytes"))(
                 scope, receive, send)
             return
         try:
             message = jsonrpc_envelope.parse(body)
         except jsonrpc_envelope.EnvelopeError as exc:  # not one valid JSON-RPC message: answered naming the field
-            calls = [] if exc.error.jsonrpc_code == PARSE_ERROR else _calls(body)
-            await self._refused(request, principal, calls, "error", exc.error.message, started)
-            await JSONResponse(exc.body(), status_code=exc.error.http_status)(scope, receive, send)
+            calls = [] if exc.jsonrpc_code == PARSE_ERROR else _calls(body)
+            await self._refused(request, principal, calls, "error", exc.message, started)
+            await jsonrpc_response_of(exc, exc.request_id).response()(scope, receive, send)
             return
         calls = _calls_of(message)  # the envelope parsed it: one message, no second json.loads
         if not policy.enabled:
             self.obs.auth_failures.labels("forbidden").inc()
             message = disabled_message(principal.tenant_name)
             await self._refused(request, principal, calls, "denied", message, started)
-            await _jsonrpc_error(403, -32003, message, data={"tenant_disabled": True})(scope, receive, send)
+            await _refuse(Forbidden(message, data={"tenant_disabled": True}))(scope, receive, send)
             return
         missing = _missing_scope(calls, principal.scopes, policy)
         if missing:
             message = f"insufficient scope: this call needs '{missing}'"
             await self._refused(request, principal, calls, "denied", message, started)
-            await _jsonrpc_error(403, -32003, message, {
-                "WWW-Authenticate": self._challenge(request, "insufficient_scope", None, missing)},
-                {"required_scope": missing})(scope, receive, send)
+            await _refuse(Forbidden(message, data={"required_scope": missing}), {
+                "WWW-Authenticate": self._challenge(request, "insufficient_scope", None, missing)})(scope, receive, send)
             return
         if not policy.allows_tool("get_file_text") and any(m.startswith("resources/") for m, _, _ in calls):
             # a resource read is get_file_text by another name: the allowlist governs both
             message = "resources are not available to this tenant (get_file_text is not in its tool allowlist)"
             await self._refused(request, principal, calls, "denied", message, started)
-            await _jsonrpc_error(403, -32003, message)(scope, receive, send)
+            await _refuse(Forbidden(message))(scope, receive, send)
             return
         decision: Decision | None = None
         if any(method in _COUNTED or method.startswith("resources/") for method, _, _ in calls):
@@ -193,7 +187,7 @@ class McpFrontDoor:
                 self.obs.rate_limited.inc()
                 exc = RateLimited(decision.retry_after_sec)
                 await self._refused(request, principal, calls, "rate_limited", exc.message, started)
-                await _too_many_requests(exc, decision.headers())(scope, receive, send)
+                await _refuse(exc, decision.headers())(scope, receive, send)
                 return
 
         scope[PRINCIPAL_KEY] = principal

@@ -24,16 +24,14 @@ MAX_METHOD_CHARS = 256
 _LIST_METHODS = {"tools/list", "resources/list", "resources/templates/list", "prompts/list"}
 
 
-class EnvelopeError(Exception):
-    """A refused message: the error to send, and the request id to echo (None when it is unusable)."""
+class EnvelopeError(KdblError):
+    """A refused message: the error it carries (its codes, message and data are this one's), and the
+    request id to echo (None when it is unusable)."""
 
     def __init__(self, error: KdblError, request_id: str | int | None = None) -> None:
-        super().__init__(error.message)
+        super().__init__(error.message, data=error.data)
+        self.jsonrpc_code, self.http_status = error.jsonrpc_code, error.http_status
         self.error, self.request_id = error, request_id
-
-    def body(self) -> dict[str, Any]:
-        return {"jsonrpc": "2.0", "id": self.request_id, "error": {
-            "code": self.error.jsonrpc_code, "message": self.error.message, "data": self.error.data}}
 
 
 def _too_deep(root: Any, limit: int) -> bool:

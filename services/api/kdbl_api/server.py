@@ -29,7 +29,7 @@ from kdbl_core import __version__
 from kdbl_core.db import audit, reads
 from kdbl_core.db.engine import ContentDb, rls_transaction
 from kdbl_core.errors import (
-    FORBIDDEN, INTERNAL_ERROR, INVALID_PARAMS, Forbidden, InvalidArgument, KdblError, RateLimited,
+    FORBIDDEN, Forbidden, InvalidArgument, KdblError, RateLimited, Unauthenticated, jsonrpc_error_of,
 )
 from kdbl_core.policy import TenantPolicy
 from kdbl_core.principal import SCOPE_READ, Principal
@@ -61,7 +61,7 @@ def _principal(ctx: ServerRequestContext[Any]) -> Principal:
     request = ctx.request
     principal = request.scope.get(PRINCIPAL_KEY) if request is not None else None
     if principal is None:  # the HTTP layer authenticates before the SDK sees the request
-        raise MCPError(-32001, "unauthenticated")
+        raise mcp_error_of(Unauthenticated("unauthenticated"))
     return principal
 
 
@@ -84,6 +84,12 @@ def _client_ip(ctx: ServerRequestContext[Any]) -> str | None:
     return client.host if client else None
 
 
+def mcp_error_of(exc: KdblError) -> MCPError:
+    """A KdblError as the SDK's MCPError: the JSON-RPC error object kdbl_core.errors renders."""
+    error = jsonrpc_error_of(exc)
+    return MCPError(error["code"], error["message"], error.get("data"))
+
+
 def validation_error(exc: ValidationError) -> MCPError:
     first = exc.errors()[0]
     field_name = ".".join(str(p) for p in first.get("loc", ())) or "arguments"
@@ -92,7 +98,7 @@ def validation_error(exc: ValidationError) -> MCPError:
         message = "unknown argument"
     elif first.get("type") == "missing":
         message = "required argument is missing"
-    return MCPError(INVALID_PARAMS, f"invalid argument '{field_name}': {message}", {"field": field_name})
+    return mcp_error_of(InvalidArgument(field_name, message))
 
 
 Work = Callable[[ToolContext], Awaitable[dict[str, Any]]]
@@ -119,7 +125,7 @@ def build_server(engine: ContentDb, state: AppState) -> Server[Any]:
             return result
         except KdblError as exc:
             await _audit_failure(engine, principal, name, arguments, exc.message, ctx, started, _status(exc))
-            raise MCPError(exc.jsonrpc_code, exc.message, exc.data or None) from None
+            raise mcp_error_of(exc) from None
         except MCPError as exc:
             await _audit_failure(engine, principal, name, arguments, exc.error.message, ctx, started, _status(exc))
             raise
@@ -128,7 +134,7 @@ def build_server(engine: ContentDb, state: AppState) -> Server[Any]:
                                  started, "error")
             # the SDK would send str(exc) with code 0; the caller gets -32603 and no internals
             log.exception("tool call failed unexpectedly", extra={"tool": name})
-            raise MCPError(INTERNAL_ERROR, f"internal error in {name}; the server logged it") from None
+            raise mcp_error_of(KdblError(f"internal error in {name}; the server logged it")) from None
         finally:
             effective = (tctx and getattr(tctx, "mode", None)) or mode
             state.observability.record_call(name, status, time.perf_counter() - started, effective)
@@ -142,7 +148,7 @@ def build_server(engine: ContentDb, state: AppState) -> Server[Any]:
         spec = TOOLS.get(params.name) if _policy(ctx).allows_tool(params.name) else None
         arguments = params.arguments or {}
         if spec is None:
-            error = MCPError(INVALID_PARAMS, f"invalid argument 'name': unknown tool '{params.name}'", {"field": "name"})
+            error = mcp_error_of(InvalidArgument("name", f"unknown tool '{params.name}'"))
             await _audit_failure(engine, _principal(ctx), str(params.name)[:200], arguments, error.error.message, ctx,
                                  time.perf_counter(), "error")
             raise error

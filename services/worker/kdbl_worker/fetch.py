@@ -27,7 +27,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from kdbl_core.db.engine import tenant_transaction
-from kdbl_core.errors import NotFound
+from kdbl_core.errors import (
+    Forbidden, InvalidArgument, KdblError, NotFound, Unauthenticated, UpstreamError, http_response_of,
+)
 from kdbl_core.settings import Settings
 from kdbl_worker import extract
 from kdbl_worker.connectors import connector_for
@@ -35,6 +37,11 @@ from kdbl_worker.extract import containers
 
 log = logging.getLogger(__name__)
 CHUNK = 64 * 1024
+
+
+def _refuse(exc: KdblError) -> Response:
+    """An error answered with its class's HTTP status and `{"error": message, **data}` (kdbl_core.errors)."""
+    return http_response_of(exc).response()
 
 
 def _chunks(stream: BinaryIO) -> Iterator[bytes]:
@@ -97,25 +104,24 @@ def create_fetch_app(settings: Settings, engine: Engine) -> Starlette:
 
     async def files(request: Request) -> Response:
         if secret is None:
-            return JSONResponse({"error": "internal fetch is disabled (KDBL_INTERNAL_FETCH_TOKEN is not set)"},
-                                status_code=403)
+            return _refuse(Forbidden("internal fetch is disabled (KDBL_INTERNAL_FETCH_TOKEN is not set)"))
         scheme, _, presented = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(presented.encode(), secret):
-            return JSONResponse({"error": "unauthorized"}, status_code=401)
+            return _refuse(Unauthenticated("unauthorized"))
         try:
             source_id = uuid.UUID(request.query_params.get("source_id", ""))
         except ValueError:
-            return JSONResponse({"error": "source_id must be a UUID"}, status_code=400)
+            return _refuse(InvalidArgument("source_id", "must be a UUID"))
         key = request.query_params.get("key")
         if not key:
-            return JSONResponse({"error": "key is required"}, status_code=400)
+            return _refuse(InvalidArgument("key", "is required"))
         try:
             opened = await run_in_threadpool(_open, source_id, key)
         except OSError as exc:
             log.warning("fetch failed", extra={"source_id": str(source_id), "error": exc.strerror})
-            return JSONResponse({"error": "source unavailable"}, status_code=502)
+            return _refuse(UpstreamError("source unavailable"))
         if opened is None or opened[0] is None:
-            return JSONResponse({"error": "not found"}, status_code=404)
+            return _refuse(NotFound("not found"))
         stream, size, content_type = opened
         return StreamingResponse(iterate_in_threadpool(_chunks(stream)), media_type=content_type or
                                  "application/octet-stream", headers={"Content-Length": str(size)})
