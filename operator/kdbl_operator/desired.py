@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kdbl_core.errors import INVALID_PARAMS, KdblError
+
 GROUP = "kdbl.io"
 VERSION = "v1alpha1"
 MANAGED_BY = "operator"
@@ -70,16 +72,23 @@ RETRYABLE = frozenset({TENANT_NOT_FOUND, TENANT_NOT_MANAGED, NAMESPACE_NOT_ALLOW
                        KUBERNETES_UNAVAILABLE, INTERNAL_ERROR})
 
 
-class InvalidSpec(Exception):
-    """The object cannot be converged as written; `reason` is the Degraded condition's reason."""
+class InvalidSpec(KdblError):
+    """The object cannot be converged as written; `reason` is the Degraded condition's reason. Temporary
+    (kopf retries with backoff) when the reason depends on another object or a dependency (RETRYABLE),
+    permanent (wait for the spec to change) otherwise."""
+
+    jsonrpc_code = INVALID_PARAMS
+    http_status = 422
 
     def __init__(self, reason: str, message: str) -> None:
-        super().__init__(f"{reason}: {message}")
+        super().__init__(message, data={"reason": reason})
         self.reason = reason
-        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.message}"
 
     @property
-    def retryable(self) -> bool:
+    def temporary(self) -> bool:  # type: ignore[override]
         return self.reason in RETRYABLE
 
 
@@ -605,9 +614,9 @@ def conditions(previous: Sequence[Mapping[str, Any]] | None, outcome: Outcome, *
         ("Ready", "False" if bad or outcome.deleting else "True",
          bad.reason if bad else ("Deleting" if outcome.deleting else "Reconciled"),
          bad.message if bad else (outcome.message or "the database matches the spec")),
-        ("Reconciling", "True" if outcome.deleting or (bad and bad.retryable) else "False",
-         "Deleting" if outcome.deleting else ("Retrying" if bad and bad.retryable else "Idle"),
-         outcome.message if outcome.deleting else ("will retry with backoff" if bad and bad.retryable else "")),
+        ("Reconciling", "True" if outcome.deleting or (bad and bad.temporary) else "False",
+         "Deleting" if outcome.deleting else ("Retrying" if bad and bad.temporary else "Idle"),
+         outcome.message if outcome.deleting else ("will retry with backoff" if bad and bad.temporary else "")),
         ("Degraded", "True" if bad else "False", bad.reason if bad else "AsExpected",
          bad.message if bad else ""),
     ]

@@ -32,6 +32,7 @@ from kdbl_core.errors import ConfigError, TemporaryError
 from kdbl_operator import desired, k8s, reconcile
 from kdbl_operator.config import OperatorSettings
 from kdbl_operator.desired import GROUP, VERSION, InvalidSpec, Outcome
+from kdbl_operator.kopf_errors import kopf_error_of
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         url = cfg.require_database_url()
         k8s.configure()
     except ConfigError as exc:
-        raise kopf.PermanentError(exc.message) from None
+        raise kopf_error_of(exc, delay=0) from None  # permanent: a configuration fault
     memo.cfg = cfg
     memo.engine = sync_engine(url, pool_size=cfg.operator_db_pool_size)
     # Database work runs on its own threads, so that shutdown can wait for what is in flight.
@@ -130,7 +131,7 @@ def _finish(raw: dict[str, Any], patch: kopf.Patch, new: dict[str, Any], outcome
         if raise_errors and outcome.degraded.retryable:
             raise kopf.TemporaryError(outcome.degraded.message, delay=cfg.backoff(retry))
         if raise_errors:
-            raise kopf.PermanentError(outcome.degraded.message)
+            raise kopf_error_of(outcome.degraded, delay=cfg.backoff(retry))
 
 
 def _deleting(raw: dict[str, Any], patch: kopf.Patch, message: str) -> None:
@@ -254,7 +255,7 @@ async def tenant_deleted(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, re
                                            batch=cfg.operator_delete_batch,
                                            max_batches=cfg.operator_delete_batches_per_pass)
         except TemporaryError as exc:
-            raise kopf.TemporaryError(exc.message, delay=cfg.backoff(retry)) from None
+            raise kopf_error_of(exc, delay=cfg.backoff(retry)) from None
     if left:
         _deleting(raw, patch, f"deleting tenant data: {left} files left")
         raise kopf.TemporaryError(f"{left} files left to delete", delay=min(1.0, cfg.operator_retry_base_seconds))
@@ -318,7 +319,7 @@ async def source_deleted(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, re
                                            batch=cfg.operator_delete_batch,
                                            max_batches=cfg.operator_delete_batches_per_pass)
         except TemporaryError as exc:
-            raise kopf.TemporaryError(exc.message, delay=cfg.backoff(retry)) from None
+            raise kopf_error_of(exc, delay=cfg.backoff(retry)) from None
     if left:
         _deleting(raw, patch, f"deleting source data: {left} files left")
         raise kopf.TemporaryError(f"{left} files left to delete", delay=min(1.0, cfg.operator_retry_base_seconds))

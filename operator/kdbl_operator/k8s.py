@@ -39,12 +39,15 @@ class KubernetesUnavailable(TemporaryError):
     """The API server refused or failed a request; worth retrying."""
 
 
-class NamespaceMissing(Exception):
+class NamespaceMissing(NotFound):
     """A namespaced write found no such namespace."""
 
 
-class Conflict(Exception):
-    """409: the object changed (or appeared) underneath us."""
+
+# A 409 on a Lease (it changed or appeared underneath us) raises kdbl_core.errors.Conflict (k8s.Conflict).
+    def __init__(self, namespace: str) -> None:
+        super().__init__(f"namespace '{namespace}' does not exist")
+        self.namespace = namespace
 
 
 def _load(kubeconfig: str | None) -> tuple[kubernetes.client.Configuration, str]:
@@ -222,7 +225,7 @@ def _write_lease(namespace: str, body: dict[str, Any], *, create: bool) -> None:
             api.patch_namespaced_lease(name, namespace, body, _preload_content=False, _content_type=MERGE_PATCH)
     except ApiException as exc:
         if exc.status == 409:
-            raise Conflict(name) from None
+            raise Conflict(f"Lease {namespace}/{name} was written by another holder meanwhile") from None
         raise _unavailable(f"writing Lease {namespace}/{name}", exc) from None
     except Exception as exc:  # noqa: BLE001
         raise _unavailable(f"writing Lease {namespace}/{name}", exc) from None

@@ -312,9 +312,9 @@ def test_events_are_posted_on_transitions_only():
 
 
 def test_retryable_reasons_are_those_that_depend_on_other_objects():
-    assert InvalidSpec("TenantNotFound", "").retryable and InvalidSpec("SecretNotFound", "").retryable
-    assert InvalidSpec("NameConflict", "").retryable and InvalidSpec("DatabaseUnavailable", "").retryable
-    assert not InvalidSpec("InvalidSchedule", "").retryable and not InvalidSpec("InvalidSpec", "").retryable
+    assert InvalidSpec("TenantNotFound", "").temporary and InvalidSpec("SecretNotFound", "").temporary
+    assert InvalidSpec("NameConflict", "").temporary and InvalidSpec("DatabaseUnavailable", "").temporary
+    assert not InvalidSpec("InvalidSchedule", "").temporary and not InvalidSpec("InvalidSpec", "").temporary
 
 
 def test_embedding_progress_is_a_percentage():

@@ -18,12 +18,8 @@ from sqlalchemy.orm import Session
 from kdbl_core import policy
 from kdbl_core.auth import pat
 from kdbl_core.db.models import AuditRow, Grant, Source, Tenant, Token
-from kdbl_core.errors import InvalidArgument, KdblError, NotFound
+from kdbl_core.errors import Conflict, InvalidArgument, NotFound
 from kdbl_core.principal import ALL_SCOPES
-
-
-class Conflict(KdblError):
-    http_status = 409
 
 
 def _tenant(session: Session, name: str) -> Tenant:

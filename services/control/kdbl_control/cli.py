@@ -383,10 +383,7 @@ def source_config(args: argparse.Namespace) -> dict[str, Any]:
     if args.schedule:
         from kdbl_worker.schedule import parse as parse_schedule
 
-        try:
-            parse_schedule(args.schedule)
-        except ValueError as exc:
-            raise InvalidArgument("schedule", str(exc)) from None
+        parse_schedule(args.schedule)  # ScheduleError: an InvalidArgument naming 'schedule'
     if args.include:
         config["include"] = args.include
     if args.exclude:

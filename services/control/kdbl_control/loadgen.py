@@ -14,9 +14,11 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from kdbl_core.errors import UpstreamError
 
-class LoadgenError(Exception):
-    """The server closed the connection or answered something that is not HTTP/1.1."""
+
+class LoadgenError(UpstreamError):
+    """The server closed the connection or answered something that is not HTTP/1.1 (bench reads it)."""
 
 
 @dataclass(slots=True)

@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from kdbl_core.errors import InvalidArgument
+
 DEFAULT_SCHEDULE = "@every 1h"  # as the Source CRD's default
 MIN_INTERVAL = timedelta(seconds=10)
 
@@ -41,8 +43,12 @@ _FIELDS = (("minute", 0, 59, {}), ("hour", 0, 23, {}), ("day of month", 1, 31, {
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-class ScheduleError(ValueError):
-    pass
+class ScheduleError(InvalidArgument, ValueError):
+    """A schedule that cannot be parsed: an InvalidArgument naming the field `schedule` (the CLI, the
+    worker's scheduler and source configuration all see it)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("schedule", message)
 
 
 @dataclass(frozen=True, slots=True)

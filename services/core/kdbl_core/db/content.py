@@ -22,6 +22,8 @@ import psycopg
 from sqlalchemy import Connection, Engine, TextClause, text
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 
+from kdbl_core.errors import Conflict
+
 # Statistics counters are sharded by backend so concurrent writers rarely touch the same row.
 _SHARD = "(pg_backend_pid() % 16)::smallint"
 
@@ -191,8 +193,9 @@ HAS_CONTENT = "KL002"
 FENCE_LOST = "KL001"
 
 
-class FenceLost(Exception):
-    """A statement of the transaction vetoed its commit (kdbl_check with SQLSTATE KL001)."""
+class FenceLost(Conflict):
+    """A statement of the transaction vetoed its commit (kdbl_check with SQLSTATE KL001): another holder
+    owns the row now (the worker's pipeline catches it and leaves the file to that holder)."""
 
 
 # Principal and commit mode of a file transaction, in one round trip.
