@@ -128,8 +128,6 @@ def _finish(raw: dict[str, Any], patch: kopf.Patch, new: dict[str, Any], outcome
     if outcome.degraded is not None:
         log.warning("%s %s degraded: %s", raw.get("kind"), (raw.get("metadata") or {}).get("name"),
                     outcome.degraded)
-        if raise_errors and outcome.degraded.retryable:
-            raise kopf.TemporaryError(outcome.degraded.message, delay=cfg.backoff(retry))
         if raise_errors:
             raise kopf_error_of(outcome.degraded, delay=cfg.backoff(retry))
 

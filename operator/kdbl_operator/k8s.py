@@ -24,7 +24,7 @@ from typing import Any
 
 import kopf
 import kubernetes
-from kdbl_core.errors import ConfigError, TemporaryError
+from kdbl_core.errors import ConfigError, Conflict, NotFound, TemporaryError
 from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
@@ -42,12 +42,12 @@ class KubernetesUnavailable(TemporaryError):
 class NamespaceMissing(NotFound):
     """A namespaced write found no such namespace."""
 
-
-
-# A 409 on a Lease (it changed or appeared underneath us) raises kdbl_core.errors.Conflict (k8s.Conflict).
     def __init__(self, namespace: str) -> None:
         super().__init__(f"namespace '{namespace}' does not exist")
         self.namespace = namespace
+
+
+# A 409 on a Lease (it changed or appeared underneath us) raises kdbl_core.errors.Conflict (k8s.Conflict).
 
 
 def _load(kubeconfig: str | None) -> tuple[kubernetes.client.Configuration, str]:
