@@ -25,11 +25,11 @@ import signal
 import socket
 import sys
 import uuid
-from typing import Any
+from typing import Any, NoReturn
 
 from aiohttp import web
 from kdbl_core import logging_setup
-from kdbl_core.errors import ConfigError
+from kdbl_core.errors import ConfigError, exit_line_of
 
 from kdbl_operator import k8s
 from kdbl_operator.config import OperatorSettings
@@ -126,13 +126,18 @@ async def run(cfg: OperatorSettings, args: argparse.Namespace, *, stop: asyncio.
         await runner.cleanup()
 
 
+def _fail(exc: ConfigError) -> NoReturn:
+    line, code = exit_line_of(exc, "kdbl-operator")  # exit 2, as kdbl-control for a configuration fault
+    print(line, file=sys.stderr)
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         cfg = OperatorSettings()
-    except Exception as exc:  # noqa: BLE001 - pydantic names the bad variable
-        print(f"kdbl-operator: invalid settings: {exc}", file=sys.stderr)
-        sys.exit(2)
+    except Exception as exc:  # noqa: BLE001 - pydantic's ValidationError: one line naming each bad variable
+        _fail(exc if isinstance(exc, ConfigError) else ConfigError.of_settings(exc))
     logging_setup.configure(cfg.log_level, cfg.log_format)
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = args.kubeconfig  # the handlers' k8s.configure() reads it as well
@@ -140,8 +145,7 @@ def main(argv: list[str] | None = None) -> None:
         cfg.require_database_url()
         k8s.configure(args.kubeconfig)
     except ConfigError as exc:
-        print(f"kdbl-operator: {exc.message}", file=sys.stderr)
-        sys.exit(2)
+        _fail(exc)
     try:
         sys.exit(asyncio.run(run(cfg, args)))
     except KeyboardInterrupt:

@@ -11,9 +11,9 @@ import tempfile
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from kdbl_core.errors import ConfigError, KdblError
+from kdbl_core.errors import ConfigError, KdblError, Unavailable, exit_line_of
 from kdbl_core.principal import ALL_SCOPES
 from kdbl_core.settings import Settings
 
@@ -74,8 +74,17 @@ def _leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
     return [leaf for a in subs for child in a.choices.values() for leaf in _leaves(child)]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one `kdbl-control: ...` line (exit 2) like every other fault."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("kdbl-control").strip()
+        where = f"{command}: " if command else ""
+        self.exit(2, f"kdbl-control: {where}{message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kdbl-control", description="Administer a K-Lake installation.")
+    p = _Parser(prog="kdbl-control", description="Administer a K-Lake installation.")
     _add_common(p, top=True)
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -519,20 +528,47 @@ def _dispatch(args: argparse.Namespace, settings: Settings, engine: Any, admin: 
     return 0
 
 
+def _fault(exc: Exception) -> KdblError | None:
+    """A third-party exception that is a known configuration or environment fault, as a KdblError (so it
+    prints one line, not a traceback); None for anything else (a bug: the traceback is wanted)."""
+    import sqlalchemy.exc  # already loaded whenever one of its errors was raised
+
+    if isinstance(exc, sqlalchemy.exc.ArgumentError):
+        return ConfigError(f"the database URL cannot be used: {exc}")
+    if isinstance(exc, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        return Unavailable(f"the database cannot be reached: {reason[0] if reason else type(exc).__name__}")
+    if isinstance(exc, OSError) and exc.strerror:
+        return KdblError(f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror)
+    return None
+
+
+def _fail(exc: KdblError) -> NoReturn:
+    line, code = exit_line_of(exc, "kdbl-control")
+    print(line, file=sys.stderr)
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> None:
+    """Every fault ends the CLI as one `kdbl-control: <message>` line and its error class's exit code."""
     args = build_parser().parse_args(argv)
     try:
         settings = Settings()
-    except Exception as exc:  # noqa: BLE001 - pydantic's message names the bad variable
-        print(f"kdbl-control: invalid settings: {exc}", file=sys.stderr)
-        sys.exit(2)
+    except KdblError as exc:
+        _fail(exc)
+    except Exception as exc:  # noqa: BLE001 - pydantic's ValidationError: one line naming each bad variable
+        _fail(ConfigError.of_settings(exc))
     try:
         sys.exit(_run(args, settings))
     except KdblError as exc:
-        print(f"kdbl-control: {exc.message}", file=sys.stderr)
-        sys.exit(1)
+        _fail(exc)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as exc:
+        known = _fault(exc)
+        if known is None:
+            raise
+        _fail(known)
 
 
 if __name__ == "__main__":
