@@ -28,9 +28,9 @@ import kopf
 from kdbl_core.auth import pat
 from kdbl_core.db.engine import sync_engine
 from kdbl_core.errors import ConfigError, TemporaryError
+from kdbl_core.settings import Settings, get_settings, load_settings
 
 from kdbl_operator import desired, k8s, reconcile
-from kdbl_operator.config import OperatorSettings
 from kdbl_operator.desired import GROUP, VERSION, InvalidSpec, Outcome
 from kdbl_operator.kopf_errors import kopf_error_of
 
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 KOPF_PREFIX = "kopf.kdbl.io"  # kopf's own bookkeeping annotations (kept apart from kdbl.io/ ones users set)
 FINALIZER = "kdbl.io/cleanup"
-_RESYNC = OperatorSettings().operator_resync_seconds  # the timers' interval is fixed at import
+_RESYNC = get_settings().operator.resync_seconds  # the timers' interval is fixed at import
 
 
 # ------------------------------------------------------------------------------------------------
@@ -54,16 +54,17 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # A resync timer caught mid-run at shutdown or deletion finishes its short transaction instead of
     # being orphaned (with its database connection and API session) after a few event-loop cycles.
     settings.background.instant_exit_timeout = 2.0
-    cfg = OperatorSettings()
+    # kdbl-operator hands its settings over in the memo; under `kopf run -m` this is the process's start.
+    cfg: Settings = getattr(memo, "cfg", None) or load_settings()
     try:
-        url = cfg.require_database_url()
-        k8s.configure()
+        url = cfg.require_database_url("the owner-role URL of the K-Lake database")
+        k8s.configure(cfg.operator.kubeconfig)
     except ConfigError as exc:
         raise kopf_error_of(exc, delay=0) from None  # permanent: a configuration fault
     memo.cfg = cfg
-    memo.engine = sync_engine(url, pool_size=cfg.operator_db_pool_size)
+    memo.engine = sync_engine(url, pool_size=cfg.operator.db_pool_size)
     # Database work runs on its own threads, so that shutdown can wait for what is in flight.
-    memo.db_threads = ThreadPoolExecutor(max_workers=cfg.operator_db_pool_size * 2, thread_name_prefix="kdbl-db")
+    memo.db_threads = ThreadPoolExecutor(max_workers=cfg.operator.db_pool_size * 2, thread_name_prefix="kdbl-db")
     memo.locks = defaultdict(asyncio.Lock)
 
 
@@ -110,7 +111,7 @@ def _unavailable(exc: TemporaryError) -> InvalidSpec:
 
 
 def _finish(raw: dict[str, Any], patch: kopf.Patch, new: dict[str, Any], outcome: Outcome, *, raise_errors: bool,
-            retry: int, cfg: OperatorSettings) -> None:
+            retry: int, cfg: Settings) -> None:
     """Write the status delta, post an Event on a transition, and tell kopf whether to retry."""
     status = dict(raw.get("status") or {})
     generation = (raw.get("metadata") or {}).get("generation")
@@ -129,7 +130,7 @@ def _finish(raw: dict[str, Any], patch: kopf.Patch, new: dict[str, Any], outcome
         log.warning("%s %s degraded: %s", raw.get("kind"), (raw.get("metadata") or {}).get("name"),
                     outcome.degraded)
         if raise_errors:
-            raise kopf_error_of(outcome.degraded, delay=cfg.backoff(retry))
+            raise kopf_error_of(outcome.degraded, delay=cfg.operator.backoff(retry))
 
 
 def _deleting(raw: dict[str, Any], patch: kopf.Patch, message: str) -> None:
@@ -203,7 +204,7 @@ async def _reconcile_tenant(body: Mapping[str, Any], patch: kopf.Patch, memo: ko
     new: dict[str, Any] = {}
     async with _lock(memo, raw):
         try:
-            want = desired.tenant(raw, operator_namespace=cfg.operator_namespace)
+            want = desired.tenant(raw, operator_namespace=cfg.operator.namespace)
             done = await _db(memo, reconcile.converge_tenant, memo.engine, want)
             new.update(tenantId=str(done.row_id), counts=done.counts)
             if done.action == "adopt":
@@ -250,13 +251,13 @@ async def tenant_deleted(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, re
     async with _lock(memo, raw):
         try:
             left = await _db(memo, reconcile.delete_tenant, memo.engine, name, desired.owner_marker(raw),
-                                           batch=cfg.operator_delete_batch,
-                                           max_batches=cfg.operator_delete_batches_per_pass)
+                                           batch=cfg.operator.delete_batch,
+                                           max_batches=cfg.operator.delete_batches_per_pass)
         except TemporaryError as exc:
-            raise kopf_error_of(exc, delay=cfg.backoff(retry)) from None
+            raise kopf_error_of(exc, delay=cfg.operator.backoff(retry)) from None
     if left:
         _deleting(raw, patch, f"deleting tenant data: {left} files left")
-        raise kopf.TemporaryError(f"{left} files left to delete", delay=min(1.0, cfg.operator_retry_base_seconds))
+        raise kopf.TemporaryError(f"{left} files left to delete", delay=min(1.0, cfg.operator.retry_base_seconds))
     memo.locks.pop((raw.get("kind"), "", name), None)
     log.info("tenant %s deleted from the database", name)
 
@@ -270,7 +271,7 @@ async def _reconcile_source(body: Mapping[str, Any], patch: kopf.Patch, memo: ko
     new: dict[str, Any] = {}
     async with _lock(memo, raw):
         try:
-            want = desired.source(raw, credentials_root=cfg.operator_credentials_root)
+            want = desired.source(raw, credentials_root=cfg.operator.credentials_root)
             for ref in (want.credentials, want.ca_secret):
                 if ref is not None:
                     info = await k8s.read_secret(ref.namespace, ref.name)
@@ -314,13 +315,13 @@ async def source_deleted(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, re
     async with _lock(memo, raw):
         try:
             left = await _db(memo, reconcile.delete_source, memo.engine, desired.owner_marker(raw),
-                                           batch=cfg.operator_delete_batch,
-                                           max_batches=cfg.operator_delete_batches_per_pass)
+                                           batch=cfg.operator.delete_batch,
+                                           max_batches=cfg.operator.delete_batches_per_pass)
         except TemporaryError as exc:
-            raise kopf_error_of(exc, delay=cfg.backoff(retry)) from None
+            raise kopf_error_of(exc, delay=cfg.operator.backoff(retry)) from None
     if left:
         _deleting(raw, patch, f"deleting source data: {left} files left")
-        raise kopf.TemporaryError(f"{left} files left to delete", delay=min(1.0, cfg.operator_retry_base_seconds))
+        raise kopf.TemporaryError(f"{left} files left to delete", delay=min(1.0, cfg.operator.retry_base_seconds))
     meta = raw.get("metadata") or {}
     memo.locks.pop((raw.get("kind"), meta.get("namespace") or "", meta.get("name")), None)
     log.info("source %s/%s deleted from the database", meta.get("namespace"), meta.get("name"))

@@ -1,7 +1,7 @@
 """The only module that talks to the Kubernetes API (besides kopf's own watching and patching).
 
-- Connection: in-cluster service account, or a kubeconfig (KUBECONFIG / --kubeconfig); the same
-  credentials are handed to kopf through its login hook.
+- Connection: in-cluster service account, or a kubeconfig (`Settings.operator.kubeconfig`: KUBECONFIG or
+  --kubeconfig); the same credentials are handed to kopf through its login hook.
 - Secrets: the operator reads only *metadata and key names* of a Secret (never returns values to the
   caller) and writes the bootstrap-token Secret of a tenant.
 - Events: posted through kopf's event queue.
@@ -25,6 +25,7 @@ from typing import Any
 import kopf
 import kubernetes
 from kdbl_core.errors import ConfigError, Conflict, NotFound, TemporaryError
+from kdbl_core.settings import get_settings
 from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,8 @@ MERGE_PATCH = "application/merge-patch+json"
 
 _client: kubernetes.client.ApiClient | None = None
 _config: kubernetes.client.Configuration | None = None
+_kubeconfig: str | None = None  # what configure() was given: the login hook and a reconnect after close() use it
+_configured = False
 
 
 class KubernetesUnavailable(TemporaryError):
@@ -57,7 +60,7 @@ def _load(kubeconfig: str | None) -> tuple[kubernetes.client.Configuration, str]
         return cfg, "in-cluster service account"
     except kubernetes.config.ConfigException:
         pass
-    path = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    path = kubeconfig or os.path.expanduser("~/.kube/config")
     try:
         kubernetes.config.load_kube_config(config_file=path, client_configuration=cfg)
     except (kubernetes.config.ConfigException, OSError) as exc:
@@ -65,18 +68,26 @@ def _load(kubeconfig: str | None) -> tuple[kubernetes.client.Configuration, str]
     return cfg, f"kubeconfig {path}"
 
 
-def configure(kubeconfig: str | None = None) -> kubernetes.client.Configuration:
-    """Load credentials: in-cluster first, then the kubeconfig named here, by $KUBECONFIG, or ~/.kube/config."""
-    global _client, _config
+def configure(kubeconfig: str | None) -> kubernetes.client.Configuration:
+    """Load credentials: in-cluster first, then the kubeconfig named here (settings.operator.kubeconfig),
+    else ~/.kube/config."""
+    global _client, _config, _kubeconfig, _configured
     cfg, source = _load(kubeconfig)
+    _kubeconfig, _configured = kubeconfig, True
     _config, _client = cfg, kubernetes.client.ApiClient(cfg)
     log.info("kubernetes API configured", extra={"server": cfg.host, "credentials": source})
     return cfg
 
 
+def use(kubeconfig: str | None) -> None:
+    """Configure from this kubeconfig unless that is what the client already uses."""
+    if _client is None or _kubeconfig != kubeconfig:
+        configure(kubeconfig)
+
+
 def _api() -> kubernetes.client.ApiClient:
     if _client is None:
-        configure()
+        configure(_kubeconfig if _configured else get_settings().operator.kubeconfig)
     assert _client is not None
     return _client
 
@@ -91,7 +102,7 @@ def close() -> None:
 def login(**_: Any) -> kopf.ConnectionInfo:
     """kopf's login hook (called again on 401): freshly loaded credentials, so a rotated service-account
     token is picked up. Mirrors kopf.login_via_client, but honours --kubeconfig / $KUBECONFIG."""
-    cfg, _source = _load(None)
+    cfg, _source = _load(_kubeconfig)
     header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix("authorization")
     parts = header.split(" ", 1) if header else []
     scheme, token = ((None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1]))

@@ -6,7 +6,8 @@
 
 Environment: KDBL_DATABASE_URL (owner role, required), KDBL_OPERATOR_NAMESPACE (its Lease and the
 default home namespace of tenants), KDBL_OPERATOR_HEALTH_PORT (GET /healthz, default 8080), and the
-tuning knobs of kdbl_operator.config. It talks to nothing but the Kubernetes API server and Postgres.
+tuning knobs of `Settings.operator` (kdbl_core.settings). It talks to nothing but the Kubernetes API
+server and Postgres.
 
 Replicas: every replica serves /healthz; only the holder of the Lease runs the kopf handlers. A
 leader that loses the Lease stops its handlers and exits non-zero, so Kubernetes restarts it as a
@@ -20,7 +21,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import socket
 import sys
@@ -30,12 +30,13 @@ from typing import Any, NoReturn
 from aiohttp import web
 from kdbl_core import logging_setup
 from kdbl_core.errors import ConfigError, exit_line_of
+from kdbl_core.settings import Settings, load_settings
 
 from kdbl_operator import k8s
-from kdbl_operator.config import OperatorSettings
 from kdbl_operator.election import LeaderElector
 
 log = logging.getLogger("kdbl_operator")
+OWNER_URL = "the owner-role URL of the K-Lake database"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,7 +71,7 @@ async def serve_health(host: str, port: int, health: Health) -> web.AppRunner:
     return runner
 
 
-async def run(cfg: OperatorSettings, args: argparse.Namespace, *, stop: asyncio.Event | None = None,
+async def run(cfg: Settings, args: argparse.Namespace, *, stop: asyncio.Event | None = None,
               health: Health | None = None) -> int:
     """Serve /healthz, win the election (unless --standalone), run the kopf handlers until stopped.
     Returns the exit status: 1 when leadership was lost or the handlers failed."""
@@ -79,7 +80,9 @@ async def run(cfg: OperatorSettings, args: argparse.Namespace, *, stop: asyncio.
     import kdbl_operator.handlers  # noqa: F401 - registers the handlers with kopf's default registry
 
     health = health or Health()
-    runner = await serve_health(cfg.operator_health_host, cfg.operator_health_port, health)
+    op = cfg.operator
+    k8s.use(op.kubeconfig)  # the election's client: from the settings given here
+    runner = await serve_health(op.health_host, op.health_port, health)
     if stop is None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -89,8 +92,8 @@ async def run(cfg: OperatorSettings, args: argparse.Namespace, *, stop: asyncio.
     elector: LeaderElector | None = None
     if not args.standalone:
         identity = args.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
-        elector = LeaderElector(namespace=cfg.operator_namespace, name=cfg.operator_lease_name, identity=identity,
-                                lease_seconds=cfg.operator_lease_seconds, renew_seconds=cfg.operator_lease_renew_seconds)
+        elector = LeaderElector(namespace=op.namespace, name=op.lease_name, identity=identity,
+                                lease_seconds=op.lease_seconds, renew_seconds=op.lease_renew_seconds)
     try:
         if elector is not None:
             health.role = "follower"
@@ -100,7 +103,7 @@ async def run(cfg: OperatorSettings, args: argparse.Namespace, *, stop: asyncio.
         kopf_stop = asyncio.Event()
         operator = asyncio.create_task(kopf.operator(
             clusterwide=True, standalone=args.peering is None, peering_name=args.peering,
-            priority=args.priority, stop_flag=kopf_stop))
+            priority=args.priority, stop_flag=kopf_stop, memo=kopf.Memo(cfg=cfg)))  # the handlers' settings
         waiters: list[asyncio.Task[Any]] = [operator, asyncio.create_task(stop.wait())]
         holder = asyncio.create_task(elector.hold(stop)) if elector is not None else None
         if holder is not None:
@@ -135,15 +138,13 @@ def _fail(exc: ConfigError) -> NoReturn:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
-        cfg = OperatorSettings()
+        cfg = load_settings(**({"operator": {"kubeconfig": args.kubeconfig}} if args.kubeconfig else {}))
     except Exception as exc:  # noqa: BLE001 - pydantic's ValidationError: one line naming each bad variable
         _fail(exc if isinstance(exc, ConfigError) else ConfigError.of_settings(exc))
     logging_setup.configure(cfg.log_level, cfg.log_format)
-    if args.kubeconfig:
-        os.environ["KUBECONFIG"] = args.kubeconfig  # the handlers' k8s.configure() reads it as well
     try:
-        cfg.require_database_url()
-        k8s.configure(args.kubeconfig)
+        cfg.require_database_url(OWNER_URL)
+        k8s.configure(cfg.operator.kubeconfig)
     except ConfigError as exc:
         _fail(exc)
     try:

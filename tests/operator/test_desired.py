@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 from kdbl_core.principal import ALL_SCOPES
+from kdbl_core.settings import OperatorSettings
 from kdbl_operator import desired, election
-from kdbl_operator.config import OperatorSettings
 from kdbl_operator.desired import InvalidSpec, Outcome
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -323,7 +323,7 @@ def test_embedding_progress_is_a_percentage():
 
 
 def test_retry_backoff_grows_and_is_capped():
-    cfg = OperatorSettings(operator_retry_base_seconds=5, operator_retry_max_seconds=300)
+    cfg = OperatorSettings(retry_base_seconds=5, retry_max_seconds=300)
     assert [cfg.backoff(r) for r in (0, 1, 2, 10, 1000)] == [5, 10, 20, 300, 300]
 
 

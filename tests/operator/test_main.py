@@ -11,8 +11,8 @@ from typing import Any
 import aiohttp
 import kmock
 import pytest
+from kdbl_core.settings import Settings
 from kdbl_operator import main
-from kdbl_operator.config import OperatorSettings
 from operator_helpers import LEASES, free_port, tenant
 from sqlalchemy import text
 
@@ -39,8 +39,8 @@ class Replica:
 
     def __init__(self, identity: str) -> None:
         self.port = free_port()
-        self.cfg = OperatorSettings(operator_health_host="127.0.0.1", operator_health_port=self.port,
-                                    operator_lease_seconds=2, operator_lease_renew_seconds=0.2)
+        self.cfg = Settings(operator={"health_host": "127.0.0.1", "health_port": self.port, "lease_seconds": 2,
+                                      "lease_renew_seconds": 0.2})
         self.args = argparse.Namespace(standalone=False, peering=None, priority=0, identity=identity, kubeconfig=None)
         self.health = main.Health()
         self.result: int | None = None

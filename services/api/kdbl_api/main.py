@@ -21,7 +21,7 @@ from kdbl_api.app import create_app
 from kdbl_core import logging_setup
 from kdbl_core.db.engine import async_engine
 from kdbl_core.errors import ConfigError
-from kdbl_core.settings import Settings
+from kdbl_core.settings import Settings, get_settings, load_settings
 
 # uvicorn options of every kdbl-api process (and of anything else serving create_app's app)
 SERVER_OPTIONS: dict[str, Any] = {"log_config": None, "proxy_headers": False, "server_header": False}
@@ -29,7 +29,7 @@ SERVER_OPTIONS: dict[str, Any] = {"log_config": None, "proxy_headers": False, "s
 
 def build() -> Starlette:
     """The app from the environment (also the uvicorn factory each worker process calls)."""
-    settings = Settings()
+    settings = get_settings()
     logging_setup.configure(settings.log_level, settings.log_format)
     # start-up checks and OIDC tenant lookups (cached) only, pre-pinged so a database restart fails no
     # request: the request path, /readyz and /capacity use their own pool (kdbl_core.db.pgpool)
@@ -43,7 +43,7 @@ def listen_sockets(settings: Settings) -> list[socket.socket]:
 
 
 def main() -> None:
-    settings = Settings()
+    settings = load_settings()
     logging_setup.configure(settings.log_level, settings.log_format)
     try:
         settings.require_database_url()

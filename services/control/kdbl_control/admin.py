@@ -66,11 +66,11 @@ def list_tenants(engine: Engine) -> list[dict[str, Any]]:
 
 def show_tenant(engine: Engine, name: str) -> dict[str, Any]:
     """The tenant's effective policy (defaults filled in), as the API, worker and CLI apply it."""
-    from kdbl_core.settings import Settings
+    from kdbl_core.settings import get_settings
 
     with Session(engine) as session:
         tenant = _tenant(session, name)
-        defaults = Settings()
+        defaults = get_settings()
         effective = policy.parse(tenant.settings, default_per_minute=defaults.rate_limit_per_minute,
                                  default_burst=defaults.rate_limit_burst)
         return {"name": tenant.name, "display_name": tenant.display_name, "managed_by": tenant.managed_by,

@@ -18,7 +18,7 @@ from kdbl_control import admin
 from kdbl_core.db.engine import sync_engine
 from kdbl_core.db.urls import for_role
 from kdbl_core.errors import ConfigError
-from kdbl_core.settings import Settings
+from kdbl_core.settings import get_settings
 from kdbl_worker.pipeline import Indexer, load_sources
 
 DOC_SUFFIX = ".txt"
@@ -118,7 +118,7 @@ def ensure_indexed(owner_url: str, docs: Path, tenant: str = "bench-search", *,
                                   exist_ok=True)
         token = admin.create_token(owner, tenant_name=tenant, name=token_name)[0] if token_name else None
         [loaded] = load_sources(worker, source_id=source.id)
-        stats = Indexer(worker, Settings()).crawl(loaded)
+        stats = Indexer(worker, get_settings()).crawl(loaded)
         if stats.indexed:
             # What autovacuum does a minute or two after a bulk load (statistics, visibility map for
             # index-only scans of postings): measure the steady state, not the first minute.

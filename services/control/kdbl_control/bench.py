@@ -31,6 +31,7 @@ from kdbl_core.db.urls import for_role
 from kdbl_core.principal import Principal
 from kdbl_core.search import lexical
 from kdbl_core.search.windows import HitRef, expand_hits
+from kdbl_core.settings import child_env, get_settings
 
 TENANT = "bench-search"
 
@@ -124,9 +125,9 @@ def listening_sockets(port: int) -> int | None:
 
 def start_api(owner_url: str, port: int, env: dict[str, str] | None = None) -> subprocess.Popen:
     """`kdbl-api` as a process; returns once every worker process listens (each has its own socket)."""
-    env = {**os.environ, **(env or {}), "KDBL_DATABASE_URL": for_role(owner_url, "kdbl_api"), "KDBL_MCP_ENABLED": "true",
-           "KDBL_API_HOST": "127.0.0.1", "KDBL_API_PORT": str(port), "KDBL_RATE_LIMIT_PER_MINUTE": "0",
-           "KDBL_LOG_LEVEL": "WARNING", "KDBL_METRICS_PORT": "0"}  # no metrics listener: nothing scrapes it
+    env = child_env({**(env or {}), "KDBL_DATABASE_URL": for_role(owner_url, "kdbl_api"), "KDBL_MCP_ENABLED": "true",
+                     "KDBL_API_HOST": "127.0.0.1", "KDBL_API_PORT": str(port), "KDBL_RATE_LIMIT_PER_MINUTE": "0",
+                     "KDBL_LOG_LEVEL": "WARNING", "KDBL_METRICS_PORT": "0"})  # no metrics listener: nothing scrapes it
     proc = subprocess.Popen([sys.executable, "-m", "kdbl_api.main"], env=env)
     workers = int(env.get("KDBL_API_WORKERS") or 1)
     deadline = time.monotonic() + 30
@@ -175,7 +176,7 @@ def run_search_bench(owner_url: str, dataset: Path, work_dir: Path, *, clients: 
             "http_1_client": asyncio.run(one_client(url, indexed["token"], queries, mode)),
             "http_n_clients": asyncio.run(many_clients(url, indexed["token"], queries, clients, seconds, mode,
                                                        meter=CpuMeter(api=api.pid, postgres=postgres_pid))),
-            "api_workers": int(os.environ.get("KDBL_API_WORKERS") or 1),
+            "api_workers": get_settings().api_workers,
             "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
             "date": time.strftime("%Y-%m-%d"),
         }

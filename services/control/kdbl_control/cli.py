@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 from kdbl_core.errors import ConfigError, KdblError, Unavailable, exit_line_of
 from kdbl_core.principal import ALL_SCOPES
-from kdbl_core.settings import Settings
+from kdbl_core.settings import Settings, load_settings, named_env
 
 _DURATION = re.compile(r"^(\d+)([hdw])$")
 
@@ -274,7 +274,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "up":
         from kdbl_control.up import run_up
 
-        return run_up(args.folders, (args.data_dir or Path(".kdbl")).resolve(), args.port, args.host)
+        return run_up(args.folders, (args.data_dir or Path(".kdbl")).resolve(), args.port, args.host, settings)
     if args.command == "mcp" and args.action == "smoke":
         from kdbl_control.smoke import read_token, run_smoke
 
@@ -306,13 +306,11 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
 
     with owner_url(settings, args.data_dir) as url:
         if args.command == "db":
-            import os
-
             from kdbl_core.db import migrate
 
             migrate.upgrade(url)
-            migrate.enable_login(url, {"kdbl_api": os.environ.get(args.api_password_env),
-                                       "kdbl_worker": os.environ.get(args.worker_password_env)})
+            migrate.enable_login(url, {"kdbl_api": named_env(args.api_password_env),
+                                       "kdbl_worker": named_env(args.worker_password_env)})
             print(f"migrated to revision {migrate.current_revision(url)}")
             return 0
         engine = sync_engine(url)
@@ -553,7 +551,7 @@ def main(argv: list[str] | None = None) -> None:
     """Every fault ends the CLI as one `kdbl-control: <message>` line and its error class's exit code."""
     args = build_parser().parse_args(argv)
     try:
-        settings = Settings()
+        settings = load_settings()
     except KdblError as exc:
         _fail(exc)
     except Exception as exc:  # noqa: BLE001 - pydantic's ValidationError: one line naming each bad variable

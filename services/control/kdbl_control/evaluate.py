@@ -26,6 +26,7 @@ import os
 import platform
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -36,7 +37,7 @@ from kdbl_control.beir import (doc_id_of_key, doc_text, ensure_indexed, iter_cor
                                load_query_map, materialise_beir)
 from kdbl_core import metrics
 from kdbl_core.errors import ConfigError, KdblError
-from kdbl_core.settings import Settings
+from kdbl_core.settings import Settings, get_settings
 
 MODES = ("lexical", "semantic", "hybrid")
 MEASURES = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
@@ -55,11 +56,10 @@ def _stderr(message: str) -> None:
 
 def default_model_path(settings: Settings | None = None) -> Path | None:
     """KDBL_EMBED_MODEL_PATH when set, else the cached default GGUF (airgap/model/build_model.py), if any."""
-    settings = settings or Settings()
+    settings = settings or get_settings()
     if settings.embed_model_path:
         return Path(settings.embed_model_path).expanduser()
-    model_dir = Path(os.environ.get("KDBL_MODEL_DIR") or "~/.cache/kdbl/models").expanduser()
-    cached = model_dir / DEFAULT_MODEL_NAME
+    cached = settings.model_dir / DEFAULT_MODEL_NAME
     return cached if cached.is_file() else None
 
 
@@ -309,7 +309,7 @@ def run_eval(owner_url: str, dataset: Path, *, split: str = "train", modes: Sequ
     if not 1 <= limit <= 100:
         raise ConfigError(f"limit must lie in [1, 100] (search_content's maximum), got {limit}")
     modes = list(dict.fromkeys(modes))
-    settings = Settings()
+    settings = get_settings()
     machine = _machine()
 
     qrels_all = load_qrels(dataset, split)
@@ -494,7 +494,7 @@ def cli_eval(args: Any, settings: Settings) -> int:
     model, work_dir, data_dir, plot, limit (optional), no_references (optional)."""
     from kdbl_core.db.embedded import EmbeddedDatabase
 
-    work = Path(args.work_dir or Path(os.environ.get("TMPDIR", "/tmp")) / "kdbl-eval").expanduser().resolve()
+    work = Path(args.work_dir or Path(tempfile.gettempdir()) / "kdbl-eval").expanduser().resolve()
     work.mkdir(parents=True, exist_ok=True)
     model = args.model or default_model_path(settings)
     if model is not None and not Path(model).is_file():

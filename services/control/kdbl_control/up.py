@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 
 import uvicorn
+from pydantic import SecretStr
 from sqlalchemy import text
 
 from kdbl_api.app import create_app, load_embedder
@@ -32,7 +33,7 @@ from kdbl_core.db.engine import async_engine, sync_engine
 from kdbl_core.db.urls import for_role
 from kdbl_core.embed import Embedder, default_model_path
 from kdbl_core.errors import ConfigError
-from kdbl_core.settings import Settings
+from kdbl_core.settings import Settings, get_settings
 from kdbl_worker.embedding import embed_pending
 from kdbl_worker.fetch import create_fetch_app
 from kdbl_worker.pipeline import Indexer, load_sources
@@ -162,10 +163,12 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise Stopping()
 
 
-def run_up(folders: list[Path], data_dir: Path, port: int, host: str = "127.0.0.1") -> int:
+def run_up(folders: list[Path], data_dir: Path, port: int, host: str = "127.0.0.1",
+           settings: Settings | None = None) -> int:
+    """`settings`: the process's (KDBL_*), which `up` completes with its own URLs, secrets and model."""
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        return _run_up(folders, data_dir, port, host)
+        return _run_up(folders, data_dir, port, host, settings or get_settings())
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM before serving: everything opened is closed
         print("kdbl: stopped.", file=sys.stderr)
         return 0
@@ -173,7 +176,7 @@ def run_up(folders: list[Path], data_dir: Path, port: int, host: str = "127.0.0.
         signal.signal(signal.SIGTERM, previous)
 
 
-def _run_up(folders: list[Path], data_dir: Path, port: int, host: str) -> int:
+def _run_up(folders: list[Path], data_dir: Path, port: int, host: str, env: Settings) -> int:
     _check_port(host, port)
     folders = [f.expanduser().resolve() for f in (folders or [default_folder()])]
     for folder in folders:
@@ -184,15 +187,16 @@ def _run_up(folders: list[Path], data_dir: Path, port: int, host: str) -> int:
     local = _local_secrets(data_dir)
     loopback = "127.0.0.1" if host in WILDCARDS else host
     fetch_port = free_port(loopback)
-    model = os.environ.get("KDBL_EMBED_MODEL_PATH") or default_model_path()
+    model = env.embed_model_path or default_model_path()
     # links to originals use it: on every interface, KDBL_API_PUBLIC_URL names the address clients use
     base_url = f"http://{'localhost' if host in WILDCARDS else host}:{port}"
-    public_url = os.environ.get("KDBL_API_PUBLIC_URL") or base_url
-    settings = Settings(
-        mcp_enabled=True, api_public_url=public_url, worker_fetch_url=f"http://{loopback}:{fetch_port}",
-        download_signing_secret=local["download_signing_secret"], internal_fetch_token=local["internal_fetch_token"],
-        embed_model_path=str(model) if model else None,
-    )
+    public_url = env.api_public_url or base_url
+    settings = env.model_copy(update={
+        "mcp_enabled": True, "api_public_url": public_url, "worker_fetch_url": f"http://{loopback}:{fetch_port}",
+        "download_signing_secret": SecretStr(local["download_signing_secret"]),
+        "internal_fetch_token": SecretStr(local["internal_fetch_token"]),
+        "embed_model_path": str(model) if model else None,
+    })
     settings = settings.model_copy(update=_allowed(settings, host))
     if model is None:
         print("kdbl: no embedding model found: hybrid search degrades to lexical "

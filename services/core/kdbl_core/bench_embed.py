@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-DEFAULT_DIR = Path(os.environ.get("KDBL_MODEL_DIR") or "~/.cache/kdbl/models").expanduser()
+from kdbl_core.settings import child_env, load_settings
+
 # every word is one WordPiece token, so a text of N-2 words is N tokens with [CLS] and [SEP]
 WORDS = (
     "the data platform stores documents and splits them into chunks that are embedded "
@@ -154,17 +155,19 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(res))
         return 0
 
-    models = args.model or [p for p in (DEFAULT_DIR / "all-minilm-l6-v2.f16.gguf",
-                                        DEFAULT_DIR / "all-minilm-l6-v2.q8_0.gguf") if p.is_file()]
+    model_dir = load_settings().model_dir  # KDBL_MODEL_DIR
+    models = args.model or [p for p in (model_dir / "all-minilm-l6-v2.f16.gguf",
+                                        model_dir / "all-minilm-l6-v2.q8_0.gguf") if p.is_file()]
     if not models:
-        raise SystemExit(f"no model given and none in {DEFAULT_DIR}; run airgap/model/build_model.py")
+        raise SystemExit(f"no model given and none in {model_dir}; run airgap/model/build_model.py")
     texts = corpus_texts(args.corpus, args.n) if args.corpus else make_texts(args.n, args.tokens)
     rows, vecs = [], {}
     with tempfile.TemporaryDirectory(prefix="kdbl-bench-") as tmp:
         texts_file = Path(tmp) / "texts.json"
         texts_file.write_text(json.dumps(texts))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [
-            str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])))
+        env = child_env()
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+                                                          env.get("PYTHONPATH", "")]))
         for i, model in enumerate(models):
             out = Path(tmp) / f"llama{i}.npy"
             batch = ["--batch", str(args.batch)] if args.batch else []

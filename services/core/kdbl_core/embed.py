@@ -50,9 +50,9 @@ _LOAD_LOCK = threading.Lock()
 
 def default_model_path() -> Path | None:
     """The default model where airgap/model/build_model.py caches it (KDBL_MODEL_DIR), if built."""
-    import os
+    from kdbl_core.settings import get_settings
 
-    path = Path(os.environ.get("KDBL_MODEL_DIR") or "~/.cache/kdbl/models").expanduser() / DEFAULT_MODEL_FILE
+    path = get_settings().model_dir / DEFAULT_MODEL_FILE
     return path if path.is_file() else None
 
 

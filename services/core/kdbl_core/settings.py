@@ -1,12 +1,27 @@
-"""Typed settings, read once from KDBL_* environment variables in each entry point.
+"""Typed settings: the one place that reads the process environment.
+
+`Settings` holds every KDBL_* variable; the operator's are its `operator` section (env names unchanged:
+KDBL_OPERATOR_NAMESPACE is `settings.operator.namespace`). Each entry point reads them once with
+`load_settings()` and passes them down; code without a Settings in reach asks `get_settings()` for the
+same object (read on first use by processes that have no entry point of ours, e.g. `kopf run`).
+Two helpers cover the environment reads that are not fixed settings: `named_env` (a variable whose
+name is data: a CLI flag, a source's credentials reference) and `child_env` (a child process's
+environment, built from this one's). tests/unit/test_settings_single_source.py fails on any other
+`os.environ` read in services/ or operator/.
 
 Secrets are `SecretStr` so they never print in logs, reprs or tracebacks.
 """
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 from typing_extensions import Annotated, Literal
 
 
@@ -16,8 +31,67 @@ def _split_csv(value: object) -> object:
     return value
 
 
+class OperatorSettings(BaseModel):
+    """The `operator` section: KDBL_OPERATOR_<NAME> sets `<name>` (KUBECONFIG sets `kubeconfig`)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    namespace: str = Field(
+        default="default", description="Where the operator runs: its leader Lease, and the default home "
+        "namespace of tenants (bootstrap Secrets).")
+    health_port: int = Field(default=8080, ge=1, le=65535)
+    health_host: str = "0.0.0.0"
+    resync_seconds: float = Field(
+        default=300.0, gt=0, description="Every resource is re-converged this often (drift correction).")
+    retry_base_seconds: float = Field(default=5.0, gt=0)
+    retry_max_seconds: float = Field(default=300.0, gt=0)
+    delete_batch: int = Field(default=500, ge=1, description="Files deleted per transaction.")
+    delete_batches_per_pass: int = Field(
+        default=20, ge=1, description="Batches per handler run; the finalizer then reports progress and resumes.")
+    credentials_root: str = Field(
+        default="/var/run/secrets/kdbl/sources",
+        description="Where the worker mounts Source credential Secrets (<root>/<namespace>/<secret>/<key>).")
+    lease_name: str = "kdbl-operator"
+    lease_seconds: float = Field(default=15.0, ge=2)
+    lease_renew_seconds: float = Field(default=5.0, gt=0)
+    db_pool_size: int = Field(default=2, ge=1, le=20)
+    kubeconfig: str | None = Field(default=None, description=(
+        "Outside a cluster: the kubeconfig file ($KUBECONFIG, as kubectl reads it, or --kubeconfig); "
+        "unset: ~/.kube/config."))
+
+    def backoff(self, retry: int) -> float:
+        """Delay before the next attempt of a failing handler: exponential, capped."""
+        return min(self.retry_base_seconds * (2 ** min(retry, 16)), self.retry_max_seconds)
+
+
+class _PlatformEnv(PydanticBaseSettingsSource):
+    """Variables other tools define, read under their own names (after KDBL_* ones): KUBECONFIG and
+    XDG_RUNTIME_DIR."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        if os.environ.get("XDG_RUNTIME_DIR"):
+            values["runtime_dir"] = os.environ["XDG_RUNTIME_DIR"]
+        if os.environ.get("KUBECONFIG"):
+            values["operator"] = {"kubeconfig": os.environ["KUBECONFIG"]}
+        return values
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="KDBL_", extra="ignore", frozen=True)
+    # KDBL_OPERATOR_HEALTH_PORT -> operator.health_port: split once after the section's name.
+    model_config = SettingsConfigDict(env_prefix="KDBL_", extra="ignore", frozen=True,
+                                      env_nested_delimiter="_", env_nested_max_split=1)
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, _PlatformEnv(settings_cls), dotenv_settings, file_secret_settings
 
     # --- database -------------------------------------------------------------------
     database_url: SecretStr | None = Field(
@@ -121,6 +195,9 @@ class Settings(BaseSettings):
     # --- embeddings / hybrid retrieval ----------------------------------------------------
     embed_model_path: str | None = Field(
         default=None, description="GGUF embedding model; unset = no embedder, hybrid degrades to lexical.")
+    model_dir: Path = Field(default=Path("~/.cache/kdbl/models"), description=(
+        "Where airgap/model/build_model.py caches the default model; `up`, eval and bench use the "
+        "default model from there when KDBL_EMBED_MODEL_PATH is unset."))
     embed_threads: int = Field(default=2, ge=1, le=64)
     embed_batch: int = Field(default=32, ge=1, le=512, description="Chunks per embedding batch (worker).")
     embed_max_tokens: int = Field(default=256, ge=16, le=8192)
@@ -143,6 +220,13 @@ class Settings(BaseSettings):
         "File holding the PAT `kdbl-control mcp smoke` sends (--api-token-file); a file, not argv, so the "
         "token stays out of ps and shell history."))
 
+    # --- embedded PostgreSQL ----------------------------------------------------------------
+    runtime_dir: str | None = Field(default=None, description=(
+        "XDG_RUNTIME_DIR: the embedded server's socket folder goes there (else the temp folder)."))
+
+    # --- kdbl-operator (KDBL_OPERATOR_*) ------------------------------------------------------
+    operator: OperatorSettings = Field(default_factory=OperatorSettings)
+
     # --- logging -----------------------------------------------------------------------
     log_level: str = "INFO"
     log_format: str = Field(default="json", pattern=r"^(json|text)$")
@@ -160,9 +244,43 @@ class Settings(BaseSettings):
         except ValueError as exc:
             raise ValueError(f"KDBL_TRUSTED_PROXIES: {exc}") from None
 
-    def require_database_url(self) -> str:
+    @field_validator("model_dir")
+    @classmethod
+    def _expand(cls, value: Path) -> Path:
+        return value.expanduser()
+
+    def require_database_url(self, hint: str = "or use kdbl-control --data-dir DIR") -> str:
         if self.database_url is None:
             from kdbl_core.errors import ConfigError
 
-            raise ConfigError("KDBL_DATABASE_URL is not set (or use kdbl-control --data-dir DIR)")
+            raise ConfigError(f"KDBL_DATABASE_URL is not set ({hint})")
         return self.database_url.get_secret_value()
+
+
+_current: Settings | None = None
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read the environment now (an entry point, once at start), with `overrides` winning; later
+    `get_settings()` calls return the result."""
+    global _current
+    _current = Settings(**overrides)
+    return _current
+
+
+def get_settings() -> Settings:
+    """The process's settings: what the entry point loaded, else the environment read on this first call."""
+    return _current if _current is not None else load_settings()
+
+
+def named_env(name: str) -> str | None:
+    """The variable a CLI flag or a source's `credentials.env` names (its name is data, not a setting);
+    read when asked, so a value set after start (a mounted Secret's env in tests) is seen."""
+    return os.environ.get(name)
+
+
+def child_env(extra: Mapping[str, str] | None = None, *, keep: Callable[[str], bool] | None = None) -> dict[str, str]:
+    """The environment for a child process: this one's (only the names `keep` accepts, when given) plus
+    `extra`. Handing variables on is not configuration; it lives here so that no other module reads
+    os.environ."""
+    return {**{k: v for k, v in os.environ.items() if keep is None or keep(k)}, **(extra or {})}

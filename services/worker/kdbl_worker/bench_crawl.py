@@ -43,6 +43,8 @@ from pathlib import Path
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
+from kdbl_core.settings import child_env
+
 CATEGORIES = {
     "text/Markdown": ["*.txt", "*.md", "*.markdown", "*.rst", "*.text"],
     "PDF": ["*.pdf"],
@@ -170,8 +172,7 @@ def run_one(owner_url: str, folders: list[Path], category: str, workers: int, ar
         command += ["--extract-processes", str(args.extract_processes)]
     def env(name: str) -> dict[str, str]:
         named = url.update_query_dict({"application_name": name})
-        return dict(os.environ, KDBL_LOG_LEVEL="WARNING",
-                    KDBL_DATABASE_URL=named.render_as_string(hide_password=False))
+        return child_env({"KDBL_LOG_LEVEL": "WARNING", "KDBL_DATABASE_URL": named.render_as_string(hide_password=False)})
 
     procs = [subprocess.Popen(command, env=env(name)) for name in names]
     try:

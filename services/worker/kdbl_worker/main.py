@@ -25,7 +25,7 @@ import uvicorn
 from kdbl_core import logging_setup
 from kdbl_core.db.engine import assert_runtime_role_sync, sync_engine
 from kdbl_core.errors import ConfigError
-from kdbl_core.settings import Settings
+from kdbl_core.settings import Settings, load_settings
 from kdbl_worker import sandbox
 from kdbl_core.embed import Embedder
 from kdbl_worker.embedding import embed_pending
@@ -115,7 +115,7 @@ def serve_fetch(settings: Settings) -> uvicorn.Server:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    settings = Settings()
+    settings = load_settings()
     logging_setup.configure(settings.log_level, settings.log_format)
     stop = threading.Event()
 

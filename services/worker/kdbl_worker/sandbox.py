@@ -500,8 +500,9 @@ _ENV_KEPT = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP", 
 
 
 def _child_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items()
-            if k in _ENV_KEPT or k.startswith(("LC_", "PYTHON"))}
+    from kdbl_core.settings import child_env  # the parent's side only: children need not import pydantic
+
+    return child_env(keep=lambda k: k in _ENV_KEPT or k.startswith(("LC_", "PYTHON")))
 
 
 def _content_type(name: str) -> str | None:

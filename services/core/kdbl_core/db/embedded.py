@@ -44,6 +44,7 @@ from sqlalchemy.engine import URL
 
 from kdbl_core.db import migrate
 from kdbl_core.errors import ConfigError
+from kdbl_core.settings import get_settings
 
 log = logging.getLogger(__name__)
 DATABASE = "kdbl"
@@ -243,7 +244,7 @@ class EmbeddedDatabase:
                 return self._socket_dir_last
             except FileExistsError:
                 pass
-        base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+        base = get_settings().runtime_dir or tempfile.gettempdir()  # XDG_RUNTIME_DIR
         if len(os.path.join(base, "kdbl-pg-xxxxxxxx", SOCKET_NAME)) > SOCKET_PATH_MAX:
             base = "/tmp"
         made = Path(tempfile.mkdtemp(prefix="kdbl-pg-", dir=base))  # 0700, ours

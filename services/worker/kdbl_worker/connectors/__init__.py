@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from kdbl_core.errors import InvalidArgument, PermanentError, TemporaryError
+from kdbl_core.settings import named_env
 
 
 class SourceUnavailable(TemporaryError):
@@ -99,12 +100,13 @@ def read_credentials(ref: object, *, required: tuple[str, ...],
             if not isinstance(var, str) or not _ENV_NAME.fullmatch(var):
                 raise InvalidArgument(f"credentials.env.{name}",
                                       "must be the name of an environment variable")
-            if var not in os.environ:
+            value = named_env(var)
+            if value is None:
                 # Name the variable only when it looks like one: a pasted secret must not reach a log.
                 shown = var if _SHOWN_ENV_NAME.fullmatch(var) and not _KEY_ID.fullmatch(var) else \
                     f"named by credentials.env.{name}"
                 raise PermanentError(f"credentials: environment variable {shown} is not set ({name})")
-            values[name] = os.environ[var]
+            values[name] = value
     else:
         folder = ref["dir"]
         if not isinstance(folder, str) or not os.path.isabs(folder):
