@@ -38,9 +38,11 @@ FETCH_TOKEN = "internal-token-" + "r" * 32
 
 # one instance of every class in the hierarchy (the test below fails when a class is missing here)
 SAMPLES: list[KdblError] = [
-    KdblError("internal"), InvalidArgument("limit", "must be positive"), MalformedMessage("jsonrpc", 'must be "2.0"'),
-    MalformedMessage("body", "not JSON", parse_error=True), RequestTooLarge("too large"), RequestTimeout("too slow"),
-    MisdirectedRequest("bad host", data={"host": "evil"}), NotFound("not found"), Unauthenticated("who are you"),
+    KdblError("internal"), InvalidArgument("limit", "must be positive"),
+    MalformedMessage("jsonrpc", 'must be "2.0"'), MalformedMessage("body", "not JSON", parse_error=True),
+    RequestTooLarge("too large"), RequestTimeout("too slow"),
+    MisdirectedRequest("bad host", data={"host": "evil"}),
+    NotFound("not found"), Unauthenticated("who are you"),
     Forbidden("no", data={"required_scope": "kdbl.read"}), Conflict("taken"), RateLimited(7),
     ConfigError("KDBL_X is not set"), TemporaryError("blip"), Unavailable("database down", retry_after_sec=2),
     UpstreamError("source unavailable"), PermanentError("unsupported"), ScheduleError("'x': bad"),
@@ -63,7 +65,8 @@ def test_every_error_class_renders_its_own_codes_in_every_transport():
 
     samples = [*SAMPLES, kdbl_core.db.embedded.DataDirLocked("locked"), SourceUnavailable("down"),
                QuotaExceeded("full")]
-    samples.append(TokenRefused("token revoked", tenant_id=None, tenant_name="", subject="", token_id=uuid.uuid4()))
+    samples.append(TokenRefused("token revoked", tenant_id=None, tenant_name="", subject="",
+                                token_id=uuid.uuid4()))
     missing = {c.__qualname__ for c in _classes(KdblError)} - {type(s).__qualname__ for s in samples}
     assert not missing, missing
     for exc in samples:
@@ -87,14 +90,17 @@ def test_the_declared_codes_are_the_ones_clients_always_got():
     assert (Unavailable.jsonrpc_code, Unavailable.http_status) == (-32004, 503)
     assert (NotFound.jsonrpc_code, NotFound.http_status) == (-32002, 404)
     assert (InvalidArgument.jsonrpc_code, InvalidArgument.http_status) == (-32602, 400)
-    assert (MalformedMessage.jsonrpc_code, MalformedMessage("b", "x", parse_error=True).jsonrpc_code) == (-32600, -32700)
-    assert (RequestTooLarge.http_status, RequestTimeout.http_status, MisdirectedRequest.http_status) == (413, 408, 421)
+    not_json = MalformedMessage("b", "x", parse_error=True)
+    assert (MalformedMessage.jsonrpc_code, not_json.jsonrpc_code) == (-32600, -32700)
+    assert (RequestTooLarge.http_status, RequestTimeout.http_status) == (413, 408)
+    assert MisdirectedRequest.http_status == 421
     assert UpstreamError.http_status == 502 and Conflict.http_status == 409
 
 
 def test_exceptions_that_leave_their_module_are_in_the_hierarchy_and_there_is_one_conflict():
     assert admin.Conflict is Conflict and k8s.Conflict is Conflict
-    for cls, base in ((ScheduleError, InvalidArgument), (content.FenceLost, Conflict), (LoadgenError, UpstreamError),
+    for cls, base in ((ScheduleError, InvalidArgument), (content.FenceLost, Conflict),
+                      (LoadgenError, UpstreamError),
                       (k8s.NamespaceMissing, NotFound), (InvalidSpec, KdblError), (EnvelopeError, KdblError)):
         assert issubclass(cls, base), cls
     with pytest.raises(ScheduleError) as bad:
@@ -113,7 +119,8 @@ def api(owner_engine, owner_url, worker_engine):
     token = admin.create_token(owner_engine, tenant_name=name, name="agent")[0]
     search_only = admin.create_token(owner_engine, tenant_name=name, name="s", scopes=["kdbl.search"])[0]
     with running_fetch(worker_engine, FETCH_TOKEN) as fetch:
-        settings = Settings(mcp_enabled=True, download_signing_secret=SIGNING, internal_fetch_token=FETCH_TOKEN,
+        settings = Settings(mcp_enabled=True, download_signing_secret=SIGNING,
+                            internal_fetch_token=FETCH_TOKEN,
                             worker_fetch_url=fetch, api_public_url="http://public.example:8443",
                             max_request_bytes=4096)
         with running_api(owner_url, settings) as url:
@@ -145,15 +152,17 @@ def test_the_front_door_answers_each_refusal_with_its_error_classs_codes(api):
     scope = _assert_jsonrpc(_post(api, call, api["search_only"]), Forbidden)
     assert scope["error"]["data"] == {"required_scope": "kdbl.read"}
     _assert_jsonrpc(_post(api, b"{not json", api["token"]), MalformedMessage, errors.PARSE_ERROR)
-    echoed = _assert_jsonrpc(_post(api, {"jsonrpc": "1.0", "id": 9, "method": "ping"}, api["token"]), MalformedMessage)
+    echoed = _assert_jsonrpc(_post(api, {"jsonrpc": "1.0", "id": 9, "method": "ping"}, api["token"]),
+                             MalformedMessage)
     assert echoed["id"] == 9 and echoed["error"]["data"] == {"field": "jsonrpc"}
-    _assert_jsonrpc(_post(api, {"jsonrpc": "2.0", "id": 2, "method": "x", "params": {"p": "y" * 5000}}, api["token"]),
-                    RequestTooLarge)
+    oversize = {"jsonrpc": "2.0", "id": 2, "method": "x", "params": {"p": "y" * 5000}}
+    _assert_jsonrpc(_post(api, oversize, api["token"]), RequestTooLarge)
     hint = _assert_jsonrpc(_post(api, {"jsonrpc": "2.0", "id": 3, "method": "ping"}, api["token"],
                                  Host="evil.example"), MisdirectedRequest)
     assert hint["error"]["data"]["host"] == "evil.example"
     tool = _post(api, {**call, "params": {"name": "rm_rf", "arguments": {}}}, api["token"]).json()
-    assert tool["error"]["code"] == InvalidArgument.jsonrpc_code and tool["error"]["data"] == {"field": "name"}
+    assert tool["error"]["code"] == InvalidArgument.jsonrpc_code
+    assert tool["error"]["data"] == {"field": "name"}
 
 
 def test_downloads_and_capacity_answer_with_the_error_classs_status_and_body(api):
@@ -174,7 +183,8 @@ def test_the_worker_fetch_endpoint_answers_with_the_error_classs_status_and_body
         bad = httpx.get(f"{url}/internal/files", params={"source_id": "nope", "key": "a"}, headers=auth)
         assert bad.status_code == InvalidArgument.http_status
         assert bad.json() == http_response_of(InvalidArgument("source_id", "must be a UUID")).body
-        gone = httpx.get(f"{url}/internal/files", params={"source_id": str(uuid.uuid4()), "key": "a"}, headers=auth)
+        unknown = {"source_id": str(uuid.uuid4()), "key": "a"}
+        gone = httpx.get(f"{url}/internal/files", params=unknown, headers=auth)
         assert gone.status_code == NotFound.http_status and gone.json() == {"error": "not found"}
     with serving(create_fetch_app(Settings(), worker_engine)) as url:
         off = httpx.get(f"{url}/internal/files", headers=auth)
@@ -189,7 +199,8 @@ def _cli(capsys, *argv: str) -> tuple[int, str]:
     return done.value.code, err
 
 
-def test_the_cli_prints_one_line_and_exits_with_the_error_classs_code(monkeypatch, capsys, tmp_path, owner_url):
+def test_the_cli_prints_one_line_and_exits_with_the_error_classs_code(monkeypatch, capsys, tmp_path,
+                                                                      owner_url):
     monkeypatch.setenv("KDBL_API_PORT", "eighty")
     code, err = _cli(capsys, "tenant", "list")
     assert code == ConfigError.exit_code == 2 and "KDBL_API_PORT" in err
@@ -202,7 +213,8 @@ def test_the_cli_prints_one_line_and_exits_with_the_error_classs_code(monkeypatc
     code, err = _cli(capsys, "tenant", "list")
     assert code == Unavailable.exit_code == 75 and "cannot be reached" in err
     monkeypatch.setenv("KDBL_DATABASE_URL", owner_url)
-    code, err = _cli(capsys, "source", "add", "--tenant", "nobody", "--path", str(tmp_path), "--schedule", "61 * * * *")
+    code, err = _cli(capsys, "source", "add", "--tenant", "nobody", "--path", str(tmp_path),
+                     "--schedule", "61 * * * *")
     assert code == InvalidArgument.exit_code == 1 and "'schedule'" in err
 
 

@@ -96,7 +96,8 @@ class Downloads:
         if upstream.status_code != 200:
             await upstream.aclose()
             await self._audit(principal, claims, "error", f"worker answered {upstream.status_code}", request, started)
-            failure = NotFound("not found") if upstream.status_code == 404 else UpstreamError("file source is unavailable")
+            failure = (NotFound("not found") if upstream.status_code == 404
+                       else UpstreamError("file source is unavailable"))
             return http_response_of(failure).response()
         await self._audit(principal, claims, "ok", None, request, started)
         self._obs.downloads.labels("ok").inc()

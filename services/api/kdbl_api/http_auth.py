@@ -172,7 +172,8 @@ class McpFrontDoor:
             message = f"insufficient scope: this call needs '{missing}'"
             await self._refused(request, principal, calls, "denied", message, started)
             await _refuse(Forbidden(message, data={"required_scope": missing}), {
-                "WWW-Authenticate": self._challenge(request, "insufficient_scope", None, missing)})(scope, receive, send)
+                "WWW-Authenticate": self._challenge(request, "insufficient_scope", None, missing)})(
+                scope, receive, send)
             return
         if not policy.allows_tool("get_file_text") and any(m.startswith("resources/") for m, _, _ in calls):
             # a resource read is get_file_text by another name: the allowlist governs both
