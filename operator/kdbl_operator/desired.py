@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kdbl_core.errors import INVALID_PARAMS, KdblError
+from kdbl_core import sources
+from kdbl_core.errors import INVALID_PARAMS, InvalidArgument, KdblError
+from kdbl_core.sources.schedule import ScheduleError
 
 GROUP = "kdbl.io"
 VERSION = "v1alpha1"
@@ -40,16 +42,10 @@ TOOLS = ("search_content", "get_file_text", "get_file_window", "get_file_metadat
 MODES = ("hybrid", "lexical")
 DOWNLOAD_MODES = ("off", "inline", "attachment")  # kdbl_core.policy.DOWNLOAD_MODES
 SCOPES = ("kdbl.search", "kdbl.read")  # kdbl_core.principal.ALL_SCOPES (a unit test keeps them equal)
-PROTOCOLS = ("fs", "s3", "smb", "webdav", "http")
-# Keys the worker reads from a mounted credentials Secret (one file per key), per protocol.
-CREDENTIAL_KEYS: dict[str, tuple[str, ...]] = {
-    "fs": (),
-    "s3": ("access_key_id", "secret_access_key"),
-    "smb": ("username", "password"),
-    "webdav": ("username", "password"),
-    "http": ("username", "password"),
-}
-DEFAULT_SCHEDULE = "@every 1h"
+PROTOCOLS = sources.PROTOCOLS
+# Keys the worker reads from a mounted credentials Secret (one file per key), per protocol: the required names
+# of the one source-config schema.
+CREDENTIAL_KEYS: dict[str, tuple[str, ...]] = {p: names[0] for p, names in sources.CREDENTIAL_NAMES.items()}
 DEFAULT_CREDENTIALS_ROOT = "/var/run/secrets/kdbl/sources"
 
 # Degraded reasons. RETRYABLE ones depend on *other* objects (another CR, a Secret, a namespace) and
@@ -144,72 +140,14 @@ def _subject_part(value: str, where: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
-# schedules: cron (5 fields), @every <duration>, or a cron macro
+# schedules: the one parser (kdbl_core.sources.schedule)
 # ------------------------------------------------------------------------------------------------
-_MACROS = {"@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", "@annually"}
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
-_MONTHS = {m: i for i, m in enumerate(
-    ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"], start=1)}
-_DAYS = {d: i for i, d in enumerate(["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"])}
-_CRON_FIELDS = (("minute", 0, 59, {}), ("hour", 0, 23, {}), ("day of month", 1, 31, {}),
-                ("month", 1, 12, _MONTHS), ("day of week", 0, 7, _DAYS))
-MIN_EVERY_SECONDS = 60
-
-
-def _cron_value(token: str, low: int, high: int, names: Mapping[str, int], what: str) -> int:
-    number = names.get(token.upper()) if not token.isdigit() else int(token)
-    if number is None or not low <= number <= high:
-        raise InvalidSpec(INVALID_SCHEDULE, f"{what} '{token}' is out of range {low}-{high}")
-    return number
-
-
-def _cron_field(text: str, low: int, high: int, names: Mapping[str, int], what: str) -> None:
-    for part in text.split(","):
-        base, _, step = part.partition("/")
-        if step and (not step.isdigit() or int(step) == 0):
-            raise InvalidSpec(INVALID_SCHEDULE, f"{what} step '{step}' must be a positive integer")
-        if base == "*":
-            continue
-        start, dash, end = base.partition("-")
-        if not start:
-            raise InvalidSpec(INVALID_SCHEDULE, f"{what} '{part}' is empty")
-        first = _cron_value(start, low, high, names, what)
-        if dash:
-            last = _cron_value(end, low, high, names, what)
-            if last < first:
-                raise InvalidSpec(INVALID_SCHEDULE, f"{what} range '{base}' runs backwards")
-
-
 def parse_schedule(value: Any) -> str:
-    """Validate a crawl schedule and return it normalised (single spaces, lower-case macros)."""
-    if value is None:
-        return DEFAULT_SCHEDULE
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidSpec(INVALID_SCHEDULE, "schedule must be a cron expression, '@every <duration>' or a macro")
-    text = " ".join(value.split())
-    lowered = text.lower()
-    if lowered in _MACROS:
-        return lowered
-    if lowered.startswith("@every "):
-        duration = lowered[len("@every "):].replace(" ", "")
-        match = _DURATION.match(duration)
-        if not duration or not match:
-            raise InvalidSpec(INVALID_SCHEDULE, f"'{text}': use a duration such as 15m, 1h or 1h30m")
-        hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
-        total = hours * 3600 + minutes * 60 + seconds
-        if total < MIN_EVERY_SECONDS:
-            raise InvalidSpec(INVALID_SCHEDULE, f"'{text}' is shorter than the minimum of 1m")
-        return f"@every {duration}"
-    if text.startswith("@"):
-        raise InvalidSpec(INVALID_SCHEDULE, f"unknown schedule macro '{text}' "
-                                            f"(known: @every <duration>, {', '.join(sorted(_MACROS))})")
-    fields = text.split(" ")
-    if len(fields) != 5:
-        raise InvalidSpec(INVALID_SCHEDULE, f"'{text}' has {len(fields)} fields; a cron expression has 5 "
-                                            "(minute hour day-of-month month day-of-week)")
-    for token, (what, low, high, names) in zip(fields, _CRON_FIELDS, strict=True):
-        _cron_field(token, low, high, names, what)
-    return text
+    """Validate a crawl schedule and return the normalised text that is stored (as kdbl-control does)."""
+    try:
+        return sources.parse_schedule(value).text
+    except ScheduleError as exc:
+        raise InvalidSpec(INVALID_SCHEDULE, f"spec.schedule: {exc.message.split(': ', 1)[-1]}") from None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -387,51 +325,41 @@ class DesiredSource:
                 "acl_mode": self.acl_mode, "schedule": self.schedule, "managed_by": MANAGED_BY}
 
 
-def _require(conn: Mapping[str, Any], key: str, protocol: str) -> Any:
-    value = conn.get(key)
-    if value in (None, ""):
-        raise InvalidSpec(INVALID_SPEC, f"spec.connection.{key} is required for protocol {protocol}")
-    return value
+# Where a stored config field comes from in a Source's spec (for messages); others: spec.connection.<field>.
+_SPEC_PATH = {
+    "root": "spec.connection.path", "endpoint_url": "spec.connection.endpoint",
+    "path_style": "spec.connection.pathStyle", "credentials": "spec.credentialsSecretRef",
+    "verify_tls": "spec.connection.tls.insecureSkipVerify", "ca_file": "spec.connection.tls.caSecretRef",
+    "include": "spec.include", "exclude": "spec.exclude", "max_file_bytes": "spec.maxFileBytes", "ocr": "spec.ocr",
+    "honor_file_permissions": "spec.acl.honorFilePermissions", "protocol": "spec.protocol", "config": "spec",
+}
 
 
-def _http_url(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not re.match(r"^https?://[^/\s?#]+", value):
-        raise InvalidSpec(INVALID_SPEC, f"{where} must be an http:// or https:// URL")
-    authority = value.split("://", 1)[1].split("/", 1)[0]
-    if "@" in authority:
-        raise InvalidSpec(INVALID_SPEC, f"{where} must not carry credentials; use spec.credentialsSecretRef")
-    return value
+def _connection(protocol: str, conn: Mapping[str, Any]) -> dict[str, Any]:
+    """spec.connection (the CRD's names) -> the stored config's field names."""
+    if protocol == "fs":
+        return {"root": conn.get("path")}
+    if protocol == "s3":
+        return {"bucket": conn.get("bucket"), "prefix": conn.get("prefix"), "endpoint_url": conn.get("endpoint"),
+                "region": conn.get("region"), "path_style": conn.get("pathStyle")}
+    if protocol == "smb":
+        return {key: conn.get(key) for key in ("server", "share", "path", "port", "domain")}
+    return {"url": conn.get("url")}
+
+
+def _config(protocol: str, **intent: Any) -> dict[str, Any]:
+    """The stored config for an intent (kdbl_core.sources.build, the schema kdbl-control and the connectors
+    use); a refused field becomes InvalidSpec naming its spec path."""
+    try:
+        return sources.build(protocol, **intent).stored
+    except InvalidArgument as exc:
+        where = _SPEC_PATH.get(exc.field, f"spec.connection.{exc.field}")
+        raise InvalidSpec(INVALID_SPEC, f"{where}: {exc.message.split(': ', 1)[-1]}") from None
 
 
 def connection_config(protocol: str, conn: Mapping[str, Any]) -> dict[str, Any]:
-    """spec.connection → the worker's source config keys (kdbl_worker.connectors.*.parse_config)."""
-    if protocol == "fs":
-        root = _require(conn, "path", protocol)
-        if not isinstance(root, str) or not root.startswith("/"):
-            raise InvalidSpec(INVALID_SPEC, "spec.connection.path must be an absolute path inside the worker")
-        return {"root": root}
-    if protocol == "s3":
-        bucket = _require(conn, "bucket", protocol)
-        if not isinstance(bucket, str) or "/" in bucket:
-            raise InvalidSpec(INVALID_SPEC, "spec.connection.bucket must be a bucket name")
-        out: dict[str, Any] = {"bucket": bucket}
-        if conn.get("prefix"):
-            out["prefix"] = conn["prefix"]
-        if conn.get("endpoint"):
-            out["endpoint_url"] = _http_url(conn["endpoint"], "spec.connection.endpoint")
-        if conn.get("region"):
-            out["region"] = conn["region"]
-        if conn.get("pathStyle") is not None:
-            out["path_style"] = _bool(conn["pathStyle"], "spec.connection.pathStyle", True)
-        return out
-    if protocol == "smb":
-        out = {"server": _require(conn, "server", protocol), "share": _require(conn, "share", protocol)}
-        for key in ("path", "domain", "port"):
-            if conn.get(key) not in (None, ""):
-                out[key] = conn[key]
-        return out
-    # webdav / http
-    return {"url": _http_url(_require(conn, "url", protocol), "spec.connection.url")}
+    """spec.connection -> the worker's source config keys (the connection part of `source`)."""
+    return _config(protocol, **_connection(protocol, conn))
 
 
 def source(body: Mapping[str, Any], *, credentials_root: str = DEFAULT_CREDENTIALS_ROOT) -> DesiredSource:
@@ -450,7 +378,7 @@ def source(body: Mapping[str, Any], *, credentials_root: str = DEFAULT_CREDENTIA
     if protocol not in PROTOCOLS:
         raise InvalidSpec(INVALID_SPEC, f"spec.protocol '{protocol}' is not one of {', '.join(PROTOCOLS)}")
     conn = _obj(spec.get("connection"), "spec.connection")
-    config = connection_config(protocol, conn)
+    intent = _connection(protocol, conn)
 
     root = credentials_root.rstrip("/")
     credentials: SecretRef | None = None
@@ -459,35 +387,23 @@ def source(body: Mapping[str, Any], *, credentials_root: str = DEFAULT_CREDENTIA
         secret = _obj(cred_ref, "spec.credentialsSecretRef").get("name")
         if not isinstance(secret, str) or not DNS_SUBDOMAIN.match(secret):
             raise InvalidSpec(INVALID_SPEC, "spec.credentialsSecretRef.name must be a Secret name")
-        if protocol == "fs":
-            raise InvalidSpec(INVALID_SPEC, "protocol fs takes no credentials (mount the folder into the worker)")
-        credentials = SecretRef(namespace, secret, CREDENTIAL_KEYS[protocol])
+        if protocol != "fs":  # fs: the schema refuses credentials, naming spec.credentialsSecretRef
+            credentials = SecretRef(namespace, secret, CREDENTIAL_KEYS[protocol])
         # Only the reference travels: the worker reads the mounted Secret, one file per key.
-        config["credentials"] = {"dir": f"{root}/{namespace}/{secret}"}
-        config["credentials_secret"] = {"namespace": namespace, "name": secret}
+        intent["credentials"] = {"dir": f"{root}/{namespace}/{secret}"}
+        intent["credentials_secret"] = {"namespace": namespace, "name": secret}
     tls = _obj(conn.get("tls"), "spec.connection.tls")
     ca_secret: SecretRef | None = None
-    if _bool(tls.get("insecureSkipVerify"), "spec.connection.tls.insecureSkipVerify", False):
-        config["verify_tls"] = False
+    intent["verify_tls"] = not _bool(tls.get("insecureSkipVerify"), "spec.connection.tls.insecureSkipVerify", False)
     if tls.get("caSecretRef") is not None:
         ca = _obj(tls["caSecretRef"], "spec.connection.tls.caSecretRef")
         ca_name, ca_key = ca.get("name"), ca.get("key") or "ca.crt"
         if not isinstance(ca_name, str) or not DNS_SUBDOMAIN.match(ca_name):
             raise InvalidSpec(INVALID_SPEC, "spec.connection.tls.caSecretRef.name must be a Secret name")
         ca_secret = SecretRef(namespace, ca_name, (ca_key,))
-        config["ca_file"] = f"{root}/{namespace}/{ca_name}/{ca_key}"
-
-    include = _strings(spec.get("include"), "spec.include")
-    exclude = _strings(spec.get("exclude"), "spec.exclude")
-    if include:
-        config["include"] = include
-    if exclude:
-        config["exclude"] = exclude
-    max_bytes = _int(spec.get("maxFileBytes"), "spec.maxFileBytes", low=1)
-    if max_bytes is not None:
-        config["max_file_bytes"] = max_bytes
-    if not _bool(spec.get("ocr"), "spec.ocr", True):
-        config["ocr"] = False  # images and scanned PDF pages stay unread (kdbl_worker.pipeline.ocr_enabled)
+        intent["ca_file"] = f"{root}/{namespace}/{ca_name}/{ca_key}"
+    intent.update(include=spec.get("include"), exclude=spec.get("exclude"), max_file_bytes=spec.get("maxFileBytes"),
+                  ocr=spec.get("ocr"))  # ocr false: images and scanned PDF pages stay unread
 
     hybrid = spec.get("hybrid")
     if hybrid is not None and not isinstance(hybrid, bool):
@@ -499,8 +415,8 @@ def source(body: Mapping[str, Any], *, credentials_root: str = DEFAULT_CREDENTIA
     grants = {f"user:{_subject_part(p, 'spec.acl.principals')}"
               for p in _strings(acl.get("principals"), "spec.acl.principals")}
     grants |= {f"group:{_subject_part(g, 'spec.acl.groups')}" for g in _strings(acl.get("groups"), "spec.acl.groups")}
-    if _bool(acl.get("honorFilePermissions"), "spec.acl.honorFilePermissions", False):
-        config["honor_file_permissions"] = True
+    intent["honor_file_permissions"] = acl.get("honorFilePermissions")
+    config = _config(protocol, **intent)
 
     config["k8s"] = {"owner": owner_marker(body), "hybrid": "inherit" if hybrid is None else "spec"}
     return DesiredSource(

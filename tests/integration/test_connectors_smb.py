@@ -30,8 +30,9 @@ from kdbl_control import admin
 from kdbl_control.cli import build_parser, source_config
 from kdbl_core.errors import InvalidArgument, PermanentError
 from kdbl_core.settings import Settings
+from kdbl_core.sources import parse
 from kdbl_worker.connectors import SourceUnavailable, connector_for
-from kdbl_worker.connectors.smb import SmbConnector, parse_config
+from kdbl_worker.connectors.smb import SmbConnector
 from kdbl_worker.pipeline import Indexer, load_sources
 from sqlalchemy import text
 
@@ -399,7 +400,7 @@ def test_the_config_the_operator_writes_is_what_the_connector_reads():
 
     config = connection_config("smb", {"server": "fs1.corp", "share": "docs", "path": "/team/handbook",
                                        "domain": "CORP", "port": 4450})
-    parsed = parse_config({**config, "credentials": {"dir": "/var/run/secrets/kdbl/sources/ns/fs1"}})
+    parsed = parse("smb", {**config, "credentials": {"dir": "/var/run/secrets/kdbl/sources/ns/fs1"}})
     assert (parsed.server, parsed.share, parsed.path, parsed.port, parsed.domain) == (
         "fs1.corp", "docs", ("team", "handbook"), 4450, "CORP")
 

@@ -21,11 +21,11 @@ def test_s3_source_config_keeps_only_a_credentials_reference():
 
 
 def test_s3_anonymous_is_a_credentials_form_the_connector_accepts():
-    from kdbl_worker.connectors.s3 import parse_config
+    from kdbl_core.sources import parse
 
     cfg = _cfg("--protocol", "s3", "--bucket", "public", "--endpoint", "http://minio:9000", "--anonymous")
     assert cfg["credentials"] == {"anonymous": True}
-    assert parse_config(cfg).anonymous is True
+    assert parse("s3", cfg).anonymous is True
 
 
 @pytest.mark.parametrize("argv, field", [

@@ -27,11 +27,11 @@ from kdbl_core.errors import (
     Unavailable, UpstreamError, http_response_of, jsonrpc_response_of,
 )
 from kdbl_core.settings import Settings
+from kdbl_core.sources.schedule import ScheduleError, parse
 from kdbl_operator import k8s
 from kdbl_operator.desired import InvalidSpec
 from kdbl_operator.kopf_errors import kopf_error_of
 from kdbl_worker.fetch import create_fetch_app
-from kdbl_worker.schedule import ScheduleError, parse
 
 SIGNING = "s" * 48
 FETCH_TOKEN = "internal-token-" + "r" * 32

@@ -1,4 +1,5 @@
-"""Crawl schedules: @every slots aligned to the epoch, macros, a 5-field cron subset, manual, errors."""
+"""Crawl schedules: @every slots aligned to the epoch, macros, a 5-field cron subset, manual, errors
+(the parser is kdbl_core.sources.schedule, the slots kdbl_worker.schedule)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from kdbl_worker.schedule import DEFAULT_SCHEDULE, ScheduleError, latest_slot, parse
+from kdbl_core.sources.schedule import DEFAULT_SCHEDULE, ScheduleError, parse, parse_stored
+from kdbl_worker.schedule import latest_slot
 
 
 def at(*args: int) -> datetime:
@@ -56,7 +58,7 @@ def test_times_in_other_zones_are_read_as_utc():
 def test_manual_schedules_never_fire_and_empty_means_the_default():
     for expr in ("manual", "off", "@never", "never", "@manual"):
         assert parse(expr).manual and latest_slot(expr, NOW) is None
-    assert parse(None).text == parse("").text == DEFAULT_SCHEDULE
+    assert parse(None).text == parse_stored("").text == parse_stored(None).text == DEFAULT_SCHEDULE
     assert latest_slot(None, NOW) == latest_slot(DEFAULT_SCHEDULE, NOW)
 
 

@@ -356,60 +356,48 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def source_config(args: argparse.Namespace) -> dict[str, Any]:
-    """The sources.config for `source add`: connection details and a credentials *reference* only."""
+    """The sources.config for `source add` (kdbl_core.sources.build: the schema the operator and the
+    connectors use): connection details and a credentials *reference* only. Validates --schedule too."""
+    from kdbl_core import sources
     from kdbl_core.errors import InvalidArgument
 
-    config: dict[str, Any] = {}
-    if args.protocol == "fs":
-        if not args.path:
-            raise InvalidArgument("path", "--path is required for protocol fs")
-        config["root"] = args.path
-    elif args.protocol == "s3":
-        config.update({k: v for k, v in {"bucket": args.bucket, "prefix": args.prefix, "endpoint_url": args.endpoint,
-                                          "region": args.region, "path_style": args.path_style}.items() if v is not None})
-        if args.anonymous:
-            if args.credentials_env or args.credentials_dir:
-                raise InvalidArgument("anonymous", "--anonymous cannot be combined with a credentials reference")
-            config["credentials"] = {"anonymous": True}  # the form the s3 connector reads
-    elif args.protocol == "smb":
-        config.update({k: v for k, v in {"server": args.server, "share": args.share, "path": args.path,
-                                          "port": args.port, "domain": args.domain}.items() if v is not None})
-    else:
-        config["url"] = args.url
+    if args.schedule is not None:
+        sources.parse_schedule(args.schedule)  # ScheduleError: an InvalidArgument naming 'schedule'
+    credentials: dict[str, Any] | None = None
     if args.credentials_env:
         pairs = [item.split("=", 1) for item in args.credentials_env.split(",") if item]
         if any(len(p) != 2 or not p[0] or not p[1] for p in pairs):
             raise InvalidArgument("credentials-env", "use NAME=ENV_VAR[,NAME=ENV_VAR...]")
-        config["credentials"] = {"env": dict(pairs)}
+        credentials = {"env": dict(pairs)}
     elif args.credentials_dir:
-        config["credentials"] = {"dir": args.credentials_dir}
-    if args.no_verify_tls:
-        config["verify_tls"] = False
-    if args.ca_file:
-        config["ca_file"] = args.ca_file
-    if args.schedule:
-        from kdbl_worker.schedule import parse as parse_schedule
-
-        parse_schedule(args.schedule)  # ScheduleError: an InvalidArgument naming 'schedule'
-    if args.include:
-        config["include"] = args.include
-    if args.exclude:
-        config["exclude"] = args.exclude
-    if args.no_ocr:
-        config["ocr"] = False
-    if args.protocol == "s3":
-        from kdbl_worker.connectors.s3 import parse_config
-
-        parse_config(config)
+        credentials = {"dir": args.credentials_dir}
+    if args.anonymous:
+        if credentials is not None:
+            raise InvalidArgument("anonymous", "--anonymous cannot be combined with a credentials reference")
+        credentials = {"anonymous": True}  # the form the s3 schema reads
+    if args.protocol == "fs":
+        if not args.path:
+            raise InvalidArgument("path", "--path is required for protocol fs")
+        connection: dict[str, Any] = {"root": str(Path(args.path).expanduser().resolve())}
+    elif args.protocol == "s3":
+        connection = {"bucket": args.bucket, "prefix": args.prefix, "endpoint_url": args.endpoint,
+                      "region": args.region, "path_style": args.path_style}
     elif args.protocol == "smb":
-        from kdbl_worker.connectors.smb import parse_config
+        connection = {"server": args.server, "share": args.share, "path": args.path, "port": args.port,
+                      "domain": args.domain}
+    else:
+        connection = {"url": args.url}
+    return sources.build(args.protocol, **connection, credentials=credentials, verify_tls=not args.no_verify_tls,
+                         ca_file=args.ca_file, include=args.include, exclude=args.exclude,
+                         ocr=not args.no_ocr).stored
 
-        parse_config(config)
-    elif args.protocol in ("webdav", "http"):
-        from kdbl_worker.connectors.webdav import parse_config
 
-        parse_config(config)
-    return config
+def source_schedule(args: argparse.Namespace) -> str | None:
+    """The `sources.schedule` for `source add`: the normalised text the operator stores for the same
+    schedule; None (no --schedule) stores NULL, the default."""
+    from kdbl_core.sources import parse_schedule
+
+    return None if args.schedule is None else parse_schedule(args.schedule).text
 
 
 def _crawl(args: argparse.Namespace, settings: Settings, engine: Any) -> int:
@@ -474,7 +462,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings, engine: Any, admin: 
     elif cmd == "source" and action == "add":
         source = admin.add_source(engine, args.tenant, protocol=args.protocol, config=source_config(args),
                                   name=args.name, restricted=args.restricted, hybrid=not args.no_hybrid,
-                                  schedule=args.schedule, force=args.force)
+                                  schedule=source_schedule(args), force=args.force)
         print(source.id)
     elif cmd == "source" and action == "files":
         from kdbl_control import file_report

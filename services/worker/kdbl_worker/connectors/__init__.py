@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import BinaryIO, Protocol
 
 from kdbl_core.errors import InvalidArgument, PermanentError, TemporaryError
 from kdbl_core.settings import named_env
@@ -133,16 +133,6 @@ def read_credentials(ref: object, *, required: tuple[str, ...],
     return values
 
 
-def config_number(config: dict, name: str, default: float, low: float, high: float, *,
-                  integer: bool = False) -> Any:
-    """A numeric connector option in [low, high]; the error names the option."""
-    value = config.get(name, default)
-    kind = int if integer else int | float
-    if isinstance(value, bool) or not isinstance(value, kind) or not low <= value <= high:
-        raise InvalidArgument(name, f"must be {'an integer' if integer else 'a number'} from {low} to {high}")
-    return value
-
-
 def valid_key(key: str) -> bool:
     """A relative POSIX key with no empty, '.' or '..' segment (nothing that could leave the root)."""
     return bool(key) and all(p not in ("", ".", "..") for p in key.split("/"))
@@ -152,7 +142,10 @@ def connector_for(protocol: str, config: dict) -> Connector:
     if protocol == "fs":
         from kdbl_worker.connectors.fs import FsConnector
 
-        return FsConnector(config["root"])
+        from kdbl_core.sources import FsConfig, parse
+
+        fs: FsConfig = parse("fs", config)  # type: ignore[assignment]
+        return FsConnector(fs.root)
     if protocol == "s3":
         from kdbl_worker.connectors.s3 import S3Connector
 

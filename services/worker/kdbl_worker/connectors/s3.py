@@ -1,6 +1,6 @@
 """S3-compatible object stores (AWS S3, MinIO, Ceph RGW, ...) through boto3.
 
-Config (a source's `config` JSON):
+Config (a source's `config` JSON; the schema, defaults and validation are kdbl_core.sources.config):
   bucket        required
   prefix        optional; treated as a folder ("docs" lists "docs/..." only, never "docs2/...")
   endpoint_url  optional; a custom endpoint (MinIO, RGW); no user:password in it
@@ -32,116 +32,27 @@ import random
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC
 from typing import Any, BinaryIO
-from urllib.parse import urlsplit
 
-from kdbl_core.errors import InvalidArgument
+from kdbl_core.sources import S3Config, parse
 
 from kdbl_worker.connectors import (
     ClosingConnector,
     ListingProblems,
     RemoteFile,
     SourceUnavailable,
-    config_number,
     read_credentials,
 )
 
 log = logging.getLogger(__name__)
 
-SPOOL_MAX_BYTES = 32 * 1024 * 1024
 READ_CHUNK = 1024 * 1024
 MAX_DELAY = 20.0
 _NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
 _DENIED = {"AccessDenied", "403", "Forbidden", "AllAccessDisabled"}
 _THROTTLED = {"SlowDown", "503", "RequestLimitExceeded", "ThrottlingException", "Throttling",
               "TooManyRequestsException", "RequestThrottled", "ServiceUnavailable", "429"}
-
-
-def _float(config: dict, name: str, default: float | None, low: float, high: float) -> float | None:
-    value = config.get(name, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-        raise InvalidArgument(name, f"must be a number of seconds from {low} to {high}")
-    return float(value)
-
-
-@dataclass(frozen=True, slots=True)
-class S3Config:
-    bucket: str
-    prefix: str
-    endpoint_url: str | None
-    region: str
-    path_style: bool | None
-    credentials: dict | None
-    anonymous: bool
-    verify: bool | str
-    max_attempts: int
-    base_delay: float | None
-    page_size: int
-    connect_timeout: float
-    read_timeout: float
-    spool_max_bytes: int
-
-    @property
-    def where(self) -> str:
-        """The endpoint for messages; never carries credentials."""
-        return self.endpoint_url or f"AWS S3 ({self.region})"
-
-
-def parse_config(config: dict[str, Any]) -> S3Config:
-    """Validate a source config; raises InvalidArgument naming the field. Reads no secret."""
-    if not isinstance(config, dict):
-        raise InvalidArgument("config", "must be an object")
-    bucket = config.get("bucket")
-    if not isinstance(bucket, str) or not bucket.strip() or "/" in bucket:
-        raise InvalidArgument("bucket", "a bucket name is required")
-    prefix = config.get("prefix") or ""
-    if not isinstance(prefix, str):
-        raise InvalidArgument("prefix", "must be a string")
-    prefix = prefix.lstrip("/")
-    if prefix and not prefix.endswith("/"):
-        prefix += "/"
-    endpoint = config.get("endpoint_url") or None
-    if endpoint is not None:
-        parts = urlsplit(endpoint) if isinstance(endpoint, str) else None
-        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InvalidArgument("endpoint_url", "must be an http:// or https:// URL")
-        if parts.username or parts.password:
-            raise InvalidArgument("endpoint_url", "must not carry credentials; use a credentials reference")
-    region = config.get("region") or "us-east-1"
-    if not isinstance(region, str):
-        raise InvalidArgument("region", "must be a string")
-    path_style = config.get("path_style")
-    if path_style is None and endpoint is not None:
-        path_style = True
-    if path_style is not None and not isinstance(path_style, bool):
-        raise InvalidArgument("path_style", "must be true or false")
-    creds = config.get("credentials")
-    anonymous = isinstance(creds, dict) and creds.get("anonymous") is True and len(creds) == 1
-    if creds is not None and not anonymous and (
-            not isinstance(creds, dict) or len(creds) != 1 or not ({"env", "dir"} & creds.keys())):
-        raise InvalidArgument("credentials", 'must be {"env": {...}}, {"dir": PATH} or {"anonymous": true}; '
-                                             "secret values are never stored in a source config")
-    verify_tls = config.get("verify_tls", True)
-    if not isinstance(verify_tls, bool):
-        raise InvalidArgument("verify_tls", "must be true or false")
-    ca_file = config.get("ca_file")
-    if ca_file is not None and not isinstance(ca_file, str):
-        raise InvalidArgument("ca_file", "must be a path")
-    return S3Config(
-        bucket=bucket.strip(), prefix=prefix, endpoint_url=endpoint, region=region, path_style=path_style,
-        credentials=None if anonymous else creds, anonymous=anonymous,
-        verify=(ca_file or True) if verify_tls else False,
-        max_attempts=config_number(config, "max_attempts", 5, 1, 20, integer=True),
-        base_delay=_float(config, "base_delay", None, 0.0, 60.0),
-        page_size=config_number(config, "page_size", 1000, 1, 1000, integer=True),
-        connect_timeout=_float(config, "connect_timeout", 10.0, 0.1, 600.0) or 10.0,
-        read_timeout=_float(config, "read_timeout", 60.0, 0.1, 3600.0) or 60.0,
-        spool_max_bytes=config_number(config, "spool_max_bytes", SPOOL_MAX_BYTES, 0, 1 << 30, integer=True),
-    )
 
 
 def _error_code(exc: Exception) -> str:
@@ -182,7 +93,7 @@ def _use_base_delay(client: Any, max_attempts: int, base_delay: float) -> None:
 
 class S3Connector(ClosingConnector):
     def __init__(self, config: dict[str, Any]) -> None:
-        self.config = parse_config(config)
+        self.config: S3Config = parse("s3", config)  # type: ignore[assignment]
         self.problems = ListingProblems()
         self._s3: Any = None
 

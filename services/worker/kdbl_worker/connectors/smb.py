@@ -1,6 +1,6 @@
 """Windows / Samba file shares (SMB 2/3) through smbprotocol's `smbclient`.
 
-Config (the keys the operator writes from a Source's spec.connection):
+Config (the keys the operator writes from a Source's spec.connection; schema: kdbl_core.sources.config):
   server        required; host name or address of the file server
   share         required; the share name
   path          optional folder inside the share ("team/docs", "/" or "\\" separators); default: its root
@@ -33,12 +33,12 @@ import random
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import UTC
 from typing import Any, BinaryIO, TypeVar
 
 import smbclient
 from kdbl_core.errors import InvalidArgument
+from kdbl_core.sources import SmbConfig, parse
 from smbprotocol.exceptions import SMBConnectionClosed, SMBException, SMBOSError, SMBResponseException
 from smbprotocol.file_info import FileAttributes
 from smbprotocol.header import NtStatus
@@ -48,7 +48,6 @@ from kdbl_worker.connectors import (
     ListingProblems,
     RemoteFile,
     SourceUnavailable,
-    config_number,
     read_credentials,
     valid_key,
 )
@@ -103,58 +102,12 @@ def _parts(value: str) -> list[str]:
     return [p for p in value.replace("\\", "/").split("/") if p]
 
 
-@dataclass(frozen=True, slots=True)
-class SmbConfig:
-    server: str
-    share: str
-    path: tuple[str, ...]
-    port: int
-    domain: str | None
-    credentials: dict
-    max_attempts: int
-    base_delay: float
-    max_depth: int
-    connect_timeout: float
-
-    @property
-    def where(self) -> str:
-        """The share for messages; never carries credentials."""
-        return "/".join((f"smb source //{self.server}:{self.port}", self.share, *self.path))
-
-
-def parse_config(config: dict[str, Any]) -> SmbConfig:
-    """Validate an `smb` source config; InvalidArgument names the bad field. Reads no secret."""
-    if not isinstance(config, dict):
-        raise InvalidArgument("config", "must be an object")
-    server = config.get("server")
-    if not isinstance(server, str) or not server.strip() or any(c in server for c in "/\\@ "):
-        raise InvalidArgument("server", "a host name or address is required (no slashes, no user@)")
-    share = config.get("share")
-    if not isinstance(share, str) or not share.strip("/\\") or any(c in share.strip("/\\") for c in "/\\"):
-        raise InvalidArgument("share", "a share name is required (one name, no slashes)")
-    path = config.get("path") or ""
-    if not isinstance(path, str) or any(p in (".", "..") for p in _parts(path)):
-        raise InvalidArgument("path", "must be a folder inside the share, without '.' or '..'")
-    domain = config.get("domain")
-    if domain is not None and (not isinstance(domain, str) or "\\" in domain):
-        raise InvalidArgument("domain", "must be a domain name")
-    creds = config.get("credentials")
-    if not isinstance(creds, dict) or len(creds) != 1 or not ({"env", "dir"} & creds.keys()):
-        raise InvalidArgument("credentials", 'a reference is required: {"env": {...}} or {"dir": PATH}; '
-                                             "secret values are never stored in a source config")
-    return SmbConfig(
-        server=server.strip(), share=share.strip("/\\"), path=tuple(_parts(path)),
-        port=config_number(config, "port", 445, 1, 65535, integer=True), domain=domain or None, credentials=creds,
-        max_attempts=config_number(config, "max_attempts", 4, 1, 20, integer=True),
-        base_delay=float(config_number(config, "base_delay", 0.5, 0.0, 60.0)),
-        max_depth=config_number(config, "max_depth", 64, 1, 1000, integer=True),
-        connect_timeout=float(config_number(config, "connect_timeout", 10.0, 0.1, 600.0)),
-    )
-
-
 class SmbConnector(ClosingConnector):
     def __init__(self, config: dict[str, Any]) -> None:
-        self.config = parse_config(config)
+        self.config: SmbConfig = parse("smb", config)  # type: ignore[assignment]
+        if self.config.credentials is None:
+            raise InvalidArgument("credentials", 'a reference is required: {"env": {...}} or {"dir": PATH}; '
+                                                 "secret values are never stored in a source config")
         self.problems = ListingProblems()
         self._pool: dict[str, Any] = {}  # smbclient connection cache: this connector's connections only
         self._auth: dict[str, Any] | None = None
@@ -167,7 +120,7 @@ class SmbConnector(ClosingConnector):
             cfg = self.config
             secrets = read_credentials(cfg.credentials, required=("username", "password"),
                                        optional=("domain",))
-            assert secrets is not None  # parse_config insists on a reference
+            assert secrets is not None  # __init__ insists on a reference
             domain = secrets.get("domain") or cfg.domain
             self._auth = {"username": f"{domain}\\{secrets['username']}" if domain else secrets["username"],
                           "password": secrets["password"]}

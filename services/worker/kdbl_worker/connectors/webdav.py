@@ -5,7 +5,7 @@ or answer with the whole tree in one reply): size from getcontentlength, mtime f
 from getetag. `http` reads nginx / Apache / `python -m http.server` style autoindex pages (`<a href>` links,
 folders end in "/") and asks HEAD for size, Last-Modified and ETag.
 
-Config:
+Config (schema, defaults and validation: kdbl_core.sources.config):
   url           the base collection / folder URL (no user:password in it)
   credentials   optional reference: {"env": {"username": VAR, "password": VAR}} or {"dir": PATH} (files
                 `username` and `password`); HTTP basic auth
@@ -39,86 +39,25 @@ from typing import Any, BinaryIO
 from urllib.parse import quote, unquote, urljoin, urlsplit
 
 import httpx
-from kdbl_core.errors import InvalidArgument
+from kdbl_core.sources import HttpConfig, parse
 
 from kdbl_worker.connectors import (
     ClosingConnector,
     ListingProblems,
     RemoteFile,
     SourceUnavailable,
-    config_number,
     read_credentials,
     valid_key,
 )
 
 log = logging.getLogger(__name__)
 
-SPOOL_MAX_BYTES = 32 * 1024 * 1024
 READ_CHUNK = 1024 * 1024
 MAX_DELAY = 30.0
 RETRY_STATUS = {429, 502, 503, 504}
 DAV = "{DAV:}"
 PROPFIND_BODY = (b'<?xml version="1.0" encoding="utf-8"?>\n<D:propfind xmlns:D="DAV:"><D:prop>'
                  b"<D:resourcetype/><D:getcontentlength/><D:getlastmodified/><D:getetag/></D:prop></D:propfind>")
-
-
-@dataclass(frozen=True, slots=True)
-class HttpConfig:
-    origin: str  # scheme://host[:port]
-    base_path: str  # decoded, ends with "/"
-    credentials: dict | None
-    verify: bool | str
-    max_attempts: int
-    base_delay: float
-    max_depth: int
-    connect_timeout: float
-    read_timeout: float
-    spool_max_bytes: int
-
-    @property
-    def url(self) -> str:
-        return self.origin + quote(self.base_path, safe="/")
-
-
-def parse_config(config: dict[str, Any]) -> HttpConfig:
-    """Validate a `webdav` / `http` source config; InvalidArgument names the bad field. Reads no secret."""
-    if not isinstance(config, dict):
-        raise InvalidArgument("config", "must be an object")
-    url = config.get("url")
-    parts = urlsplit(url) if isinstance(url, str) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidArgument("url", "an http:// or https:// URL is required")
-    if parts.username or parts.password:
-        raise InvalidArgument("url", "must not carry credentials; use a credentials reference")
-    if parts.query or parts.fragment:
-        raise InvalidArgument("url", "must not have a query or a fragment")
-    try:
-        base_path = unquote(parts.path or "/", errors="strict")
-    except UnicodeDecodeError:
-        raise InvalidArgument("url", "its path must be percent-encoded UTF-8") from None
-    if not base_path.endswith("/"):
-        base_path += "/"
-    creds = config.get("credentials")
-    if creds is not None and (
-            not isinstance(creds, dict) or len(creds) != 1 or not ({"env", "dir"} & creds.keys())):
-        raise InvalidArgument("credentials", 'must be {"env": {...}} or {"dir": PATH}; '
-                                             "secret values are never stored in a source config")
-    verify_tls = config.get("verify_tls", True)
-    if not isinstance(verify_tls, bool):
-        raise InvalidArgument("verify_tls", "must be true or false")
-    ca_file = config.get("ca_file")
-    if ca_file is not None and not isinstance(ca_file, str):
-        raise InvalidArgument("ca_file", "must be a path")
-    return HttpConfig(
-        origin=f"{parts.scheme}://{parts.netloc}", base_path=base_path, credentials=creds,
-        verify=(ca_file or True) if verify_tls else False,
-        max_attempts=config_number(config, "max_attempts", 4, 1, 20, integer=True),
-        base_delay=float(config_number(config, "base_delay", 0.5, 0.0, 60.0)),
-        max_depth=config_number(config, "max_depth", 64, 1, 1000, integer=True),
-        connect_timeout=float(config_number(config, "connect_timeout", 10.0, 0.1, 600.0)),
-        read_timeout=float(config_number(config, "read_timeout", 60.0, 0.1, 3600.0)),
-        spool_max_bytes=config_number(config, "spool_max_bytes", SPOOL_MAX_BYTES, 0, 1 << 30, integer=True),
-    )
 
 
 def _mtime(value: str | None) -> datetime | None:
@@ -156,7 +95,7 @@ class _HttpConnector(ClosingConnector):
     kind = "http"
 
     def __init__(self, config: dict[str, Any]) -> None:
-        self.config = parse_config(config)
+        self.config: HttpConfig = parse(self.kind, config)  # type: ignore[assignment]
         self.problems = ListingProblems()
         self._http: httpx.Client | None = None
 

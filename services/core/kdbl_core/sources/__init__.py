@@ -1,0 +1,19 @@
+"""Sources as configured: the one source-config schema (`config`) and the one schedule parser
+(`schedule`), used by kdbl-control, the operator and the worker's connectors."""
+
+from kdbl_core.sources.config import (
+    CREDENTIAL_NAMES,
+    PROTOCOLS,
+    FsConfig,
+    HttpConfig,
+    S3Config,
+    SmbConfig,
+    SourceConfig,
+    build,
+    parse,
+)
+from kdbl_core.sources.schedule import DEFAULT_SCHEDULE, Schedule, ScheduleError, parse_stored
+from kdbl_core.sources.schedule import parse as parse_schedule
+
+__all__ = ["CREDENTIAL_NAMES", "DEFAULT_SCHEDULE", "PROTOCOLS", "FsConfig", "HttpConfig", "S3Config", "Schedule",
+           "ScheduleError", "SmbConfig", "SourceConfig", "build", "parse", "parse_schedule", "parse_stored"]
