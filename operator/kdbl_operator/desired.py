@@ -394,7 +394,8 @@ def source(body: Mapping[str, Any], *, credentials_root: str = DEFAULT_CREDENTIA
         intent["credentials_secret"] = {"namespace": namespace, "name": secret}
     tls = _obj(conn.get("tls"), "spec.connection.tls")
     ca_secret: SecretRef | None = None
-    intent["verify_tls"] = not _bool(tls.get("insecureSkipVerify"), "spec.connection.tls.insecureSkipVerify", False)
+    intent["verify_tls"] = not _bool(tls.get("insecureSkipVerify"), "spec.connection.tls.insecureSkipVerify",
+                                     False)
     if tls.get("caSecretRef") is not None:
         ca = _obj(tls["caSecretRef"], "spec.connection.tls.caSecretRef")
         ca_name, ca_key = ca.get("name"), ca.get("key") or "ca.crt"
@@ -402,8 +403,8 @@ def source(body: Mapping[str, Any], *, credentials_root: str = DEFAULT_CREDENTIA
             raise InvalidSpec(INVALID_SPEC, "spec.connection.tls.caSecretRef.name must be a Secret name")
         ca_secret = SecretRef(namespace, ca_name, (ca_key,))
         intent["ca_file"] = f"{root}/{namespace}/{ca_name}/{ca_key}"
-    intent.update(include=spec.get("include"), exclude=spec.get("exclude"), max_file_bytes=spec.get("maxFileBytes"),
-                  ocr=spec.get("ocr"))  # ocr false: images and scanned PDF pages stay unread
+    intent.update(include=spec.get("include"), exclude=spec.get("exclude"),
+                  max_file_bytes=spec.get("maxFileBytes"), ocr=spec.get("ocr"))  # ocr false: images and scanned PDF pages stay unread
 
     hybrid = spec.get("hybrid")
     if hybrid is not None and not isinstance(hybrid, bool):

@@ -29,16 +29,19 @@ STORED: list[tuple[str, dict[str, Any]]] = [
             "credentials": {"env": {"access_key_id": "AK_VAR", "secret_access_key": "SK_VAR"}},
             "exclude": ["*.tmp"]}),
     ("s3", {"bucket": "public", "endpoint_url": "http://minio:9000", "credentials": {"anonymous": True}}),
-    ("s3", {"bucket": "b", "endpoint_url": "https://minio:9000", "region": "eu", "prefix": "x/", "path_style": True}),
+    ("s3", {"bucket": "b", "endpoint_url": "https://minio:9000", "region": "eu", "prefix": "x/",
+            "path_style": True}),
     ("s3", {"bucket": "b", "credentials": {"dir": "/run/creds/team-a/s3"},
             "credentials_secret": {"namespace": "team-a", "name": "s3"}, "verify_tls": False,
             "ca_file": "/run/creds/team-a/minio-ca/ca.crt", "k8s": OWNER}),
-    ("s3", {"bucket": "kdbl-e2e", "prefix": "docs/", "endpoint_url": "http://127.0.0.1:9000", "region": "us-east-1",
-            "credentials": {"env": {"access_key_id": "A", "secret_access_key": "S"}}, "max_attempts": 2,
-            "base_delay": 0.01, "page_size": 2, "connect_timeout": 1, "read_timeout": 5, "spool_max_bytes": 0}),
+    ("s3", {"bucket": "kdbl-e2e", "prefix": "docs/", "endpoint_url": "http://127.0.0.1:9000",
+            "region": "us-east-1", "credentials": {"env": {"access_key_id": "A", "secret_access_key": "S"}},
+            "max_attempts": 2, "base_delay": 0.01, "page_size": 2, "connect_timeout": 1, "read_timeout": 5,
+            "spool_max_bytes": 0}),
     ("smb", {"server": "fs01", "share": "public", "path": "reports", "domain": "CORP", "port": 445}),
     ("smb", {"server": "fs1.corp", "share": "docs", "path": "team/handbook", "port": 4450, "domain": "CORP",
-             "credentials": {"env": {"username": "SMB_USER", "password": "SMB_PASSWORD"}}, "exclude": ["*.tmp"]}),
+             "credentials": {"env": {"username": "SMB_USER", "password": "SMB_PASSWORD"}},
+             "exclude": ["*.tmp"]}),
     ("smb", {"server": "127.0.0.1", "port": 1445, "share": "docs", "path": "e2e", "credentials": CREDS,
              "max_attempts": 3, "base_delay": 0, "max_depth": 8, "connect_timeout": 2.5}),
     ("webdav", {"url": "https://dav.example/remote.php/dav/files/svc/"}),
@@ -59,12 +62,14 @@ def test_the_record_applies_the_defaults_the_connectors_used():
     s3 = sources.parse("s3", {"bucket": " b ", "prefix": "/team", "endpoint_url": "http://minio:9000",
                               "ca_file": "/ca.pem"})
     assert isinstance(s3, S3Config)
-    assert (s3.bucket, s3.prefix, s3.region, s3.path_style, s3.verify) == ("b", "team/", "us-east-1", True, "/ca.pem")
+    assert (s3.bucket, s3.prefix, s3.region, s3.path_style, s3.verify) == (
+        "b", "team/", "us-east-1", True, "/ca.pem")
     assert (s3.max_attempts, s3.page_size, s3.connect_timeout, s3.read_timeout) == (5, 1000, 10.0, 60.0)
     assert sources.parse("s3", {"bucket": "b"}).path_style is None  # AWS: virtual-host style
-    smb = sources.parse("smb", {"server": "fs1", "share": "\\docs\\", "path": "\\team\\a", "credentials": CREDS})
-    assert isinstance(smb, SmbConfig) and (smb.share, smb.path, smb.port, smb.max_depth) == ("docs", ("team", "a"),
-                                                                                               445, 64)
+    smb = sources.parse("smb", {"server": "fs1", "share": "\\docs\\", "path": "\\team\\a",
+                                "credentials": CREDS})
+    assert isinstance(smb, SmbConfig)
+    assert (smb.share, smb.path, smb.port, smb.max_depth) == ("docs", ("team", "a"), 445, 64)
     dav = sources.parse("webdav", {"url": "https://dav.example/a%20b", "verify_tls": False})
     assert isinstance(dav, HttpConfig) and (dav.origin, dav.base_path, dav.verify) == (
         "https://dav.example", "/a b/", False)
@@ -77,10 +82,10 @@ def test_each_connector_reads_its_config_through_the_schema(tmp_path):
     with pytest.raises(InvalidArgument) as err:
         connector_for("fs", {"root": "relative/dir"})
     assert err.value.field == "root"
-    for protocol, config, record in (("s3", {"bucket": "b"}, S3Config),
-                                     ("smb", {"server": "fs1", "share": "d", "credentials": CREDS}, SmbConfig),
-                                     ("webdav", {"url": "http://h/"}, HttpConfig),
-                                     ("http", {"url": "http://h/"}, HttpConfig)):
+    for protocol, config, record in (
+            ("s3", {"bucket": "b"}, S3Config),
+            ("smb", {"server": "fs1", "share": "d", "credentials": CREDS}, SmbConfig),
+            ("webdav", {"url": "http://h/"}, HttpConfig), ("http", {"url": "http://h/"}, HttpConfig)):
         connector = connector_for(protocol, config)
         try:
             assert type(connector.config) is record and connector.config.stored == config
@@ -138,10 +143,12 @@ def _cli(*argv: str) -> tuple[dict[str, Any], str | None]:
 
 
 def _operator(**spec: Any) -> tuple[dict[str, Any], str]:
-    body = {"apiVersion": "kdbl.io/v1alpha1", "kind": "Source", "metadata": {"name": "docs", "namespace": "team-a"},
+    body = {"apiVersion": "kdbl.io/v1alpha1", "kind": "Source",
+            "metadata": {"name": "docs", "namespace": "team-a"},
             "spec": {"tenantRef": {"name": "acme"}, **spec}}
     want = desired.source(body, credentials_root="/run/creds")
-    config = {k: v for k, v in want.config.items() if k not in ("k8s", "credentials_secret")}  # its bookkeeping
+    # without the operator's bookkeeping keys
+    config = {k: v for k, v in want.config.items() if k not in ("k8s", "credentials_secret")}
     return config, want.schedule
 
 
@@ -150,17 +157,17 @@ def _operator(**spec: Any) -> tuple[dict[str, Any], str]:
       "--exclude", "tmp/", "--no-ocr", "--schedule", "0  3 * * MON-FRI"),
      {"protocol": "fs", "connection": {"path": "/data/docs"}, "include": ["**/*.pdf", "**/*.pdf"],
       "exclude": ["tmp/"], "ocr": False, "schedule": "0 3 * * MON-FRI"}),
-    (("--protocol", "s3", "--bucket", "b", "--prefix", "x/", "--endpoint", "https://minio:9000", "--region", "eu",
-      "--path-style", "--credentials-dir", "/run/creds/team-a/s3", "--no-verify-tls",
+    (("--protocol", "s3", "--bucket", "b", "--prefix", "x/", "--endpoint", "https://minio:9000",
+      "--region", "eu", "--path-style", "--credentials-dir", "/run/creds/team-a/s3", "--no-verify-tls",
       "--ca-file", "/run/creds/team-a/minio-ca/ca.crt", "--schedule", "@EVERY 1h 30m"),
-     {"protocol": "s3", "connection": {"bucket": "b", "prefix": "x/", "endpoint": "https://minio:9000",
-                                       "region": "eu", "pathStyle": True,
-                                       "tls": {"insecureSkipVerify": True, "caSecretRef": {"name": "minio-ca"}}},
+     {"protocol": "s3", "connection": {
+         "bucket": "b", "prefix": "x/", "endpoint": "https://minio:9000", "region": "eu", "pathStyle": True,
+         "tls": {"insecureSkipVerify": True, "caSecretRef": {"name": "minio-ca"}}},
       "credentialsSecretRef": {"name": "s3"}, "schedule": "@every 1h30m"}),
     (("--protocol", "smb", "--server", "fs01", "--share", "public", "--path", "reports", "--domain", "CORP",
       "--port", "445", "--credentials-dir", "/run/creds/team-a/smb", "--schedule", "@Daily"),
-     {"protocol": "smb", "connection": {"server": "fs01", "share": "public", "path": "reports", "domain": "CORP",
-                                        "port": 445},
+     {"protocol": "smb", "connection": {"server": "fs01", "share": "public", "path": "reports",
+                                        "domain": "CORP", "port": 445},
       "credentialsSecretRef": {"name": "smb"}, "schedule": "@daily"}),
     (("--protocol", "webdav", "--url", "https://dav.example/files/", "--schedule", "manual"),
      {"protocol": "webdav", "connection": {"url": "https://dav.example/files/"}, "schedule": "Manual"}),
@@ -200,8 +207,8 @@ def test_the_operator_names_the_spec_path_of_a_refused_field():
     ("@Hourly", "@hourly"), ("*/15  7-19 * * MON-FRI", "*/15 7-19 * * MON-FRI"), ("0 0 * * 7", "0 0 * * 7"),
 ])
 def test_the_cli_and_the_operator_accept_the_union_of_schedule_forms_and_store_one_text(text, stored):
-    assert source_schedule(build_parser().parse_args(["source", "add", "--tenant", "t", "--schedule", text])) \
-        == stored
+    args = build_parser().parse_args(["source", "add", "--tenant", "t", "--schedule", text])
+    assert source_schedule(args) == stored
     assert desired.parse_schedule(text) == stored
     assert sources.parse_stored(stored).text == stored
 

@@ -387,9 +387,9 @@ def source_config(args: argparse.Namespace) -> dict[str, Any]:
                       "domain": args.domain}
     else:
         connection = {"url": args.url}
-    return sources.build(args.protocol, **connection, credentials=credentials, verify_tls=not args.no_verify_tls,
-                         ca_file=args.ca_file, include=args.include, exclude=args.exclude,
-                         ocr=not args.no_ocr).stored
+    return sources.build(args.protocol, **connection, credentials=credentials,
+                         verify_tls=not args.no_verify_tls, ca_file=args.ca_file, include=args.include,
+                         exclude=args.exclude, ocr=not args.no_ocr).stored
 
 
 def source_schedule(args: argparse.Namespace) -> str | None:

@@ -15,5 +15,6 @@ from kdbl_core.sources.config import (
 from kdbl_core.sources.schedule import DEFAULT_SCHEDULE, Schedule, ScheduleError, parse_stored
 from kdbl_core.sources.schedule import parse as parse_schedule
 
-__all__ = ["CREDENTIAL_NAMES", "DEFAULT_SCHEDULE", "PROTOCOLS", "FsConfig", "HttpConfig", "S3Config", "Schedule",
-           "ScheduleError", "SmbConfig", "SourceConfig", "build", "parse", "parse_schedule", "parse_stored"]
+__all__ = ["CREDENTIAL_NAMES", "DEFAULT_SCHEDULE", "PROTOCOLS", "FsConfig", "HttpConfig", "S3Config",
+           "Schedule", "ScheduleError", "SmbConfig", "SourceConfig", "build", "parse", "parse_schedule",
+           "parse_stored"]

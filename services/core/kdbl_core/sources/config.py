@@ -20,7 +20,8 @@ Stored fields (unchanged, so existing rows and Source resources keep working):
   s3      bucket, prefix (a folder), endpoint_url (no user:password), region (us-east-1), path_style
           (true when endpoint_url is set), max_attempts 5, base_delay, page_size 1000, connect_timeout 10,
           read_timeout 60, spool_max_bytes 32 MiB
-  smb     server, share, path (a folder in the share), port 445, domain, max_attempts 4, base_delay 0.5, max_depth 64, connect_timeout 10
+  smb     server, share, path (a folder in the share), port 445, domain, max_attempts 4, base_delay 0.5,
+          max_depth 64, connect_timeout 10
   webdav / http   url (http[s], no user:password, query or fragment), max_attempts 4, base_delay 0.5,
           max_depth 64, connect_timeout 10, read_timeout 60, spool_max_bytes 32 MiB
 
@@ -191,12 +192,14 @@ def _credentials(protocol: str, ref: Any) -> tuple[dict | None, bool]:
     if ref is None:
         return None, False
     if protocol == "fs":
-        raise InvalidArgument("credentials", "protocol fs takes no credentials (mount the folder into the worker)")
+        raise InvalidArgument("credentials",
+                              "protocol fs takes no credentials (mount the folder into the worker)")
     if protocol == "s3" and isinstance(ref, dict) and ref.get("anonymous") is True and len(ref) == 1:
         return None, True
     if not isinstance(ref, dict) or len(ref) != 1 or not ({"env", "dir"} & ref.keys()):
         forms = '{"env": {...}}, {"dir": PATH}' + (' or {"anonymous": true}' if protocol == "s3" else "")
-        raise InvalidArgument("credentials", f"must be {forms}; secret values are never stored in a source config")
+        raise InvalidArgument("credentials",
+                              f"must be {forms}; secret values are never stored in a source config")
     return dict(ref), False
 
 
@@ -216,14 +219,16 @@ def _folders(value: str) -> list[str]:
 def _common(protocol: str, config: Mapping[str, Any]) -> dict[str, Any]:
     credentials, anonymous = _credentials(protocol, config.get("credentials"))
     max_bytes = config.get("max_file_bytes")
-    if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1):
+    if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int)
+                                  or max_bytes < 1):
         raise InvalidArgument("max_file_bytes", "must be an integer >= 1")
     for name in ("credentials_secret", "k8s"):
         if config.get(name) is not None and not isinstance(config[name], dict):
             raise InvalidArgument(name, "must be an object")
     common = {
         "protocol": protocol, "stored": dict(config), "credentials": credentials,
-        "verify_tls": _bool(config, "verify_tls", True), "ca_file": _text(config, "ca_file", "must be a path"),
+        "verify_tls": _bool(config, "verify_tls", True),
+        "ca_file": _text(config, "ca_file", "must be a path"),
         "include": _globs(config, "include"), "exclude": _globs(config, "exclude"),
         "ocr": _bool(config, "ocr", True), "max_file_bytes": max_bytes,
         "honor_file_permissions": _bool(config, "honor_file_permissions", False),
@@ -273,7 +278,8 @@ def _s3(config: Mapping[str, Any], common: dict[str, Any]) -> S3Config:
         **common)
 
 
-def _seconds(config: Mapping[str, Any], name: str, default: float | None, low: float, high: float) -> float | None:
+def _seconds(config: Mapping[str, Any], name: str, default: float | None, low: float,
+             high: float) -> float | None:
     value = config.get(name, default)
     if value is None:
         return None

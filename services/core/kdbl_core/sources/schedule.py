@@ -144,7 +144,8 @@ def parse(value: Any) -> Schedule:
     if value is None:
         return _parse(DEFAULT_SCHEDULE, MIN_INTERVAL)
     if not isinstance(value, str) or not value.strip():
-        raise ScheduleError("must be a cron expression, '@every <duration>', a macro such as @hourly, or manual")
+        raise ScheduleError(
+            "must be a cron expression, '@every <duration>', a macro such as @hourly, or manual")
     return _parse(value, MIN_INTERVAL)
 
 
