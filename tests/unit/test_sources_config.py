@@ -96,7 +96,6 @@ def test_each_connector_reads_its_config_through_the_schema(tmp_path):
 @pytest.mark.parametrize(("protocol", "config", "field"), [
     ("fs", {}, "root"),
     ("fs", {"root": "docs"}, "root"),
-    ("fs", {"root": "/d", "credentials": {"dir": "/run/x"}}, "credentials"),
     ("s3", {"prefix": "x"}, "bucket"),
     ("s3", {"bucket": "a/b"}, "bucket"),
     ("s3", {"bucket": "b", "endpoint_url": "http://user:pw@minio:9000"}, "endpoint_url"),
@@ -128,10 +127,19 @@ def test_bad_configs_are_refused_naming_the_field_and_never_a_secret(protocol, c
     assert "hunter2" not in str(err.value)
 
 
-def test_a_setting_of_another_protocol_is_refused_when_building():
+def test_a_setting_of_another_protocol_and_credentials_for_fs_are_refused_when_building():
     with pytest.raises(InvalidArgument) as err:
         sources.build("s3", bucket="b", url="https://h/")
     assert err.value.field == "url"
+    with pytest.raises(InvalidArgument) as err:
+        sources.build("fs", root="/d", credentials={"dir": "/run/x"})
+    assert err.value.field == "credentials"
+    with pytest.raises(InvalidArgument) as err:  # `kdbl-control source add --protocol fs` accepted it
+        source_config(build_parser().parse_args(["source", "add", "--tenant", "t", "--path", "/d",
+                                                 "--credentials-dir", "/run/x"]))
+    assert err.value.field == "credentials"
+    stored = {"root": "/d", "credentials": {"dir": "/run/x"}}  # such a stored row still crawls
+    assert sources.parse("fs", stored).stored == stored and sources.parse("fs", stored).credentials is None
 
 
 # ------------------------------------------------------------------------------------------------

@@ -25,9 +25,11 @@ Stored fields (unchanged, so existing rows and Source resources keep working):
   webdav / http   url (http[s], no user:password, query or fragment), max_attempts 4, base_delay 0.5,
           max_depth 64, connect_timeout 10, read_timeout 60, spool_max_bytes 32 MiB
 
-Unknown keys are kept as they are (a row may carry keys a newer or older version wrote). An smb config
-without credentials is valid here (a Source without a Secret reference always was); the SMB connector
-refuses to connect without one, as before.
+Unknown keys are kept as they are (a row may carry keys a newer or older version wrote). `build` is
+stricter than `parse` in one place: an fs config with credentials is refused when written (the operator
+always refused it) but a stored one (kdbl-control accepted it) still parses, its credentials unused.
+An smb config without credentials is valid here (a Source without a Secret reference always was); the
+SMB connector refuses to connect without one, as before.
 """
 
 from __future__ import annotations
@@ -189,11 +191,8 @@ def _globs(config: Mapping[str, Any], name: str) -> tuple[str, ...]:
 def _credentials(protocol: str, ref: Any) -> tuple[dict | None, bool]:
     """(reference, anonymous). Only the shape is checked here: names and files are read by the worker
     (kdbl_worker.connectors.read_credentials), and an error never echoes a value."""
-    if ref is None:
+    if ref is None or protocol == "fs":  # fs: refused by build; a row kdbl-control once stored keeps working
         return None, False
-    if protocol == "fs":
-        raise InvalidArgument("credentials",
-                              "protocol fs takes no credentials (mount the folder into the worker)")
     if protocol == "s3" and isinstance(ref, dict) and ref.get("anonymous") is True and len(ref) == 1:
         return None, True
     if not isinstance(ref, dict) or len(ref) != 1 or not ({"env", "dir"} & ref.keys()):
@@ -349,6 +348,9 @@ def build(protocol: str, **fields: Any) -> SourceConfig:
     """An intent (stored field names; None, "" and [] mean unset) -> the validated record whose
     `stored` is the canonical dict: unset fields and defaults (verify_tls, ocr true; honor_file_permissions
     false) are left out, glob lists keep their first occurrence of each pattern."""
+    if protocol == "fs" and fields.get("credentials") is not None:
+        raise InvalidArgument("credentials",
+                              "protocol fs takes no credentials (mount the folder into the worker)")
     if protocol in _CONNECTION:
         foreign = [k for k in fields if k in _ALL_CONNECTION and k not in _CONNECTION[protocol]
                    and fields[k] not in (None, "", [])]
