@@ -49,6 +49,7 @@ STORED: list[tuple[str, dict[str, Any]]] = [
                 "base_delay": 0.0, "read_timeout": 5, "spool_max_bytes": 1024}),
     ("http", {"url": "http://docs.internal/manuals/"}),
     ("http", {"url": "http://127.0.0.1:8080/pub/", "verify_tls": False, "legacy_key": "kept as it is"}),
+    ("fs", {"root": "/srv/a", "include": "*.md"}),  # one pattern as a string (kdbl_worker.globs reads it)
 ]
 
 
@@ -113,7 +114,7 @@ def test_each_connector_reads_its_config_through_the_schema(tmp_path):
     ("http", {"url": "https://h/x?q=1"}, "url"),
     ("webdav", {"url": "https://h/", "credentials": {"password": "hunter2"}}, "credentials"),
     ("webdav", {"url": "https://h/", "verify_tls": "no"}, "verify_tls"),
-    ("webdav", {"url": "https://h/", "include": "*.md"}, "include"),
+    ("webdav", {"url": "https://h/", "include": ["*.md", 3]}, "include"),
     ("webdav", {"url": "https://h/", "exclude": [""]}, "exclude"),
     ("webdav", {"url": "https://h/", "ocr": "off"}, "ocr"),
     ("webdav", {"url": "https://h/", "max_file_bytes": 0}, "max_file_bytes"),

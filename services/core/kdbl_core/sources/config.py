@@ -183,6 +183,8 @@ def _globs(config: Mapping[str, Any], name: str) -> tuple[str, ...]:
     value = config.get(name)
     if value is None:
         return ()
+    if isinstance(value, str) and value:  # one pattern: kdbl_worker.globs always read it so
+        return (value,)
     if not isinstance(value, list) or not all(isinstance(p, str) and p for p in value):
         raise InvalidArgument(name, "must be a list of non-empty glob patterns")
     return tuple(value)
