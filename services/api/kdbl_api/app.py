@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
+from kdbl_api.bearer import SdkTokenVerifier
 from kdbl_api.downloads import Downloads
 from kdbl_api.host_hint import HostHint
 from kdbl_api.http_auth import PRM_PATH, McpFrontDoor, public_base
@@ -111,7 +112,7 @@ def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | Non
     policies = Policies(pool, settings)
     limiter = RateLimiter(pool)
     mcp_app = HostHint(StreamableHTTPASGIApp(manager), settings)  # a 421 names --host / KDBL_ALLOWED_HOSTS
-    front_door = McpFrontDoor(mcp_app, verifier, settings, limiter, state.observability,
+    front_door = McpFrontDoor(mcp_app, SdkTokenVerifier(verifier), settings, limiter, state.observability,
                               policies, pool)
     downloads = Downloads(settings, pool, state.observability, policies)
 

@@ -6,12 +6,14 @@ allow downloads (its policy: off / inline / attachment, at most 2 s old), and th
 it must still be valid (not revoked, not expired) — 403 otherwise, so revoking a token also ends
 the links it minted (issue 13 item 3). Bytes come from the worker's internal fetch endpoint — the
 API holds no source
-credentials — and stream through. Every download writes an audit row (tool `files/download`). Refusals
+credentials — and stream through. Every download writes one audit row (tool `files/download`, built by
+kdbl_api.audit_facts from the facts of how it ended, in its own transaction). Refusals
 are kdbl_core.errors classes rendered by `http_response_of` (404 NotFound, 403 Forbidden, 502 UpstreamError).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from datetime import UTC, datetime
@@ -23,12 +25,15 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from kdbl_api import audit_facts
+from kdbl_api.audit_facts import AuditFacts
 from kdbl_api.observability import Observability
 from kdbl_api.policies import Policies
 
-from kdbl_core.db import audit, reads
+from kdbl_core.db import reads
 from kdbl_core.db.engine import ContentDb, autocommit_connection, rls_transaction
 from kdbl_core.errors import Forbidden, NotFound, UpstreamError, http_response_of
+from kdbl_core.principal import Principal
 from kdbl_core.settings import Settings
 from kdbl_core.signing import DownloadClaims, DownloadSigner
 
@@ -69,16 +74,17 @@ class Downloads:
         except Forbidden as exc:
             self._obs.downloads.labels("forbidden").inc()
             return http_response_of(exc).response()
-        principal = claims.principal()
+        principal = dataclasses.replace(claims.principal(), token_id=claims.token_id)  # audited as the minter
+        asked = AuditFacts(source_ids=(str(claims.source_id),), keys=(claims.key,))
         refusal = await self._refusal(claims, request.query_params.get("dl") == "1")
         if refusal is not None:
-            await self._audit(principal, claims, "denied", refusal, request, started)
+            await self._audit(principal, claims, asked.failed("denied", refusal), request, started)
             self._obs.downloads.labels("forbidden").inc()
             return http_response_of(Forbidden(refusal)).response()
         async with rls_transaction(self._engine, principal) as conn:
             row = await reads.get_file(conn, claims.source_id, claims.key)
         if row is None:
-            await self._audit(principal, claims, "error", "not visible", request, started)
+            await self._audit(principal, claims, asked.failed("error", "not visible"), request, started)
             self._obs.downloads.labels("not_found").inc()
             return http_response_of(NotFound("not found")).response()
 
@@ -91,15 +97,17 @@ class Downloads:
             upstream = await self._http.send(upstream_request, stream=True)
         except httpx.HTTPError as exc:
             log.warning("worker fetch failed", extra={"error": type(exc).__name__})
-            await self._audit(principal, claims, "error", "worker unreachable", request, started)
+            await self._audit(principal, claims, asked.failed("error", "worker unreachable"), request,
+                              started)
             return http_response_of(UpstreamError("file source is unavailable")).response()
         if upstream.status_code != 200:
             await upstream.aclose()
-            await self._audit(principal, claims, "error", f"worker answered {upstream.status_code}", request, started)
+            await self._audit(principal, claims, asked.failed("error", f"worker answered {upstream.status_code}"),
+                              request, started)
             failure = (NotFound("not found") if upstream.status_code == 404
                        else UpstreamError("file source is unavailable"))
             return http_response_of(failure).response()
-        await self._audit(principal, claims, "ok", None, request, started)
+        await self._audit(principal, claims, dataclasses.replace(asked, row_count=1), request, started)
         self._obs.downloads.labels("ok").inc()
         headers = {
             "Content-Disposition": _disposition(claims.key, request.query_params.get("dl") == "1"),
@@ -133,13 +141,9 @@ class Downloads:
             return "the token that minted this link has expired"
         return None
 
-    async def _audit(self, principal, claims, status: str, error: str | None, request: Request,
+    async def _audit(self, principal: Principal, claims: DownloadClaims, facts: AuditFacts, request: Request,
                      started: float) -> None:
-        async with rls_transaction(self._engine, principal) as conn:
-            await audit.record(
-                conn, tenant_id=principal.tenant_id, principal=principal.subject, token_id=claims.token_id,
-                tool="files/download", arguments={"source_id": str(claims.source_id), "key": claims.key,
-                                                  "dl": request.query_params.get("dl") == "1"},
-                source_ids=[str(claims.source_id)], keys=[claims.key], row_count=1 if status == "ok" else 0,
-                status=status, error=error, client_ip=request.client.host if request.client else None,
-                duration_ms=(time.perf_counter() - started) * 1000)
+        arguments = {"source_id": str(claims.source_id), "key": claims.key,
+                     "dl": request.query_params.get("dl") == "1"}
+        row = audit_facts.audit_row(principal, request, "files/download", arguments, facts, started)
+        await audit_facts.write_alone(self._engine, principal, row, must=True)

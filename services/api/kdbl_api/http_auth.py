@@ -1,13 +1,14 @@
 """The /mcp front door: method check, bearer authentication, body limit and scope check, then the SDK.
 
 401s carry `WWW-Authenticate: Bearer ... resource_metadata="..."` (RFC 9728); a token without the
-scope a tools/call needs is refused with 403 `insufficient_scope` before the SDK parses anything.
+scope a call needs is refused with 403 `insufficient_scope` before the SDK parses anything (the one
+scope check: kdbl_api.scope_check).
 
 Then the tenant's policy (kdbl_api.policies, at most 2 s old): a disabled tenant's tokens get 403;
 a tool outside the allowlist passes as an unknown tool would (the SDK layer refuses it), and
 resources/* (get_file_text by another name) get 403 unless get_file_text is allowed; requests
 that do work take from the shared rate-limit buckets (kdbl_api.ratelimit) and carry RateLimit-*
-headers. Every refusal here writes an audit row (kdbl_core.db.audit.record_refusal). Each refusal is a
+headers. Every refusal here writes an audit row (kdbl_api.audit_facts). Each refusal is a
 kdbl_core.errors class rendered by `jsonrpc_response_of` (its JSON-RPC code and HTTP status).
 """
 
@@ -23,21 +24,20 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kdbl_api import jsonrpc_envelope
+from kdbl_api import audit_facts, bearer, jsonrpc_envelope, scope_check
+from kdbl_api.audit_facts import AuditFacts
+from kdbl_api.bearer import SdkTokenVerifier
 from kdbl_api.observability import Observability
 from kdbl_api.policies import Policies
 from kdbl_api.ratelimit import Decision, RateLimiter
-from kdbl_api.server import POLICY_KEY, PRINCIPAL_KEY
-from kdbl_api.tools.registry import TOOLS
-from kdbl_core.auth.verifier import BearerVerifier, TokenRefused
-from kdbl_core.db import audit
+from kdbl_api.server import POLICY_KEY
+from kdbl_core.auth.verifier import TokenRefused
 from kdbl_core.db.engine import ContentDb
 from kdbl_core.errors import (
     PARSE_ERROR, Forbidden, KdblError, NotFound, RateLimited, RequestTimeout, RequestTooLarge, Unauthenticated,
     http_response_of, jsonrpc_response_of,
 )
-from kdbl_core.policy import TenantPolicy
-from kdbl_core.principal import SCOPE_READ, Principal
+from kdbl_core.principal import Principal
 from kdbl_core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def disabled_message(tenant_name: str) -> str:
 
 
 class McpFrontDoor:
-    def __init__(self, sdk_app: ASGIApp, verifier: BearerVerifier, settings: Settings, limiter: RateLimiter,
+    def __init__(self, sdk_app: ASGIApp, verifier: SdkTokenVerifier, settings: Settings, limiter: RateLimiter,
                  observability: Observability, policies: Policies, db: ContentDb) -> None:
         self.sdk_app = sdk_app
         self.verifier = verifier
@@ -81,10 +81,9 @@ class McpFrontDoor:
     async def _refused(self, request: Request, principal: Principal, calls: list[tuple[str, str, Any]],
                        status: str, reason: str, started: float) -> None:
         _, tool, arguments = calls[0] if calls else ("", "mcp", {})
-        await audit.record_refusal(
-            self.db, principal, tool=tool, arguments=arguments if isinstance(arguments, dict) else {},
-            status=status, reason=reason, client_ip=request.client.host if request.client else None,
-            duration_ms=(time.perf_counter() - started) * 1000)
+        facts = AuditFacts.refused(status, reason)
+        await audit_facts.write_alone(self.db, principal,
+                                      audit_facts.audit_row(principal, request, tool, arguments, facts, started))
 
     def _challenge(self, request: Request, error: str | None = None, description: str | None = None,
                    scope: str | None = None) -> str:
@@ -118,7 +117,7 @@ class McpFrontDoor:
             return
         started = time.perf_counter()
         try:
-            principal = await self.verifier.verify(token.strip())
+            access = await self.verifier.authenticate(token.strip())
         except TokenRefused as exc:  # a known token of a known tenant: audited
             self.obs.auth_failures.labels("invalid").inc()
             if exc.tenant_id is not None:
@@ -142,6 +141,7 @@ class McpFrontDoor:
             await _refuse(exc)(scope, receive, send)
             return
 
+        principal = access.principal
         policy = await self.policies.get(principal.tenant_id)
         try:
             body = await self._read_body(request)
@@ -167,11 +167,11 @@ class McpFrontDoor:
             await self._refused(request, principal, calls, "denied", message, started)
             await _refuse(Forbidden(message, data={"tenant_disabled": True}))(scope, receive, send)
             return
-        missing = _missing_scope(calls, principal.scopes, policy)
+        missing = scope_check.missing_scope(calls, principal.scopes, policy)
         if missing:
-            message = f"insufficient scope: this call needs '{missing}'"
-            await self._refused(request, principal, calls, "denied", message, started)
-            await _refuse(Forbidden(message, data={"required_scope": missing}), {
+            refusal = scope_check.refusal(missing)
+            await self._refused(request, principal, calls, "denied", refusal.message, started)
+            await _refuse(refusal, {
                 "WWW-Authenticate": self._challenge(request, "insufficient_scope", None, missing)})(
                 scope, receive, send)
             return
@@ -191,7 +191,7 @@ class McpFrontDoor:
                 await _refuse(exc, decision.headers())(scope, receive, send)
                 return
 
-        scope[PRINCIPAL_KEY] = principal
+        bearer.authenticated(scope, access)
         scope[POLICY_KEY] = policy
         await self.sdk_app(scope, _replay(body), _with_headers(send, decision.headers() if decision else None))
 
@@ -234,17 +234,6 @@ def _calls_of(message: Any) -> list[tuple[str, str, Any]]:
     if method == "tools/call" and isinstance(params.get("name"), str):
         return [(method, params["name"], params.get("arguments") or {})]
     return [(method, method, params if method.startswith("resources/") else {})]
-
-
-def _missing_scope(calls: list[tuple[str, str, Any]], scopes: frozenset[str], policy: TenantPolicy) -> str | None:
-    for method, name, _ in calls:
-        if method.startswith("resources/") and SCOPE_READ not in scopes:
-            return SCOPE_READ
-        spec = TOOLS.get(name) if method == "tools/call" and policy.allows_tool(name) else None
-        # a tool outside the allowlist is left to the SDK layer, which refuses it as an unknown tool
-        if spec is not None and spec.scope not in scopes:
-            return spec.scope
-    return None
 
 
 def _with_headers(send: Send, headers: dict[str, str] | None) -> Send:

@@ -1,9 +1,11 @@
 """The MCP server (official SDK, low-level Server): tools and resources over RLS transactions.
 
 Every call — tool or resource — runs in one RLS transaction for the caller's principal, writes one
-audit row (a failed call is audited in its own transaction, an unexpected failure too), and is
-counted in the metrics. The tenant's policy (put in the request scope by the front door) limits the
-tools listed and callable: a tool outside its allowlist is refused exactly as an unknown tool.
+audit row from the facts its handler returns (kdbl_api.audit_facts; a failed call is audited in its
+own transaction, an unexpected failure too), and is counted in the metrics. The tenant's policy (put
+in the request scope by the front door) limits the tools listed and callable: a tool outside its
+allowlist is refused exactly as an unknown tool. Scopes are checked once, by the front door
+(kdbl_api.scope_check), before the SDK parses the request.
 """
 
 from __future__ import annotations
@@ -20,19 +22,21 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
+from kdbl_api import audit_facts, bearer
+from kdbl_api.audit_facts import AuditFacts
 from kdbl_api.observability import Observability
 from kdbl_api.tools import files
 from kdbl_api.tools.context import Services, ToolContext
 from kdbl_api.tools.models import FileRefArgs
 from kdbl_api.tools.registry import TOOLS, content_blocks, text_mime_type
 from kdbl_core import __version__
-from kdbl_core.db import audit, reads
+from kdbl_core.db import reads
 from kdbl_core.db.engine import ContentDb, rls_transaction
 from kdbl_core.errors import (
     FORBIDDEN, Forbidden, InvalidArgument, KdblError, RateLimited, Unauthenticated, jsonrpc_error_of,
 )
 from kdbl_core.policy import TenantPolicy
-from kdbl_core.principal import SCOPE_READ, Principal
+from kdbl_core.principal import Principal
 from kdbl_core.uris import PREFIX, file_uri, parse_file_uri
 
 log = logging.getLogger(__name__)
@@ -44,7 +48,6 @@ INSTRUCTIONS = (
     "what you read, citing the kdbl://file/... uri (and url, when present) of every source. If nothing "
     "answers, say so — do not fall back to prior knowledge."
 )
-PRINCIPAL_KEY = "kdbl.principal"
 POLICY_KEY = "kdbl.policy"
 RESOURCE_PAGE = 100
 
@@ -59,7 +62,7 @@ class AppState:
 
 def _principal(ctx: ServerRequestContext[Any]) -> Principal:
     request = ctx.request
-    principal = request.scope.get(PRINCIPAL_KEY) if request is not None else None
+    principal = bearer.principal_in(request.scope) if request is not None else None
     if principal is None:  # the HTTP layer authenticates before the SDK sees the request
         raise mcp_error_of(Unauthenticated("unauthenticated"))
     return principal
@@ -79,11 +82,6 @@ def _status(exc: KdblError | MCPError) -> str:
     return "error"
 
 
-def _client_ip(ctx: ServerRequestContext[Any]) -> str | None:
-    client = getattr(ctx.request, "client", None)
-    return client.host if client else None
-
-
 def mcp_error_of(exc: KdblError) -> MCPError:
     """A KdblError as the SDK's MCPError: the JSON-RPC error object kdbl_core.errors renders."""
     error = jsonrpc_error_of(exc)
@@ -101,43 +99,47 @@ def validation_error(exc: ValidationError) -> MCPError:
     return mcp_error_of(InvalidArgument(field_name, message))
 
 
-Work = Callable[[ToolContext], Awaitable[dict[str, Any]]]
+Work = Callable[[ToolContext], Awaitable[tuple[dict[str, Any], AuditFacts]]]
 
 
 def build_server(engine: ContentDb, state: AppState) -> Server[Any]:
     definitions = [spec.definition() for spec in TOOLS.values()]
 
-    async def run(ctx: ServerRequestContext[Any], name: str, scope: str, arguments: dict[str, Any],
-                  work: Work, mode: str | None = None) -> dict[str, Any]:
+    async def run(ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any], work: Work
+                  ) -> dict[str, Any]:
         principal = _principal(ctx)
         assert state.services is not None, "app lifespan did not run"
         started = time.perf_counter()
-        tctx: ToolContext | None = None
-        status = "error"
+        ok, mode = False, None
         try:
-            if not principal.has_scope(scope):
-                raise Forbidden(f"token lacks scope '{scope}' required by {name}", data={"required_scope": scope})
             async with rls_transaction(engine, principal) as conn:
                 tctx = ToolContext(conn=conn, principal=principal, services=state.services, policy=_policy(ctx))
-                result = await work(tctx)
-                await _audit(conn, tctx, principal, name, arguments, "ok", None, _client_ip(ctx), started)
-            status = "ok"
+                result, facts = await work(tctx)
+                row = audit_facts.audit_row(principal, ctx.request, name, arguments, facts, started)
+                await audit_facts.write(conn, row)
+            ok, mode = True, facts.mode
             return result
         except KdblError as exc:
-            await _audit_failure(engine, principal, name, arguments, exc.message, ctx, started, _status(exc))
+            await _audit_failure(ctx, principal, name, arguments, _status(exc), exc.message, started)
             raise mcp_error_of(exc) from None
         except MCPError as exc:
-            await _audit_failure(engine, principal, name, arguments, exc.error.message, ctx, started, _status(exc))
+            await _audit_failure(ctx, principal, name, arguments, _status(exc), exc.error.message, started)
             raise
         except Exception as exc:  # unexpected: audited by its type only (the message may hold internals)
-            await _audit_failure(engine, principal, name, arguments, f"internal error ({type(exc).__name__})", ctx,
-                                 started, "error")
+            internal = f"internal error ({type(exc).__name__})"
+            await _audit_failure(ctx, principal, name, arguments, "error", internal, started)
             # the SDK would send str(exc) with code 0; the caller gets -32603 and no internals
             log.exception("tool call failed unexpectedly", extra={"tool": name})
             raise mcp_error_of(KdblError(f"internal error in {name}; the server logged it")) from None
         finally:
-            effective = (tctx and getattr(tctx, "mode", None)) or mode
-            state.observability.record_call(name, status, time.perf_counter() - started, effective)
+            seconds = time.perf_counter() - started
+            state.observability.record_call(name, "ok" if ok else "error", seconds, mode)
+
+    async def _audit_failure(ctx: ServerRequestContext[Any], principal: Principal, tool: str,
+                             arguments: dict[str, Any], status: str, reason: str, started: float) -> None:
+        facts = AuditFacts.refused(status, reason)
+        row = audit_facts.audit_row(principal, ctx.request, tool, arguments, facts, started)
+        await audit_facts.write_alone(engine, principal, row)
 
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                          ) -> types.ListToolsResult:
@@ -149,39 +151,38 @@ def build_server(engine: ContentDb, state: AppState) -> Server[Any]:
         arguments = params.arguments or {}
         if spec is None:
             error = mcp_error_of(InvalidArgument("name", f"unknown tool '{params.name}'"))
-            await _audit_failure(engine, _principal(ctx), str(params.name)[:200], arguments, error.error.message, ctx,
-                                 time.perf_counter(), "error")
+            await _audit_failure(ctx, _principal(ctx), str(params.name)[:200], arguments, "error",
+                                 error.error.message, time.perf_counter())
             raise error
 
-        async def work(tctx: ToolContext) -> dict[str, Any]:
+        async def work(tctx: ToolContext) -> tuple[dict[str, Any], AuditFacts]:
             try:
                 args = spec.args.model_validate(arguments)
             except ValidationError as exc:
                 raise validation_error(exc) from None
             return await spec.handler(tctx, args)
 
-        structured = await run(ctx, spec.name, spec.scope, arguments, work)
+        structured = await run(ctx, spec.name, arguments, work)
         return types.CallToolResult(content=content_blocks(spec, structured), structured_content=structured)
 
     async def list_resources(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                              ) -> types.ListResourcesResult:
         cursor = params.cursor if params else None
 
-        async def work(tctx: ToolContext) -> dict[str, Any]:
+        async def work(tctx: ToolContext) -> tuple[dict[str, Any], AuditFacts]:
             after = None
             if cursor is not None:
                 pos = tctx.services.cursors.decode(cursor, tctx.principal, "resources")
                 after = (pos["s"], pos["k"])
             rows = await reads.list_all_files(tctx.conn, after=after, limit=RESOURCE_PAGE + 1)
             page = rows[:RESOURCE_PAGE]
-            tctx.row_count = len(page)
             nxt = None
             if len(rows) > RESOURCE_PAGE:
                 nxt = tctx.services.cursors.encode(tctx.principal, "resources",
                                                    {"s": str(page[-1]["source_id"]), "k": page[-1]["key"]})
-            return {"rows": page, "next": nxt}
+            return {"rows": page, "next": nxt}, AuditFacts(row_count=len(page))
 
-        out = await run(ctx, "resources/list", SCOPE_READ, {"cursor": cursor}, work)
+        out = await run(ctx, "resources/list", {"cursor": cursor}, work)
         return types.ListResourcesResult(resources=[types.Resource(
             uri=file_uri(r["source_id"], r["key"]), name=r["key"], title=r["title"],
             description=f"extracted text of a {r['content_type'] or 'file'} of {r['size'] or 0} bytes",
@@ -199,7 +200,7 @@ def build_server(engine: ContentDb, state: AppState) -> Server[Any]:
                             ) -> types.ReadResourceResult:
         uri = str(params.uri)
 
-        async def work(tctx: ToolContext) -> dict[str, Any]:
+        async def work(tctx: ToolContext) -> tuple[dict[str, Any], AuditFacts]:
             source_id, key = parse_file_uri(uri)
             try:
                 ref = FileRefArgs(source_id=source_id, key=key)
@@ -210,7 +211,7 @@ def build_server(engine: ContentDb, state: AppState) -> Server[Any]:
             except InvalidArgument as exc:  # the only argument is the uri: name it
                 raise InvalidArgument("uri", exc.message) from None
 
-        body = await run(ctx, "resources/read", SCOPE_READ, {"uri": uri}, work)
+        body = await run(ctx, "resources/read", {"uri": uri}, work)
         # the text itself, typed as resources/list announces it (clients render resources by MIME type)
         meta = {k: body[k] for k in ("status", "status_reason", "content_type", "total_chunks", "truncated",
                                      "next_start")}
@@ -225,21 +226,3 @@ def build_server(engine: ContentDb, state: AppState) -> Server[Any]:
         on_list_resource_templates=list_templates, on_read_resource=read_resource,
     )
 
-
-async def _audit(conn: Any, tctx: ToolContext | None, principal: Principal, tool: str, arguments: dict[str, Any],
-                 status: str, error: str | None, client_ip: str | None, started: float) -> None:
-    await audit.record(
-        conn, tenant_id=principal.tenant_id, principal=principal.subject, token_id=principal.token_id,
-        tool=tool, arguments=arguments, source_ids=tctx.source_ids if tctx else [],
-        keys=tctx.keys if tctx else [], row_count=tctx.row_count if tctx else 0, status=status, error=error,
-        client_ip=client_ip, duration_ms=(time.perf_counter() - started) * 1000,
-    )
-
-
-async def _audit_failure(engine: ContentDb, principal: Principal, tool: str, arguments: dict[str, Any],
-                         error: str, ctx: ServerRequestContext[Any], started: float, status: str = "error") -> None:
-    try:
-        async with rls_transaction(engine, principal) as conn:
-            await _audit(conn, None, principal, tool, arguments, status, error, _client_ip(ctx), started)
-    except Exception:  # noqa: BLE001 - never mask the caller's error with an audit failure
-        log.exception("audit write failed", extra={"tool": tool})

@@ -113,7 +113,7 @@ async def _search_runs(owner_url: str, tenant_id: Any, tenant: str, queries: lis
                 start = time.perf_counter()
                 async with rls_transaction(engine, principal) as conn:
                     ctx = ToolContext(conn=conn, principal=principal, services=services)
-                    result = await search_content(ctx, args)
+                    result, _facts = await search_content(ctx, args)
                 elapsed = (time.perf_counter() - start) * 1000
                 ranking = metrics.dedupe(doc_id_of_key(hit["key"]) for hit in result["hits"])
                 return ranking, elapsed, result.get("mode", mode), result.get("degraded_reason")

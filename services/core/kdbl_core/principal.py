@@ -23,6 +23,3 @@ class Principal:
     def subjects(self) -> list[str]:
         """The subject plus one 'group:<name>' entry per group: what grants are matched against."""
         return [self.subject, *(f"group:{g}" for g in self.groups)]
-
-    def has_scope(self, scope: str) -> bool:
-        return scope in self.scopes

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from kdbl_api.audit_facts import AuditFacts
 from kdbl_api.tools.context import ToolContext
 from kdbl_api.tools.models import ListFilesArgs, ListFilesResult, ListSourcesArgs, ListSourcesResult
 from kdbl_core.db import embeddings, reads
@@ -12,18 +13,16 @@ from kdbl_core.errors import InvalidArgument
 from kdbl_core.uris import file_uri
 
 
-async def list_sources(ctx: ToolContext, args: ListSourcesArgs) -> dict[str, Any]:
+async def list_sources(ctx: ToolContext, args: ListSourcesArgs) -> tuple[dict[str, Any], AuditFacts]:
     after = None
     if args.cursor is not None:
         pos = ctx.services.cursors.decode(args.cursor, ctx.principal, "sources")
         after = (pos["name"], uuid.UUID(pos["id"]))
     rows = await reads.list_sources(ctx.conn, after=after, limit=args.limit + 1)
     page, more = rows[:args.limit], len(rows) > args.limit
-    ctx.source_ids.extend(str(r["id"]) for r in page)
     embedder = ctx.services.embedder
     progress = await embeddings.source_progress(ctx.conn, [r["id"] for r in page],
                                                 embedder.model_id if embedder else None)
-    ctx.row_count = len(page)
     next_cursor = None
     if more:
         last = page[-1]
@@ -35,10 +34,11 @@ async def list_sources(ctx: ToolContext, args: ListSourcesArgs) -> dict[str, Any
         "file_count": r["file_count"],
         "embedding": {**progress.get(r["id"], {"embedded": 0, "total": 0}),
                       "active": bool(embedder and r["hybrid_enabled"])},
-    } for r in page], next_cursor=next_cursor).model_dump(mode="json")
+    } for r in page], next_cursor=next_cursor).model_dump(mode="json"), AuditFacts(
+        source_ids=[str(r["id"]) for r in page], row_count=len(page))
 
 
-async def list_files(ctx: ToolContext, args: ListFilesArgs) -> dict[str, Any]:
+async def list_files(ctx: ToolContext, args: ListFilesArgs) -> tuple[dict[str, Any], AuditFacts]:
     if await reads.get_source(ctx.conn, args.source_id) is None:
         raise InvalidArgument("source_id", f"unknown source {args.source_id} (or not visible to you)")
     listing = f"files:{args.source_id}"
@@ -47,13 +47,11 @@ async def list_files(ctx: ToolContext, args: ListFilesArgs) -> dict[str, Any]:
         after = ctx.services.cursors.decode(args.cursor, ctx.principal, listing)["key"]
     rows = await reads.list_files(ctx.conn, args.source_id, after_key=after, limit=args.limit + 1)
     page, more = rows[:args.limit], len(rows) > args.limit
-    ctx.source_ids.append(str(args.source_id))
-    ctx.keys.extend(r["key"] for r in page)
-    ctx.row_count = len(page)
     return ListFilesResult(
         source_id=str(args.source_id),
         files=[{"key": r["key"], "uri": file_uri(args.source_id, r["key"]), "size": r["size"], "mtime": r["mtime"],
                 "content_type": r["content_type"], "status": r["status"], "total_chunks": r["chunk_count"]}
                for r in page],
         next_cursor=ctx.services.cursors.encode(ctx.principal, listing, {"key": page[-1]["key"]}) if more else None,
-    ).model_dump(mode="json")
+    ).model_dump(mode="json"), AuditFacts(source_ids=(str(args.source_id),), keys=[r["key"] for r in page],
+                                          row_count=len(page))

@@ -1,4 +1,6 @@
-"""What a tool handler gets: the open RLS connection, the principal, its tenant's policy, settings, and an audit sink."""
+"""What a tool handler gets: the open RLS connection, the principal, its tenant's policy and settings.
+
+A handler returns its result and its `kdbl_api.audit_facts.AuditFacts`; nothing here collects them."""
 
 from __future__ import annotations
 
@@ -28,11 +30,6 @@ class ToolContext:
     principal: Principal
     services: Services
     policy: TenantPolicy = field(default_factory=TenantPolicy)
-    # filled by the handler for the audit row
-    source_ids: list[str] = field(default_factory=list)
-    keys: list[str] = field(default_factory=list)
-    row_count: int = 0
-    mode: str | None = None  # the retrieval mode a search actually used (for /capacity)
 
     @property
     def settings(self) -> Settings:

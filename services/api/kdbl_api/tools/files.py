@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kdbl_api.audit_facts import AuditFacts
 from kdbl_api.tools.context import ToolContext
 from kdbl_api.tools.models import (
     MAX_FILE_TEXT_BYTES,
@@ -25,9 +26,11 @@ async def load_visible_file(ctx: ToolContext, args: FileRefArgs) -> dict[str, An
     row = await reads.get_file(ctx.conn, args.source_id, args.key)
     if row is None:
         raise InvalidArgument("key", f"no file '{args.key}' in source {args.source_id} (or not visible to you)")
-    ctx.source_ids.append(str(args.source_id))
-    ctx.keys.append(args.key)
     return row
+
+
+def _read(args: FileRefArgs, row_count: int) -> AuditFacts:
+    return AuditFacts(source_ids=(str(args.source_id),), keys=(args.key,), row_count=row_count)
 
 
 def within_bytes(chunks: list[dict[str, Any]], max_bytes: int) -> list[dict[str, Any]]:
@@ -41,24 +44,23 @@ def within_bytes(chunks: list[dict[str, Any]], max_bytes: int) -> list[dict[str,
     return chunks
 
 
-async def file_text(ctx: ToolContext, args: FileRefArgs) -> dict[str, Any]:
+async def file_text(ctx: ToolContext, args: FileRefArgs) -> tuple[dict[str, Any], AuditFacts]:
     row = await load_visible_file(ctx, args)
     chunks = within_bytes(await reads.file_chunks(ctx.conn, row["id"], limit=MAX_FILE_TEXT_CHUNKS),
                           MAX_FILE_TEXT_BYTES)
-    ctx.row_count = len(chunks)
     truncated = row["chunk_count"] > len(chunks)
     return FileTextResult(
         source_id=str(args.source_id), key=args.key, uri=file_uri(args.source_id, args.key),
         status=row["status"], status_reason=row["status_reason"], content_type=row["content_type"],
         title=row["title"], chunks=chunks, total_chunks=row["chunk_count"], truncated=truncated,
         next_start=chunks[-1]["seq"] + 1 if truncated and chunks else (0 if truncated else None),
-    ).model_dump(mode="json")
+    ).model_dump(mode="json"), _read(args, len(chunks))
 
 
 get_file_text = file_text
 
 
-async def get_file_window(ctx: ToolContext, args: FileWindowArgs) -> dict[str, Any]:
+async def get_file_window(ctx: ToolContext, args: FileWindowArgs) -> tuple[dict[str, Any], AuditFacts]:
     row = await load_visible_file(ctx, args)
     start = args.start
     listing = f"window:{args.source_id}:{args.key}"
@@ -70,18 +72,16 @@ async def get_file_window(ctx: ToolContext, args: FileWindowArgs) -> dict[str, A
     chunks = await reads.file_chunks(ctx.conn, row["id"], start=start, limit=args.length)
     end = start + len(chunks)
     has_more = end < total
-    ctx.row_count = len(chunks)
     return FileWindowResult(
         source_id=str(args.source_id), key=args.key, uri=file_uri(args.source_id, args.key), chunks=chunks,
         total_chunks=total, window={"start": start, "returned": len(chunks)}, has_more=has_more,
         next_cursor=ctx.services.cursors.encode(ctx.principal, listing, {"start": end}) if has_more else None,
         text="\n\n".join(c["text"] for c in chunks),
-    ).model_dump(mode="json")
+    ).model_dump(mode="json"), _read(args, len(chunks))
 
 
-async def get_file_metadata(ctx: ToolContext, args: FileRefArgs) -> dict[str, Any]:
+async def get_file_metadata(ctx: ToolContext, args: FileRefArgs) -> tuple[dict[str, Any], AuditFacts]:
     row = await load_visible_file(ctx, args)
-    ctx.row_count = 1
     return FileMetadataResult(
         source_id=str(args.source_id), key=args.key, uri=file_uri(args.source_id, args.key), size=row["size"],
         mtime=row["mtime"], etag=row["etag"], storage_class=row["storage_class"], owner=row["owner"],
@@ -89,4 +89,4 @@ async def get_file_metadata(ctx: ToolContext, args: FileRefArgs) -> dict[str, An
         uid=row["uid"], gid=row["gid"], title=row["title"], status=row["status"],
         status_reason=row["status_reason"], total_chunks=row["chunk_count"], indexed_at=row["indexed_at"],
         url=ctx.download_url(str(args.source_id), args.key),
-    ).model_dump(mode="json")
+    ).model_dump(mode="json"), _read(args, 1)

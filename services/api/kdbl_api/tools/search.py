@@ -13,6 +13,7 @@ from typing import Any
 import anyio.to_thread
 from sqlalchemy import text
 
+from kdbl_api.audit_facts import AuditFacts
 from kdbl_api.tools.context import ToolContext
 from kdbl_api.tools.models import SearchContentArgs
 from kdbl_core.db import reads
@@ -85,7 +86,7 @@ async def _with_vectors(ctx: ToolContext, args: SearchContentArgs, mode: str, fi
     return hybrid.diversify(fused, limit=args.limit, max_per_file=settings.hybrid_max_per_file)
 
 
-async def search_content(ctx: ToolContext, args: SearchContentArgs) -> dict[str, Any]:
+async def search_content(ctx: ToolContext, args: SearchContentArgs) -> tuple[dict[str, Any], AuditFacts]:
     _validate(ctx, args)
     if args.source_id is not None and await reads.get_source(ctx.conn, args.source_id) is None:
         raise InvalidArgument("source_id", f"unknown source {args.source_id} (or not visible to you)")
@@ -114,10 +115,9 @@ async def search_content(ctx: ToolContext, args: SearchContentArgs) -> dict[str,
         hit["url"] = ctx.download_url(hit["source_id"], hit["key"])
         if args.explain:
             hit["explain"] = explain_by_pos.get((hit["source_id"], hit["key"], hit["seq"]))
-        ctx.source_ids.append(hit["source_id"])
-        ctx.keys.append(hit["key"])
-    ctx.row_count = len(hits)
-    ctx.mode = mode
+    facts = AuditFacts(source_ids=[h["source_id"] for h in hits], keys=[h["key"] for h in hits],
+                       row_count=len(hits), mode=mode)
     # Built as plain JSON-ready dicts, not through SearchContentResult (its validation and dump cost
     # ~0.25 ms of the API's ~6 ms per search); the tests hold every result to the tool's outputSchema.
-    return {"hits": hits, "mode": mode, "degraded": degraded_reason is not None, "degraded_reason": degraded_reason}
+    return {"hits": hits, "mode": mode, "degraded": degraded_reason is not None,
+            "degraded_reason": degraded_reason}, facts

@@ -3,13 +3,13 @@
 Every call leaves one, refused or not. `status` is one of STATUSES: ok; error (the tool failed:
 bad arguments, not found, or an unexpected internal error, named in `error`); denied (403: scope,
 tenant disabled, policy); rate_limited (429); unauthenticated (401 for a known token of the tenant:
-wrong secret, revoked, expired). `error` holds the reason, never a secret.
+wrong secret, revoked, expired). `error` holds the reason, never a secret. The API builds every row
+in one place (kdbl_api.audit_facts.audit_row) from what the call returned.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import re
 import uuid
 from collections.abc import Sequence
@@ -18,10 +18,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from kdbl_core.db import driver
-from kdbl_core.db.engine import ContentDb, rls_transaction
-from kdbl_core.principal import Principal
 
-log = logging.getLogger(__name__)
 STATUSES = ("ok", "error", "denied", "rate_limited", "unauthenticated")
 
 _INSERT = """
@@ -103,14 +100,3 @@ def arguments_json(arguments: dict[str, Any]) -> str:
                           ensure_ascii=False)
     return text
 
-
-async def record_refusal(db: ContentDb, principal: Principal, *, tool: str, arguments: dict[str, Any],
-                         status: str, reason: str, client_ip: str | None, duration_ms: float) -> None:
-    """The row of a call refused before any tool ran, in its own transaction; never raises."""
-    try:
-        async with rls_transaction(db, principal) as conn:
-            await record(conn, tenant_id=principal.tenant_id, principal=principal.subject,
-                         token_id=principal.token_id, tool=tool, arguments=arguments, source_ids=[], keys=[],
-                         row_count=0, status=status, error=reason, client_ip=client_ip, duration_ms=duration_ms)
-    except Exception:  # noqa: BLE001 - a refusal is answered even when its audit row cannot be written
-        log.exception("audit write failed", extra={"tool": tool, "status": status})
