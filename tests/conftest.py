@@ -54,6 +54,9 @@ def owner_url(database: EmbeddedDatabase) -> str:
 def owner_engine(owner_url: str):
     engine = sync_engine(owner_url)
     yield engine
+    from helpers import close_pools
+
+    close_pools()  # the psycopg pools product functions got for this database (helpers.db_of)
     engine.dispose()
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import uvicorn
 
 from kdbl_control import admin
+from kdbl_core.db.connect import Pool, sync_pool
 from kdbl_core.settings import Settings
 from kdbl_worker.pipeline import CrawlStats, Indexer, load_sources
 
@@ -26,6 +27,23 @@ class Corpus:
     root: Path
 
 
+_POOLS: dict[str, Pool] = {}
+
+
+def db_of(engine) -> Pool:
+    """The psycopg pool product functions take, for the same database and role as a test's SQLAlchemy
+    engine (tests keep SQLAlchemy for their own ad-hoc SQL); one per URL, closed by `close_pools`."""
+    url = engine.url.render_as_string(hide_password=False)
+    if url not in _POOLS:
+        _POOLS[url] = sync_pool(url, size=5, name="kdbl-test")
+    return _POOLS[url]
+
+
+def close_pools() -> None:
+    while _POOLS:
+        _POOLS.popitem()[1].close()
+
+
 def make_corpus(owner_engine, worker_engine, root: Path, files: dict[str, str | bytes], *, tenant: str,
                 restricted: bool = False) -> Corpus:
     root.mkdir(parents=True, exist_ok=True)
@@ -36,8 +54,9 @@ def make_corpus(owner_engine, worker_engine, root: Path, files: dict[str, str | 
             path.write_bytes(body)
         else:
             path.write_text(body)
-    t = admin.create_tenant(owner_engine, tenant, exist_ok=True)
-    s = admin.add_source(owner_engine, tenant, protocol="fs", config={"root": str(root)}, name=root.name,
+    t = admin.create_tenant(db_of(owner_engine), tenant, exist_ok=True)
+    s = admin.add_source(db_of(owner_engine), tenant, protocol="fs", config={"root": str(root)},
+                         name=root.name,
                          restricted=restricted)
     corpus = Corpus(tenant, t.id, s.id, root)
     crawl(worker_engine, corpus)

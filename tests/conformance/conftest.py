@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import Corpus, make_corpus, running_api
+from helpers import Corpus, db_of, make_corpus, running_api
 
 from kdbl_control import admin
 from kdbl_core.settings import Settings
@@ -205,6 +205,6 @@ def mcp_server(owner_url, owner_engine, worker_engine, tmp_path_factory) -> Iter
         "handbook.md": "# Handbook\n\nThe quarterly okapi migration report is due in March.\n",
         "policy/travel.md": "Travel policy: economy class for flights under six hours.",
     }, tenant=tenant)
-    token, _ = admin.create_token(owner_engine, tenant_name=tenant, name="conformance")
+    token, _ = admin.create_token(db_of(owner_engine), tenant_name=tenant, name="conformance")
     with running_api(owner_url, Settings(mcp_enabled=True)) as api_url, AuthProxy(api_url, token) as proxy:
         yield McpServer(api_url, proxy, token, corpus)

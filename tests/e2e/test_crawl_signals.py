@@ -20,6 +20,7 @@ from pathlib import Path
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
+from helpers import db_of
 from kdbl_control import admin
 from kdbl_core.db import jobs
 from kdbl_core.db.urls import for_role
@@ -70,8 +71,8 @@ def _corpus(owner_engine, tmp_path: Path, tenant: str):
     for i in range(20):
         (root / f"note-{i:02d}.md").write_text(f"# Note {i}\n\nSmall file {i} about topic{i % 5}.\n")
     (root / "novel.txt").write_text(_big_text(2_000_000))
-    admin.create_tenant(owner_engine, tenant)
-    return admin.add_source(owner_engine, tenant, protocol="fs", config={"root": str(root)}, name="s")
+    admin.create_tenant(db_of(owner_engine), tenant)
+    return admin.add_source(db_of(owner_engine), tenant, protocol="fs", config={"root": str(root)}, name="s")
 
 
 def _held_sessions(owner_engine) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import make_corpus, running_api
+from helpers import db_of, make_corpus, running_api
 from sqlalchemy import text
 
 from kdbl_control import admin
@@ -192,7 +192,7 @@ def world(owner_engine, worker_engine, owner_url, tmp_path_factory):
     }, tenant="fuzz-mine")
     other = make_corpus(owner_engine, worker_engine, root / "fuzz-other", {"secret.md": "okapi secret"},
                         tenant="fuzz-other")
-    token, _ = admin.create_token(owner_engine, tenant_name="fuzz-mine", name="fuzzer")
+    token, _ = admin.create_token(db_of(owner_engine), tenant_name="fuzz-mine", name="fuzzer")
     settings = Settings(mcp_enabled=True, rate_limit_per_minute=0)
     with running_api(owner_url, settings) as url:
         yield {"url": url, "sid": str(mine.source_id), "other_sid": str(other.source_id), "token": token,

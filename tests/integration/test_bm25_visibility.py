@@ -13,7 +13,7 @@ import uuid
 from collections import Counter
 
 import pytest
-from helpers import make_corpus
+from helpers import db_of, make_corpus
 from sqlalchemy import text
 
 from kdbl_control import admin
@@ -49,7 +49,8 @@ def _tenant(owner_engine, worker_engine, tmp_path, name: str, *, hidden_source: 
     if granted_dir:
         part = make_corpus(owner_engine, worker_engine, tmp_path / name / "part", granted_dir, tenant=name,
                            restricted=True)
-        admin.add_grant(owner_engine, source_id=part.source_id, subject="user:alice", file_key=grant_key)
+        admin.add_grant(db_of(owner_engine), source_id=part.source_id, subject="user:alice",
+                        file_key=grant_key)
     return corpus.tenant_id
 
 
@@ -130,7 +131,7 @@ async def test_statistics_follow_a_grant_and_a_deleted_source(owner_engine, work
     hidden = make_corpus(owner_engine, worker_engine, tmp_path / name / "later", HIDDEN, tenant=name,
                          restricted=True)
     assert (await _view(api_engine, tenant_id, name))[0] == before
-    admin.add_grant(owner_engine, source_id=hidden.source_id, subject="user:alice")
+    admin.add_grant(db_of(owner_engine), source_id=hidden.source_id, subject="user:alice")
     granted, _, _, postings, qterms = await _view(api_engine, tenant_id, name)
     assert len(granted) == 3 + len(HIDDEN)  # now visible, and counted
     assert granted == pytest.approx(_reference(postings, qterms), rel=1e-9)

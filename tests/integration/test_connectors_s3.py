@@ -24,7 +24,7 @@ import boto3
 import pytest
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
-from helpers import free_port
+from helpers import db_of, free_port
 from kdbl_control import admin
 from kdbl_core.errors import InvalidArgument, PermanentError
 from kdbl_core.settings import Settings
@@ -462,10 +462,11 @@ def test_crawl_an_s3_source_end_to_end(owner_engine, worker_engine, unique, endp
             "other/skip.txt": b"outside the prefix"}
     for key, body in docs.items():
         client.put_object(Bucket=name, Key=key, Body=body)
-    tenant = admin.create_tenant(owner_engine, f"s3-{unique}")
+    tenant = admin.create_tenant(db_of(owner_engine), f"s3-{unique}")
     cfg = {"bucket": name, "prefix": "docs/", "endpoint_url": endpoint, "region": "us-east-1",
            "credentials": {"env": ENV}}
-    source = admin.add_source(owner_engine, tenant.name, protocol="s3", config=cfg, name=f"bucket-{unique}")
+    source = admin.add_source(db_of(owner_engine), tenant.name, protocol="s3", config=cfg,
+                              name=f"bucket-{unique}")
     indexer = Indexer(worker_engine, Settings())
 
     def crawl():

@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from helpers import free_port
+from helpers import db_of, free_port
 from kdbl_control import admin
 from kdbl_control.cli import build_parser, source_config
 from kdbl_core.errors import InvalidArgument, PermanentError
@@ -429,8 +429,8 @@ def test_crawl_an_smb_source_end_to_end(owner_engine, worker_engine, unique, sam
     (folder / "notes" / "plan #1.txt").write_text("quarterly plan")
     (folder / "notes" / "scratch.tmp").write_text("excluded by a glob")
     tenant = f"smb-{unique}"
-    admin.create_tenant(owner_engine, tenant)
-    source = admin.add_source(owner_engine, tenant, protocol="smb", name=f"smb-{unique}", config={
+    admin.create_tenant(db_of(owner_engine), tenant)
+    source = admin.add_source(db_of(owner_engine), tenant, protocol="smb", name=f"smb-{unique}", config={
         "server": "127.0.0.1", "port": samba.port, "share": "docs", "path": f"e2e-{unique}",
         "credentials": {"env": ENV}, "exclude": ["*.tmp"]})
     indexer = Indexer(worker_engine, Settings())

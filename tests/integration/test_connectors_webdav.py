@@ -16,7 +16,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from helpers import free_port
+from helpers import db_of, free_port
 from kdbl_control import admin
 from kdbl_core.errors import InvalidArgument, PermanentError
 from kdbl_core.settings import Settings
@@ -313,8 +313,8 @@ def test_crawl_a_webdav_source_end_to_end(owner_engine, worker_engine, unique, d
     (folder / "guide.md").write_text("# Guide\n\nInstall the widget.")
     (folder / "notes" / "plan #1.txt").write_text("quarterly plan")
     tenant = f"dav-{unique}"
-    admin.create_tenant(owner_engine, tenant)
-    source = admin.add_source(owner_engine, tenant, protocol="webdav", name=f"dav-{unique}",
+    admin.create_tenant(db_of(owner_engine), tenant)
+    source = admin.add_source(db_of(owner_engine), tenant, protocol="webdav", name=f"dav-{unique}",
                               config={"url": f"{url}e2e-{unique}/", "credentials": {"env": ENV}})
     indexer = Indexer(worker_engine, Settings())
 

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 import httpx
 import jwt
 import pytest
-from helpers import make_corpus, running_api
+from helpers import db_of, make_corpus, running_api
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -48,8 +48,9 @@ def world(owner_engine, worker_engine, owner_url, tmp_path_factory):
         os.utime(dated / name, (when.timestamp(), when.timestamp()))
     other = make_corpus(owner_engine, worker_engine, dated, {}, tenant="contract")
     for i in range(52):
-        admin.add_source(owner_engine, "contract", protocol="fs", config={"root": str(dated)}, name=f"empty-{i:02d}")
-    token, _ = admin.create_token(owner_engine, tenant_name="contract", name="reader")
+        admin.add_source(db_of(owner_engine), "contract", protocol="fs", config={"root": str(dated)},
+                         name=f"empty-{i:02d}")
+    token, _ = admin.create_token(db_of(owner_engine), tenant_name="contract", name="reader")
     settings = Settings(mcp_enabled=True, rate_limit_per_minute=0, api_public_url="http://kdbl.example",
                         download_signing_secret="s" * 40, internal_fetch_token="f" * 40)
     with running_api(owner_url, settings) as url:
@@ -112,7 +113,8 @@ async def test_a_short_hit_carries_whole_neighbours_and_is_not_truncated(owner_e
     root = tmp_path / "small-chunks"
     root.mkdir()
     (root / "three.txt").write_text("\n\n".join(f"Paragraph {w} " + "word " * 40 for w in ("alpha", "narwhal", "omega")))
-    source = admin.add_source(owner_engine, "contract", protocol="fs", config={"root": str(root)}, name="small")
+    source = admin.add_source(db_of(owner_engine), "contract", protocol="fs", config={"root": str(root)},
+                              name="small")
     [loaded] = load_sources(worker_engine, source_id=source.id)
     Indexer(worker_engine, Settings(chunk_target_chars=100, chunk_max_chars=300)).crawl(loaded)
     [hit] = (await call(world, "search_content", {"query": "narwhal", "source_id": str(source.id)}))["hits"]

@@ -21,6 +21,7 @@ from test_queue import (
     wait_until,
 )
 
+from helpers import db_of
 from kdbl_control import admin
 from kdbl_core.db import jobs
 
@@ -57,8 +58,9 @@ def test_kill_9_mid_crawl_then_another_worker_takes_over(owner_url, owner_engine
     root.mkdir()
     for name, body in corpus_files(N_FILES).items():
         (root / name).write_text(body)
-    admin.create_tenant(owner_engine, tenant)
-    source = admin.add_source(owner_engine, tenant, protocol="fs", config={"root": str(root)}, name="c")
+    admin.create_tenant(db_of(owner_engine), tenant)
+    source = admin.add_source(db_of(owner_engine), tenant, protocol="fs", config={"root": str(root)},
+                              name="c")
     lease = ("--lease-seconds", str(LEASE_S), "--batch", "8")
 
     # worker A: each file transaction also sleeps 20 ms on the server, so the kill lands mid-crawl

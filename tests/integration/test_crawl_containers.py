@@ -23,7 +23,7 @@ from urllib.parse import quote, urlparse
 
 import httpx
 import pytest
-from helpers import Corpus, make_corpus, make_pdf, pdf_text_page, running_api, running_fetch
+from helpers import Corpus, db_of, make_corpus, make_pdf, pdf_text_page, running_api, running_fetch
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -140,8 +140,8 @@ def env(owner_engine, worker_engine, owner_url, fetch_url, tmp_path_factory):
     }, tenant="containers")
     other = make_corpus(owner_engine, worker_engine, tmp_path_factory.mktemp("containers-other") / "other",
                         {"mine.md": "Nothing about cassowaries here, only kiwis."}, tenant="containers-other")
-    token = admin.create_token(owner_engine, tenant_name="containers", name="c")[0]
-    other_token = admin.create_token(owner_engine, tenant_name="containers-other", name="o")[0]
+    token = admin.create_token(db_of(owner_engine), tenant_name="containers", name="c")[0]
+    other_token = admin.create_token(db_of(owner_engine), tenant_name="containers-other", name="o")[0]
     settings = Settings(mcp_enabled=True, download_signing_secret=SIGNING, internal_fetch_token=FETCH_TOKEN,
                         worker_fetch_url=fetch_url, api_public_url=PUBLIC)
     with running_api(owner_url, settings) as url:
@@ -246,7 +246,7 @@ def test_a_file_granted_one_by_one_grants_its_members_and_nothing_else(
         owner_engine, worker_engine, api_sync_engine, tmp_path):
     corpus = make_corpus(owner_engine, worker_engine, tmp_path / "granted", {
         "mail.eml": MAIL, "bundle.zip": BUNDLE}, tenant="containers-grants", restricted=True)
-    admin.add_grant(owner_engine, source_id=corpus.source_id, subject="user:gina", file_key="mail.eml")
+    admin.add_grant(db_of(owner_engine), source_id=corpus.source_id, subject="user:gina", file_key="mail.eml")
 
     def visible(subject: str) -> tuple[set[str], int]:
         who = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject=subject, groups=())

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import make_corpus
+from helpers import db_of, make_corpus
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from test_queue import (
@@ -154,8 +154,9 @@ def test_a_stalled_worker_loses_its_lease_and_a_file_that_broke_two_workers_is_f
     files["poison.md"] = "# Poison\n\nThis file stalls every worker that writes it."
     for name, body in files.items():
         (root / name).write_text(body)
-    admin.create_tenant(owner_engine, tenant)
-    source = admin.add_source(owner_engine, tenant, protocol="fs", config={"root": str(root)}, name="p")
+    admin.create_tenant(db_of(owner_engine), tenant)
+    source = admin.add_source(db_of(owner_engine), tenant, protocol="fs", config={"root": str(root)},
+                              name="p")
     args = ("--lease-seconds", "1", "--stall-seconds", "3", "--batch", "4")
     procs: list[subprocess.Popen] = []
     try:

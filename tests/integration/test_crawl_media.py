@@ -15,7 +15,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from helpers import crawl, make_corpus
+from helpers import crawl, db_of, make_corpus
 from sqlalchemy import text
 
 from kdbl_control import admin
@@ -130,8 +130,9 @@ def test_a_configured_transcriber_that_is_missing_skips_with_its_path(owner_engi
     (root / "talk.mp4").write_bytes(MP4)
     (root / "talk.vtt").write_text(VTT)
     tenant = f"tr-{unique}"
-    admin.create_tenant(owner_engine, tenant)
-    source = admin.add_source(owner_engine, tenant, protocol="fs", config={"root": str(root)}, name=root.name)
+    admin.create_tenant(db_of(owner_engine), tenant)
+    source = admin.add_source(db_of(owner_engine), tenant, protocol="fs", config={"root": str(root)},
+                              name=root.name)
     model = tmp_path / "models" / "faster-whisper-small"
     [row] = load_sources(worker_engine, source_id=source.id)
     Indexer(worker_engine, Settings(transcriber_model=str(model), extract_processes=1)).crawl(row)
@@ -190,8 +191,9 @@ def test_sidecars_work_over_a_remote_connector_without_downloading_the_media(own
                                                                           web, unique):
     url, _, gets = web
     tenant = f"mweb-{unique}"
-    admin.create_tenant(owner_engine, tenant)
-    source = admin.add_source(owner_engine, tenant, protocol="http", config={"url": url, "base_delay": 0.01},
+    admin.create_tenant(db_of(owner_engine), tenant)
+    source = admin.add_source(db_of(owner_engine), tenant, protocol="http",
+                              config={"url": url, "base_delay": 0.01},
                               name=f"mweb-{unique}")
     [row] = load_sources(worker_engine, source_id=source.id)
     Indexer(worker_engine, Settings()).crawl(row)

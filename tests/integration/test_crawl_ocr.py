@@ -12,7 +12,7 @@ import os
 
 import pypdfium2 as pdfium
 import pytest
-from helpers import Corpus, crawl, make_corpus, make_pdf, pdf_text_page, running_api
+from helpers import Corpus, crawl, db_of, make_corpus, make_pdf, pdf_text_page, running_api
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -64,7 +64,7 @@ def share(tmp_path_factory) -> dict[str, bytes | str]:
 def world(owner_engine, worker_engine, owner_url, tmp_path_factory, share):
     corpus = make_corpus(owner_engine, worker_engine, tmp_path_factory.mktemp("ocr") / "share", share,
                          tenant="ocr-crawl")
-    token, _ = admin.create_token(owner_engine, tenant_name="ocr-crawl", name="reader")
+    token, _ = admin.create_token(db_of(owner_engine), tenant_name="ocr-crawl", name="reader")
     with running_api(owner_url, Settings(mcp_enabled=True, rate_limit_per_minute=0)) as url:
         yield {"url": url, "corpus": corpus, "token": token}
 
@@ -114,8 +114,9 @@ def test_a_source_with_ocr_off_leaves_images_unread_until_it_is_turned_on(owner_
         (root / key).parent.mkdir(parents=True, exist_ok=True)
         (root / key).write_bytes(body if isinstance(body, bytes) else body.encode())
     tenant = f"no-ocr-{unique}"
-    created = admin.create_tenant(owner_engine, tenant)
-    source = admin.add_source(owner_engine, tenant, protocol="fs", config={"root": str(root), "ocr": False},
+    created = admin.create_tenant(db_of(owner_engine), tenant)
+    source = admin.add_source(db_of(owner_engine), tenant, protocol="fs",
+                              config={"root": str(root), "ocr": False},
                               name=root.name)
     corpus = Corpus(tenant, created.id, source.id, root)
     crawl(worker_engine, corpus)

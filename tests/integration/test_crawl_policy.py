@@ -7,7 +7,7 @@ import json
 import threading
 
 import pytest
-from helpers import Corpus, crawl, make_corpus
+from helpers import Corpus, crawl, db_of, make_corpus
 from sqlalchemy import text
 from test_queue import corpus_files, job_state
 
@@ -34,8 +34,8 @@ def _empty_corpus(owner_engine, tmp_path, tenant: str, files: dict[str, str]) ->
     root.mkdir()
     for name, body in files.items():
         (root / name).write_text(body)
-    t = admin.create_tenant(owner_engine, tenant)
-    s = admin.add_source(owner_engine, tenant, protocol="fs", config={"root": str(root)}, name="p",
+    t = admin.create_tenant(db_of(owner_engine), tenant)
+    s = admin.add_source(db_of(owner_engine), tenant, protocol="fs", config={"root": str(root)}, name="p",
                          schedule="@every 1m")
     return Corpus(tenant, t.id, s.id, root)
 
@@ -45,7 +45,7 @@ def test_a_disabled_tenant_is_not_crawled_and_enabling_it_again_resumes(owner_en
     corpus = _empty_corpus(owner_engine, tmp_path, f"off-{unique}", corpus_files(5))
     with worker_engine.begin() as conn:
         job_id = jobs.enqueue(conn, corpus.source_id)  # queued while enabled
-    admin.update_tenant(owner_engine, corpus.tenant, enabled=False)
+    admin.update_tenant(db_of(owner_engine), corpus.tenant, enabled=False)
 
     with pytest.raises(jobs.TenantDisabled, match="is disabled"):  # an on-demand crawl says why
         crawl(worker_engine, corpus)
@@ -60,7 +60,7 @@ def test_a_disabled_tenant_is_not_crawled_and_enabling_it_again_resumes(owner_en
         idle.join(30)
         assert not idle.is_alive() and job_state(owner_engine, job_id) == "queued"
 
-        admin.update_tenant(owner_engine, corpus.tenant, enabled=True)
+        admin.update_tenant(db_of(owner_engine), corpus.tenant, enabled=True)
         runner.run(threading.Event(), exit_when_idle=True)
     finally:
         runner.work.close()
@@ -82,7 +82,7 @@ def test_a_crawl_over_the_file_quota_stops_adding_files_says_so_and_loses_nothin
     assert ("quota", "max_files 4 reached: 3 new files not indexed") in stats.problems
     files = _files(owner_engine, corpus.source_id)
     assert before < files and len(files) == 4
-    [row] = [r for r in admin.list_sources(owner_engine, tenant)]
+    [row] = [r for r in admin.list_sources(db_of(owner_engine), tenant)]
     assert row["last_run"] == "done: max_files 4 reached: 3 new files not indexed"
 
     _settings(owner_engine, tenant, quotas={"max_files": 2})  # lowered below what is indexed
@@ -121,7 +121,7 @@ def test_a_source_past_the_source_quota_is_not_crawled_and_keeps_its_files(owner
     with pytest.raises(QuotaExceeded, match="max_sources is 1"):
         crawl(worker_engine, second)
     assert len(_files(owner_engine, second.source_id)) == 2
-    rows = {r["id"]: r for r in admin.list_sources(owner_engine, tenant)}
+    rows = {r["id"]: r for r in admin.list_sources(db_of(owner_engine), tenant)}
     assert rows[second.source_id]["last_run"].startswith("failed: quota: the tenant has 2 sources")
     [source] = load_sources(worker_engine, source_id=first.source_id)
     assert source.enabled

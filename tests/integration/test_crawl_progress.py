@@ -11,6 +11,7 @@ import time
 
 from test_queue import corpus_files, item_states, start_worker, stop_worker, wait_connected, wait_until
 
+from helpers import db_of
 from kdbl_control import admin
 
 QUEUE_LINE = "kdbl: crawl runs "
@@ -23,8 +24,9 @@ def test_crawl_queue_logs_progress_on_a_pipe_and_sigint_stops_the_waiting(owner_
     root.mkdir()
     for name, body in corpus_files(200).items():
         (root / name).write_text(body)
-    admin.create_tenant(owner_engine, tenant)
-    source = admin.add_source(owner_engine, tenant, protocol="fs", config={"root": str(root)}, name="q")
+    admin.create_tenant(db_of(owner_engine), tenant)
+    source = admin.add_source(db_of(owner_engine), tenant, protocol="fs", config={"root": str(root)},
+                              name="q")
     worker = start_worker(owner_url, f"qp-{unique}", tenant, tmp_path, sleep=0.05, args=("--batch", "4"))
     env = dict(os.environ, KDBL_DATABASE_URL=owner_url, KDBL_PROGRESS_INTERVAL_S="0.2")
     try:

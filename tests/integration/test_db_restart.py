@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import make_corpus, running_api
+from helpers import close_pools, db_of, make_corpus, running_api
 
 from kdbl_control import admin
 from kdbl_core.db.embedded import EmbeddedDatabase
@@ -41,10 +41,11 @@ def world(tmp_path_factory) -> Iterator[dict]:
     try:
         make_corpus(owner, worker, tmp_path_factory.mktemp("restart") / "docs",
                     {"a.md": "The okapi report is due in March."}, tenant="restart")
-        token, _ = admin.create_token(owner, tenant_name="restart", name="agent")
+        token, _ = admin.create_token(db_of(owner), tenant_name="restart", name="agent")
         with running_api(db.owner_url, Settings(mcp_enabled=True, rate_limit_per_minute=0)) as url:
             yield {"db": db, "url": url, "auth": {**HEADERS, "Authorization": f"Bearer {token}"}}
     finally:
+        close_pools()
         owner.dispose()
         worker.dispose()
         db.stop()

@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, urlparse
 import httpx
 import jwt
 import pytest
-from helpers import make_corpus, running_api, running_fetch
+from helpers import db_of, make_corpus, running_api, running_fetch
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -36,7 +36,7 @@ def env(owner_engine, worker_engine, owner_url, fetch_url, tmp_path_factory):
         "report.md": "# Pangolin report\n\nThe pangolin census.", "raw.bin.txt": "pangolin raw",
         "sub/ünïcode name.md": "pangolin unicode"}, tenant="dl")
     (corpus.root / "secret.md").write_text("pangolin secret")
-    token = admin.create_token(owner_engine, tenant_name="dl", name="d")[0]
+    token = admin.create_token(db_of(owner_engine), tenant_name="dl", name="d")[0]
     settings = Settings(mcp_enabled=True, download_signing_secret=SIGNING, internal_fetch_token=FETCH_TOKEN,
                         worker_fetch_url=fetch_url, api_public_url="http://public.example:8443")
     with running_api(owner_url, settings) as url:
@@ -74,7 +74,7 @@ async def test_hit_url_streams_the_original_bytes_inline_and_as_attachment(env, 
     assert inline.headers["content-type"].startswith("text/markdown")
     assert inline.headers["content-security-policy"] == "sandbox"
     assert attached.headers["content-disposition"].startswith('attachment; filename="report.md"')
-    rows = admin.audit_rows(owner_engine, tool="files/download", tenant_name="dl", limit=5)
+    rows = admin.audit_rows(db_of(owner_engine), tool="files/download", tenant_name="dl", limit=5)
     assert rows[0]["status"] == "ok" and rows[0]["keys"] == ["report.md"]
 
 
@@ -100,13 +100,13 @@ async def test_tampered_expired_and_missing_tokens_get_403_never_bytes(env):
 
 async def test_a_file_no_longer_visible_is_404(env, owner_engine):
     _, url = await _hit_url(env, "pangolin raw")
-    admin.set_source_acl(owner_engine, env["corpus"].source_id, restricted=True)
+    admin.set_source_acl(db_of(owner_engine), env["corpus"].source_id, restricted=True)
     try:
         async with httpx.AsyncClient() as http:
             resp = await http.get(_local(env, url))
         assert resp.status_code == 404 and b"pangolin" not in resp.content
     finally:
-        admin.set_source_acl(owner_engine, env["corpus"].source_id, restricted=False)
+        admin.set_source_acl(db_of(owner_engine), env["corpus"].source_id, restricted=False)
 
 
 async def test_internal_fetch_requires_the_token(env):
@@ -137,7 +137,7 @@ def test_internal_fetch_refuses_everything_without_a_configured_token(worker_eng
 
 async def test_downloads_off_means_null_urls_and_a_404_route(owner_url, owner_engine, worker_engine, tmp_path):
     make_corpus(owner_engine, worker_engine, tmp_path / "nodl", {"a.md": "wombat"}, tenant="nodl")
-    token = admin.create_token(owner_engine, tenant_name="nodl", name="n")[0]
+    token = admin.create_token(db_of(owner_engine), tenant_name="nodl", name="n")[0]
     with running_api(owner_url) as url:
         http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
         async with http, Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 import httpx
 import pytest
 import uvicorn
-from helpers import free_port, make_corpus
+from helpers import db_of, free_port, make_corpus
 
 from kdbl_api import main
 from kdbl_api.app import create_app
@@ -62,8 +62,8 @@ def world(owner_engine, worker_engine, tmp_path_factory):
                 tenant="expo-one")
     make_corpus(owner_engine, worker_engine, root / "two", {
         f"{i}.md": f"Note {i} about the okapi migration." for i in range(3)}, tenant="expo-two")
-    return {"one": admin.create_token(owner_engine, tenant_name="expo-one", name="agent")[0],
-            "two": admin.create_token(owner_engine, tenant_name="expo-two", name="agent")[0]}
+    return {"one": admin.create_token(db_of(owner_engine), tenant_name="expo-one", name="agent")[0],
+            "two": admin.create_token(db_of(owner_engine), tenant_name="expo-two", name="agent")[0]}
 
 
 def _client_ip_of_a_search(owner_engine, settings: Settings, token: str, forwarded_for: str) -> str:
@@ -71,7 +71,7 @@ def _client_ip_of_a_search(owner_engine, settings: Settings, token: str, forward
         response = http.post(f"{base(settings)}/mcp", json=SEARCH, headers={
             **HEADERS, "Authorization": f"Bearer {token}", "X-Forwarded-For": forwarded_for})
     assert response.status_code == 200 and "result" in response.json()
-    [row] = admin.audit_rows(owner_engine, tenant_name="expo-one", tool="search_content", limit=1)
+    [row] = admin.audit_rows(db_of(owner_engine), tenant_name="expo-one", tool="search_content", limit=1)
     return row["client_ip"]
 
 

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 import numpy as np
 import jsonschema
 import pytest
-from helpers import make_corpus, running_api
+from helpers import db_of, make_corpus, running_api
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -43,12 +43,12 @@ def world(owner_engine, worker_engine, owner_url, tmp_path_factory, embedder, em
     files["licence.md"] = "Code ERR4021: the licence file is missing from the installation directory."
     files["garden.md"] = "Tomatoes need full sun, regular watering and support stakes."
     main = make_corpus(owner_engine, worker_engine, root / "kb", files, tenant="hyb")
-    off = admin.add_source(owner_engine, "hyb", protocol="fs", config={"root": str(root / "kb")},
+    off = admin.add_source(db_of(owner_engine), "hyb", protocol="fs", config={"root": str(root / "kb")},
                            name="no-hybrid", hybrid=False)
     from helpers import Corpus, crawl
     crawl(worker_engine, Corpus("hyb", main.tenant_id, off.id, root / "kb"))
     assert embed_pending(worker_engine, embedder, batch=16) > 0
-    tokens = {"hyb": admin.create_token(owner_engine, tenant_name="hyb", name="h")[0]}
+    tokens = {"hyb": admin.create_token(db_of(owner_engine), tenant_name="hyb", name="h")[0]}
     settings = Settings(mcp_enabled=True, embed_model_path=str(embed_model_path))
     with running_api(owner_url, settings) as url:
         yield {"url": url, "main": main, "off": off, "token": tokens["hyb"]}
@@ -137,7 +137,7 @@ async def test_without_an_embedder_hybrid_degrades_transparently(owner_url, worl
 @pytest.fixture(scope="module")
 def synthetic(owner_engine):
     """3,000 chunks in 100 files with random 384-d vectors of a synthetic model; one file = 1% of them."""
-    tenant = admin.create_tenant(owner_engine, f"vec-{uuid.uuid4().hex[:8]}")
+    tenant = admin.create_tenant(db_of(owner_engine), f"vec-{uuid.uuid4().hex[:8]}")
     with owner_engine.begin() as conn:
         sid = conn.execute(text("INSERT INTO sources (tenant_id, name, protocol) VALUES (:t, 's', 'fs') RETURNING id"),
                            {"t": tenant.id}).scalar()

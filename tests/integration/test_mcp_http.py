@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 import httpx
 import jsonschema
 import pytest
-from helpers import make_corpus, running_api
+from helpers import db_of, make_corpus, running_api
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -39,11 +39,11 @@ def world(owner_engine, worker_engine, tmp_path_factory):
         "secret.md": "Globex okapi acquisition plan, strictly confidential.",
     }, tenant="globex-mcp")
     tokens = {
-        "acme": admin.create_token(owner_engine, tenant_name="acme-mcp", name="agent")[0],
-        "globex": admin.create_token(owner_engine, tenant_name="globex-mcp", name="agent")[0],
-        "search_only": admin.create_token(owner_engine, tenant_name="acme-mcp", name="s",
+        "acme": admin.create_token(db_of(owner_engine), tenant_name="acme-mcp", name="agent")[0],
+        "globex": admin.create_token(db_of(owner_engine), tenant_name="globex-mcp", name="agent")[0],
+        "search_only": admin.create_token(db_of(owner_engine), tenant_name="acme-mcp", name="s",
                                           scopes=["kdbl.search"])[0],
-        "admin": admin.create_token(owner_engine, tenant_name=None, name="root", admin=True)[0],
+        "admin": admin.create_token(db_of(owner_engine), tenant_name=None, name="root", admin=True)[0],
     }
     return {"acme": acme, "globex": globex, "tokens": tokens}
 
@@ -138,7 +138,7 @@ async def test_forged_tokens_are_401(api_url, token):
 
 async def test_repeated_wrong_secrets_for_one_token_stay_401_and_the_genuine_token_still_works(
         api_url, owner_engine, world):
-    token, _ = admin.create_token(owner_engine, tenant_name="acme-mcp", name="guessed")
+    token, _ = admin.create_token(db_of(owner_engine), tenant_name="acme-mcp", name="guessed")
     statuses = []
     async with httpx.AsyncClient() as http:
         for n in range(7):
@@ -151,10 +151,10 @@ async def test_repeated_wrong_secrets_for_one_token_stay_401_and_the_genuine_tok
 
 
 async def test_revoked_token_is_401(api_url, owner_engine, world):
-    token, row = admin.create_token(owner_engine, tenant_name="acme-mcp", name="temp")
+    token, row = admin.create_token(db_of(owner_engine), tenant_name="acme-mcp", name="temp")
     async with mcp(api_url, token) as client:
         await client.list_tools()
-    admin.revoke_token(owner_engine, token)
+    admin.revoke_token(db_of(owner_engine), token)
     async with httpx.AsyncClient() as http:
         resp = await http.post(f"{api_url}/mcp", headers={"Authorization": f"Bearer {token}"},
                                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
@@ -194,7 +194,7 @@ async def test_every_call_writes_an_audit_row(api_url, owner_engine, world):
         await client.call_tool("search_content", {"query": "travel policy", "limit": 5})
         with pytest.raises(MCPError):
             await client.call_tool("search_content", {"query": "travel", "limit": 500})
-    rows = admin.audit_rows(owner_engine, tenant_name="acme-mcp", tool="search_content", limit=2)
+    rows = admin.audit_rows(db_of(owner_engine), tenant_name="acme-mcp", tool="search_content", limit=2)
     failed, ok = rows
     assert ok["status"] == "ok" and ok["arguments"] == {"query": "travel policy", "limit": 5}
     assert ok["principal"] == "user:agent" and ok["row_count"] >= 1 and "policy/travel.md" in ok["keys"]

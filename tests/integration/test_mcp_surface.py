@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 import jsonschema
 import pytest
-from helpers import make_corpus, running_api
+from helpers import db_of, make_corpus, running_api
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -29,14 +29,16 @@ def env(owner_engine, worker_engine, owner_url, tmp_path_factory):
     corpus = make_corpus(owner_engine, worker_engine, root / "main-src", files, tenant="surface")
     os.chmod(corpus.root / "doc-00.md", 0o640)
     for i in range(3):
-        admin.add_source(owner_engine, "surface", protocol="fs", config={"root": str(corpus.root)}, name=f"extra-{i}")
+        admin.add_source(db_of(owner_engine), "surface", protocol="fs", config={"root": str(corpus.root)},
+                         name=f"extra-{i}")
     other = make_corpus(owner_engine, worker_engine, root / "other-src", {"x.md": "other tenant"},
                         tenant="surface-other")
     tokens = {
-        "main": admin.create_token(owner_engine, tenant_name="surface", name="reader")[0],
-        "peer": admin.create_token(owner_engine, tenant_name="surface", name="peer")[0],
-        "other": admin.create_token(owner_engine, tenant_name="surface-other", name="o")[0],
-        "search_only": admin.create_token(owner_engine, tenant_name="surface", name="so", scopes=["kdbl.search"])[0],
+        "main": admin.create_token(db_of(owner_engine), tenant_name="surface", name="reader")[0],
+        "peer": admin.create_token(db_of(owner_engine), tenant_name="surface", name="peer")[0],
+        "other": admin.create_token(db_of(owner_engine), tenant_name="surface-other", name="o")[0],
+        "search_only": admin.create_token(db_of(owner_engine), tenant_name="surface", name="so",
+                                          scopes=["kdbl.search"])[0],
     }
     with running_api(owner_url, Settings(mcp_enabled=True)) as url:
         yield {"url": url, "corpus": corpus, "other": other, "tokens": tokens}

@@ -59,15 +59,19 @@ def _stats(url: str, per_source: bool) -> tuple[set, set]:
 def test_per_source_statistics_are_backfilled_and_summed_back_on_downgrade(pg_dir) -> None:
     from kdbl_control import admin
     from kdbl_core.db import content
+    from kdbl_core.db.connect import sync_pool
     from kdbl_core.db.engine import tenant_transaction
 
     with EmbeddedDatabase(pg_dir) as db:
         url = db.owner_url
         engine = sync_engine(url)
         try:
-            tenant = admin.create_tenant(engine, "mig")
-            for name, words in (("one", "alpha beta"), ("two", "alpha gamma")):
-                source = admin.add_source(engine, "mig", protocol="fs", config={"root": str(pg_dir)}, name=name)
+            with sync_pool(url) as owner:
+                tenant = admin.create_tenant(owner, "mig")
+                sources = [admin.add_source(owner, "mig", protocol="fs", config={"root": str(pg_dir)}, name=name)
+                           for name in ("one", "two")]
+            for source, words in zip(sources, ("alpha beta", "alpha gamma"), strict=True):
+                name = source.name
                 for i in range(3):
                     body = f"{words} number {i}"
                     with tenant_transaction(engine, tenant.id) as conn:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from helpers import make_corpus, running_api
+from helpers import db_of, make_corpus, running_api
 
 from kdbl_control import admin
 from kdbl_core.settings import Settings
@@ -18,7 +18,7 @@ ACCEPT = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version
 def env(owner_url, owner_engine, worker_engine, tmp_path_factory):
     root = tmp_path_factory.mktemp("ops")
     make_corpus(owner_engine, worker_engine, root / "ops-src", {"a.md": "the axolotl"}, tenant="ops")
-    tokens = [admin.create_token(owner_engine, tenant_name="ops", name=f"t{i}")[0] for i in range(2)]
+    tokens = [admin.create_token(db_of(owner_engine), tenant_name="ops", name=f"t{i}")[0] for i in range(2)]
     settings = Settings(mcp_enabled=True, rate_limit_per_minute=60, rate_limit_burst=3,
                         api_public_url="https://kdbl.example")
     with running_api(owner_url, settings) as url:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
+from helpers import db_of
 from kdbl_control import admin
 from kdbl_core.auth import pat
 from kdbl_core.auth.verifier import PatVerifier
@@ -25,11 +26,11 @@ async def verifier(owner_url):
 
 @pytest.fixture
 def tenant(owner_engine, unique):
-    return admin.create_tenant(owner_engine, f"pat-{unique}")
+    return admin.create_tenant(db_of(owner_engine), f"pat-{unique}")
 
 
 def test_token_format_and_only_a_hash_is_stored(owner_engine, tenant):
-    token, row = admin.create_token(owner_engine, tenant_name=tenant.name, name="ci")
+    token, row = admin.create_token(db_of(owner_engine), tenant_name=tenant.name, name="ci")
     assert token.startswith("kdblpat_") and len(token) == len("kdblpat_") + 16 + 1 + 43
     with owner_engine.connect() as conn:
         stored = conn.execute(text("SELECT hash, lookup_id FROM tokens WHERE id = :i"), {"i": row.id}).one()
@@ -38,7 +39,7 @@ def test_token_format_and_only_a_hash_is_stored(owner_engine, tenant):
 
 
 async def test_valid_token_yields_the_tenant_principal_with_scopes(verifier, owner_engine, tenant):
-    token, row = admin.create_token(owner_engine, tenant_name=tenant.name, name="bot", groups=["eng"],
+    token, row = admin.create_token(db_of(owner_engine), tenant_name=tenant.name, name="bot", groups=["eng"],
                                     scopes=["kdbl.search"])
     principal = await verifier.verify(token)
     assert principal.tenant_id == tenant.id and principal.subject == "user:bot"
@@ -49,7 +50,7 @@ async def test_valid_token_yields_the_tenant_principal_with_scopes(verifier, own
 
 
 async def test_forged_secret_with_a_real_lookup_id_is_rejected(verifier, owner_engine, tenant):
-    token, _ = admin.create_token(owner_engine, tenant_name=tenant.name, name="x")
+    token, _ = admin.create_token(db_of(owner_engine), tenant_name=tenant.name, name="x")
     await verifier.verify(token)  # warm the cache with the genuine token
     forged = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
     with pytest.raises(Unauthenticated, match="invalid token"):
@@ -63,22 +64,22 @@ async def test_malformed_or_unknown_tokens_are_rejected(verifier, bad):
 
 
 async def test_expired_token_is_rejected(verifier, owner_engine, tenant):
-    token, _ = admin.create_token(owner_engine, tenant_name=tenant.name, name="old",
+    token, _ = admin.create_token(db_of(owner_engine), tenant_name=tenant.name, name="old",
                                   expires_at=datetime.now(UTC) - timedelta(seconds=1))
     with pytest.raises(Unauthenticated, match="expired"):
         await verifier.verify(token)
 
 
 async def test_revocation_takes_effect_immediately_even_when_cached(verifier, owner_engine, tenant):
-    token, row = admin.create_token(owner_engine, tenant_name=tenant.name, name="rev")
+    token, row = admin.create_token(db_of(owner_engine), tenant_name=tenant.name, name="rev")
     await verifier.verify(token)
-    admin.revoke_token(owner_engine, str(row.id))
+    admin.revoke_token(db_of(owner_engine), str(row.id))
     with pytest.raises(Unauthenticated, match="revoked"):
         await verifier.verify(token)
 
 
 async def test_cluster_admin_token_is_refused_for_mcp(verifier, owner_engine):
-    token, _ = admin.create_token(owner_engine, tenant_name=None, name="root", admin=True)
+    token, _ = admin.create_token(db_of(owner_engine), tenant_name=None, name="root", admin=True)
     assert token.startswith("kdbladm_")
     with pytest.raises(Forbidden, match="tenant-scoped"):
         await verifier.verify(token)
@@ -92,8 +93,8 @@ def test_verify_is_a_real_argon2_check():
 
 
 def test_create_tenant_with_exist_ok_returns_a_usable_row(owner_engine, unique):
-    first = admin.create_tenant(owner_engine, f"again-{unique}")
-    again = admin.create_tenant(owner_engine, f"again-{unique}", exist_ok=True)
+    first = admin.create_tenant(db_of(owner_engine), f"again-{unique}")
+    again = admin.create_tenant(db_of(owner_engine), f"again-{unique}", exist_ok=True)
     assert (again.id, again.name) == (first.id, first.name)
 
 
@@ -108,7 +109,7 @@ async def test_wrong_guesses_cost_no_argon2_and_never_lock_out_the_holder_on_a_f
     monkeypatch.setattr(pat, "verify", lambda h, t: checks.append(t) or real_verify(h, t))
     attacked, fresh = (async_engine(for_role(owner_url, "kdbl_api")) for _ in range(2))
     try:
-        token, _ = admin.create_token(owner_engine, tenant_name=tenant.name, name="flood")
+        token, _ = admin.create_token(db_of(owner_engine), tenant_name=tenant.name, name="flood")
         guesser = PatVerifier(attacked, max_failures=3, failure_window_s=60)
         results = await asyncio.gather(*(guesser.verify(_forge(token, n)) for n in range(50)), return_exceptions=True)
         assert all(isinstance(r, Unauthenticated) and r.message == "invalid token" for r in results)
@@ -127,7 +128,7 @@ async def test_a_token_from_before_fingerprints_keeps_the_failure_budget_until_f
     engine = async_engine(for_role(owner_url, "kdbl_api"))
     verifier = PatVerifier(engine, max_failures=2, failure_window_s=60)
     try:
-        token, row = admin.create_token(owner_engine, tenant_name=tenant.name, name="legacy")
+        token, row = admin.create_token(db_of(owner_engine), tenant_name=tenant.name, name="legacy")
         with owner_engine.begin() as conn:  # as made before migration 0009
             conn.execute(text("UPDATE tokens SET fingerprint = NULL WHERE id = :id"), {"id": row.id})
         for n in range(2):

@@ -14,7 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from helpers import crawl, make_corpus
+from helpers import crawl, db_of, make_corpus
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
@@ -153,8 +153,9 @@ def corpus_files(n: int, prefix: str = "doc") -> dict[str, str]:
 def empty_source(owner_engine, tmp_path, unique):
     root = tmp_path / f"q-{unique}"
     root.mkdir()
-    admin.create_tenant(owner_engine, f"q-{unique}")
-    return admin.add_source(owner_engine, f"q-{unique}", protocol="fs", config={"root": str(root)}, name="q")
+    admin.create_tenant(db_of(owner_engine), f"q-{unique}")
+    return admin.add_source(db_of(owner_engine), f"q-{unique}", protocol="fs", config={"root": str(root)},
+                            name="q")
 
 
 def _listed_job(worker_engine, source, n_items: int, lease_s: float = 60) -> jobs.JobClaim:
@@ -346,8 +347,8 @@ def test_the_worker_role_sees_only_the_tenant_of_its_transaction(owner_engine, w
     for name in ("a", "b"):
         root = tmp_path / f"{name}-{unique}"
         root.mkdir()
-        admin.create_tenant(owner_engine, f"{name}-{unique}")
-        sources.append(admin.add_source(owner_engine, f"{name}-{unique}", protocol="fs",
+        admin.create_tenant(db_of(owner_engine), f"{name}-{unique}")
+        sources.append(admin.add_source(db_of(owner_engine), f"{name}-{unique}", protocol="fs",
                                         config={"root": str(root)}, name=name))
         _listed_job(worker_engine, sources[-1], 2)
     with worker_engine.connect() as conn:  # no tenant: the queue of every tenant (claims)
@@ -365,13 +366,13 @@ def test_the_worker_role_sees_only_the_tenant_of_its_transaction(owner_engine, w
 
 def test_schedules_queue_one_run_per_slot(owner_engine, worker_engine, tmp_path, unique):
     tenant = f"sch-{unique}"
-    admin.create_tenant(owner_engine, tenant)
+    admin.create_tenant(db_of(owner_engine), tenant)
     made = {}
     for name, schedule in (("hourly", "@hourly"), ("manual", "manual"), ("default", None),
                            ("bad", "@weekdays"), ("daily", "@daily")):
         root = tmp_path / f"{name}-{unique}"
         root.mkdir()
-        made[name] = admin.add_source(owner_engine, tenant, protocol="fs", config={"root": str(root)},
+        made[name] = admin.add_source(db_of(owner_engine), tenant, protocol="fs", config={"root": str(root)},
                                       name=name, schedule=schedule)
     with worker_engine.begin() as conn:  # an on-demand run made after today's slot serves the daily one
         jobs.enqueue(conn, made["daily"].id)
@@ -492,8 +493,9 @@ def test_two_worker_processes_share_one_source(owner_url, owner_engine, worker_e
     root.mkdir()
     for name, body in corpus_files(200).items():
         (root / name).write_text(body)
-    admin.create_tenant(owner_engine, tenant)
-    source = admin.add_source(owner_engine, tenant, protocol="fs", config={"root": str(root)}, name="shared")
+    admin.create_tenant(db_of(owner_engine), tenant)
+    source = admin.add_source(db_of(owner_engine), tenant, protocol="fs", config={"root": str(root)},
+                              name="shared")
     names = [f"w1-{unique}", f"w2-{unique}"]
     procs = [start_worker(owner_url, n, tenant, tmp_path, sleep=0.01, args=("--batch", "4")) for n in names]
     try:
@@ -524,8 +526,9 @@ def test_sigterm_finishes_the_current_file_and_hands_back_the_rest(owner_url, ow
     root.mkdir()
     for name, body in corpus_files(60).items():
         (root / name).write_text(body)
-    admin.create_tenant(owner_engine, tenant)
-    source = admin.add_source(owner_engine, tenant, protocol="fs", config={"root": str(root)}, name="t")
+    admin.create_tenant(db_of(owner_engine), tenant)
+    source = admin.add_source(db_of(owner_engine), tenant, protocol="fs", config={"root": str(root)},
+                              name="t")
     name = f"term-{unique}"
     proc = start_worker(owner_url, name, tenant, tmp_path, sleep=0.05, args=("--batch", "8"))
     try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import make_corpus
+from helpers import db_of, make_corpus
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 
@@ -23,7 +23,7 @@ def two_tenants(owner_engine, worker_engine, tmp_path, unique):
         tenant=f"alpha-{unique}")
     b = make_corpus(owner_engine, worker_engine, tmp_path / f"b-{unique}", {
         "beta.md": "# Beta\n\nThe zebrafish protocol of tenant beta."}, tenant=f"beta-{unique}")
-    admin.add_grant(owner_engine, source_id=b.source_id, subject="user:bob")
+    admin.add_grant(db_of(owner_engine), source_id=b.source_id, subject="user:bob")
     return a, b
 
 
@@ -108,12 +108,12 @@ def test_restricted_source_needs_a_grant_and_file_grants_open_one_file(
     assert _as(api_sync_engine, alice, chunk_count)[0]["n"] == 0
     assert _as(api_sync_engine, alice, "SELECT id FROM sources") == []
 
-    admin.add_grant(owner_engine, source_id=c.source_id, subject="user:alice", file_key="open.md")
+    admin.add_grant(db_of(owner_engine), source_id=c.source_id, subject="user:alice", file_key="open.md")
     assert [r["key"] for r in _as(api_sync_engine, alice, keys)] == ["open.md"]
     assert _as(api_sync_engine, alice, chunk_count)[0]["n"] == 1
     assert len(_as(api_sync_engine, alice, "SELECT id FROM sources")) == 1
 
-    admin.add_grant(owner_engine, source_id=c.source_id, subject="group:analysts")
+    admin.add_grant(db_of(owner_engine), source_id=c.source_id, subject="group:analysts")
     analyst = _principal(c, "user:carol", groups=["analysts"])
     assert [r["key"] for r in _as(api_sync_engine, analyst, keys)] == ["open.md", "secret.md"]
     # postings follow the same policy as chunks

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 
 import jsonschema
 import pytest
-from helpers import make_corpus, running_api
+from helpers import db_of, make_corpus, running_api
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -37,7 +37,7 @@ def world(owner_engine, worker_engine, owner_url, tmp_path_factory, embed_model_
         assert embed_pending(worker_engine, embedder, batch=16) > 0
     finally:
         embedder.close()
-    token = admin.create_token(owner_engine, tenant_name=name, name="agent")[0]
+    token = admin.create_token(db_of(owner_engine), tenant_name=name, name="agent")[0]
     settings = Settings(mcp_enabled=True, embed_model_path=str(embed_model_path))
     with running_api(owner_url, settings) as url:
         yield {"url": url, "token": token, "tenant": name, "corpus": corpus}
@@ -93,12 +93,12 @@ async def test_semantic_degrades_to_lexical_with_a_reason_without_an_embedder(wo
 
 async def test_a_lexical_only_tenant_policy_serves_semantic_lexically_with_a_reason(world, owner_engine, owner_url,
                                                                                   embed_model_path):
-    admin.update_tenant(owner_engine, world["tenant"], modes="lexical")
+    admin.update_tenant(db_of(owner_engine), world["tenant"], modes="lexical")
     try:  # a fresh replica reads the policy now (no cached copy)
         with running_api(owner_url, Settings(mcp_enabled=True, embed_model_path=str(embed_model_path))) as url:
             result = await search(url, world["token"], query="carpet", mode="semantic")
     finally:
-        admin.update_tenant(owner_engine, world["tenant"], modes="lexical,hybrid")
+        admin.update_tenant(db_of(owner_engine), world["tenant"], modes="lexical,hybrid")
     assert result["mode"] == "lexical" and result["degraded"] is True
     assert "not allowed" in result["degraded_reason"]
 

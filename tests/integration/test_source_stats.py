@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import crawl, make_corpus
+from helpers import crawl, db_of, make_corpus
 from sqlalchemy import text
 
 from kdbl_control import admin
@@ -72,7 +72,7 @@ async def test_a_principal_with_file_grants_sees_only_its_own_counts(owner_engin
                                                                      tmp_path, unique):
     corpus = make_corpus(owner_engine, worker_engine, tmp_path / "rs", DOCS, tenant=f"rs-{unique}",
                          restricted=True)
-    admin.add_grant(owner_engine, source_id=corpus.source_id, subject="user:ann", file_key="d.txt")
+    admin.add_grant(db_of(owner_engine), source_id=corpus.source_id, subject="user:ann", file_key="d.txt")
     engine = async_engine(for_role(owner_url, "kdbl_api"))
     try:
         ann = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:ann")
@@ -81,7 +81,7 @@ async def test_a_principal_with_file_grants_sees_only_its_own_counts(owner_engin
             progress = await embeddings.source_progress(conn, [corpus.source_id], "m")
         assert row["file_count"] == 1  # not the source's 4
         assert progress[corpus.source_id]["total"] == 1
-        admin.set_source_acl(owner_engine, corpus.source_id, restricted=False)
+        admin.set_source_acl(db_of(owner_engine), corpus.source_id, restricted=False)
         async with rls_transaction(engine, ann) as conn:
             [row] = await reads.list_sources(conn, after=None, limit=10)
             assert (await conn.execute(text("SELECT count(*) FROM source_stats"))).scalar() > 0

@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 import uvicorn
-from helpers import free_port, make_corpus, running_api
+from helpers import db_of, free_port, make_corpus, running_api
 
 from kdbl_control import admin
 from kdbl_control.cli import main as cli_main
@@ -66,7 +66,7 @@ def tenant(owner_engine, worker_engine, tmp_path, unique):
     name = f"pol-{unique}"
     corpus = make_corpus(owner_engine, worker_engine, tmp_path / "docs", {
         "report.md": "# Capybara report\n\nThe capybara census counted forty capybaras."}, tenant=name)
-    token = admin.create_token(owner_engine, tenant_name=name, name="agent")[0]
+    token = admin.create_token(db_of(owner_engine), tenant_name=name, name="agent")[0]
     return {"name": name, "corpus": corpus, "token": token}
 
 
@@ -127,7 +127,7 @@ async def test_a_disabled_tenant_is_refused_403_everywhere_on_every_replica_unti
     async with httpx.AsyncClient() as http:
         dl = await http.get(_local(link, a))
     assert dl.status_code == 403 and "disabled" in dl.json()["error"]
-    rows = admin.audit_rows(owner_engine, tenant_name=tenant["name"], status="denied")
+    rows = admin.audit_rows(db_of(owner_engine), tenant_name=tenant["name"], status="denied")
     assert rows and all("disabled" in r["error"] for r in rows)
 
     cli(monkeypatch, capsys, owner_url, "tenant", "update", tenant["name"], "--enabled", "true")
@@ -150,7 +150,7 @@ async def test_tools_outside_the_allowlist_are_hidden_and_refused_exactly_as_unk
     a, _ = replicas
     token = tenant["token"]
     assert {t["name"] for t in (await post(a, token, LIST)).json()["result"]["tools"]} == SIX  # the default
-    admin.update_tenant(owner_engine, tenant["name"], tools="search_content,list_sources")
+    admin.update_tenant(db_of(owner_engine), tenant["name"], tools="search_content,list_sources")
 
     async def narrowed():
         names = {t["name"] for t in (await post(a, token, LIST)).json()["result"]["tools"]}
@@ -171,7 +171,7 @@ async def test_tools_outside_the_allowlist_are_hidden_and_refused_exactly_as_unk
 
 async def test_a_lexical_only_tenant_gets_semantic_modes_degraded_with_a_reason(replicas, tenant, owner_engine):
     a, _ = replicas
-    admin.update_tenant(owner_engine, tenant["name"], modes="lexical")
+    admin.update_tenant(db_of(owner_engine), tenant["name"], modes="lexical")
 
     async def degraded():
         result = (await post(a, tenant["token"], _call("search_content", {"query": "capybara", "mode": "hybrid"}))
@@ -186,7 +186,7 @@ async def test_per_token_limits_are_shared_by_replicas_with_retry_after_and_rate
         replicas, tenant, owner_engine):
     a, b = replicas
     token = tenant["token"]
-    admin.update_tenant(owner_engine, tenant["name"], rate_limit="2/m,100/h")
+    admin.update_tenant(db_of(owner_engine), tenant["name"], rate_limit="2/m,100/h")
     await until(lambda: _policy_seen(a, token, "2;w=60"), "the new tier on replica a")
     await until(lambda: _policy_seen(b, token, "2;w=60"), "the new tier on replica b")
     # both replicas have seen the policy (and each took one request doing so): the minute bucket is empty
@@ -200,9 +200,9 @@ async def test_per_token_limits_are_shared_by_replicas_with_retry_after_and_rate
     init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
     assert (await post(a, token, init)).status_code == 200
-    other = admin.create_token(owner_engine, tenant_name=tenant["name"], name="other")[0]
+    other = admin.create_token(db_of(owner_engine), tenant_name=tenant["name"], name="other")[0]
     assert await _status(a, other) == 200  # per token: another token has its own buckets
-    rows = admin.audit_rows(owner_engine, tenant_name=tenant["name"], status="rate_limited")
+    rows = admin.audit_rows(db_of(owner_engine), tenant_name=tenant["name"], status="rate_limited")
     assert len(rows) == 1 and rows[0]["tool"] == "tools/list" and "retry after" in rows[0]["error"]
 
 
@@ -215,7 +215,7 @@ async def test_a_tenant_tier_limits_all_its_tokens_together_and_capacity_shows_w
         replicas, tenant, owner_engine, monkeypatch, capsys, owner_url):
     a, b = replicas
     first = tenant["token"]
-    second = admin.create_token(owner_engine, tenant_name=tenant["name"], name="second")[0]
+    second = admin.create_token(db_of(owner_engine), tenant_name=tenant["name"], name="second")[0]
     cli(monkeypatch, capsys, owner_url, "tenant", "update", tenant["name"], "--rate-limit", "0",
         "--tenant-rate-limit", "3/m")
     await until(lambda: _policy_seen(a, first, "3;w=60"), "tenant tier")  # took 1 of 3 (maybe more)
@@ -270,16 +270,17 @@ async def _url_minted(url: str, token: str) -> bool:
 
 async def test_a_download_link_stops_working_when_its_minting_token_is_revoked(replicas, tenant, owner_engine):
     a, _ = replicas
-    keeper = admin.create_token(owner_engine, tenant_name=tenant["name"], name="keeper")[0]
+    keeper = admin.create_token(db_of(owner_engine), tenant_name=tenant["name"], name="keeper")[0]
     revoked_link = _local(await _hit_url(a, tenant["token"]), a)
     kept_link = _local(await _hit_url(a, keeper), a)
-    admin.revoke_token(owner_engine, tenant["token"])
+    admin.revoke_token(db_of(owner_engine), tenant["token"])
     async with httpx.AsyncClient() as http:
         dead = await http.get(revoked_link)
         alive = await http.get(kept_link)
     assert dead.status_code == 403 and "revoked" in dead.json()["error"]
     assert alive.status_code == 200
-    [row] = admin.audit_rows(owner_engine, tenant_name=tenant["name"], tool="files/download", status="denied")
+    [row] = admin.audit_rows(db_of(owner_engine), tenant_name=tenant["name"], tool="files/download",
+                             status="denied")
     assert "revoked" in row["error"]
 
 
@@ -287,7 +288,7 @@ async def test_a_download_link_stops_working_when_its_minting_token_expires(repl
     from datetime import UTC, datetime, timedelta
 
     a, _ = replicas
-    brief = admin.create_token(owner_engine, tenant_name=tenant["name"], name="brief",
+    brief = admin.create_token(db_of(owner_engine), tenant_name=tenant["name"], name="brief",
                                expires_at=datetime.now(UTC) + timedelta(seconds=3))[0]
     link = _local(await _hit_url(a, brief), a)  # the link itself lives 15 minutes
 
@@ -305,7 +306,8 @@ async def test_calls_refused_before_a_tool_runs_each_leave_one_audit_row(
         replicas, tenant, owner_engine, monkeypatch, capsys, owner_url):
     a, _ = replicas
     name, token = tenant["name"], tenant["token"]
-    search_only = admin.create_token(owner_engine, tenant_name=name, name="searcher", scopes=["kdbl.search"])[0]
+    search_only = admin.create_token(db_of(owner_engine), tenant_name=name, name="searcher",
+                                     scopes=["kdbl.search"])[0]
     args = {"source_id": str(tenant["corpus"].source_id), "key": "report.md"}
     assert (await post(a, search_only, _call("get_file_text", args))).status_code == 403  # scope
     assert "error" in (await post(a, token, _call("no_such_tool", {}))).json()  # unknown tool
@@ -365,7 +367,7 @@ async def test_a_flood_of_wrong_guesses_never_locks_the_genuine_holder_out_of_a_
     assert {r.status_code for r in statuses} == {401}  # never 429: guesses cost no argon2 budget
     assert await _status(b, token) == 200  # b never verified this token before
     assert await _status(a, token) == 200
-    assert len(admin.audit_rows(owner_engine, tenant_name=tenant["name"], status="unauthenticated",
+    assert len(admin.audit_rows(db_of(owner_engine), tenant_name=tenant["name"], status="unauthenticated",
                                 limit=100)) == 40
 
 
@@ -383,5 +385,5 @@ async def test_a_call_that_fails_unexpectedly_is_audited_with_the_error_type_and
             conn.execute(text("GRANT SELECT ON grants TO kdbl_api"))
     error = resp.json()["error"]
     assert error["code"] == -32603 and "grants" not in error["message"]
-    [row] = admin.audit_rows(owner_engine, tenant_name=tenant["name"], tool="list_sources")
+    [row] = admin.audit_rows(db_of(owner_engine), tenant_name=tenant["name"], tool="list_sources")
     assert row["status"] == "error" and row["error"] == "internal error (InsufficientPrivilege)"

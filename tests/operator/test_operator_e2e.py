@@ -7,6 +7,8 @@ import uuid
 from typing import Any
 
 import pytest
+
+from helpers import db_of
 from kdbl_core.auth import pat
 from kdbl_core.db import content
 from kdbl_core.db.engine import tenant_transaction
@@ -288,7 +290,7 @@ async def test_rows_of_kdbl_control_are_never_taken_over_or_deleted_without_the_
     from kdbl_control import admin
 
     name = names("cli")
-    admin.create_tenant(owner_engine, name, display_name="Made by the CLI")
+    admin.create_tenant(db_of(owner_engine), name, display_name="Made by the CLI")
     await operator.create(tenant(name))
     cond = await operator.degraded("Tenant", name, "NameConflict")
     assert "kdbl-control" in cond["message"] and "kdbl.io/adopt" in cond["message"]
@@ -311,4 +313,4 @@ async def test_rows_of_kdbl_control_are_never_taken_over_or_deleted_without_the_
     await operator.ready("Source", "src", "kdbl")
     source_id = _source_row(owner_engine, name, "src")["id"]
     with pytest.raises(admin.Conflict, match="managed by the kdbl operator"):
-        admin.set_source_acl(owner_engine, source_id, restricted=True)
+        admin.set_source_acl(db_of(owner_engine), source_id, restricted=True)

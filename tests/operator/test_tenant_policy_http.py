@@ -8,7 +8,7 @@ from typing import Any
 
 import anyio
 import httpx
-from helpers import Corpus, crawl, running_api
+from helpers import Corpus, crawl, db_of, running_api
 from operator_helpers import tenant
 
 from kdbl_control import admin
@@ -38,7 +38,8 @@ async def test_a_tenant_resources_policy_is_what_the_api_enforces_over_http(
     root = tmp_path / "docs"
     root.mkdir()
     (root / "okapi.md").write_text("The okapi is a forest giraffe.")
-    src = admin.add_source(owner_engine, name, protocol="fs", config={"root": str(root)}, name="docs", force=True)
+    src = admin.add_source(db_of(owner_engine), name, protocol="fs", config={"root": str(root)},
+                           name="docs", force=True)
 
     settings = Settings(mcp_enabled=True, download_signing_secret="d" * 48, internal_fetch_token="f" * 40,
                         api_public_url="http://public.example")
@@ -47,7 +48,8 @@ async def test_a_tenant_resources_policy_is_what_the_api_enforces_over_http(
         assert refused.status_code == 403 and f"tenant '{name}' is disabled" in refused.json()["error"]["message"]
 
         await operator.patch("Tenant", name, {"spec": {"enabled": True}})
-        await operator.eventually(lambda: admin.show_tenant(owner_engine, name)["enabled"], what="enabled")
+        await operator.eventually(lambda: admin.show_tenant(db_of(owner_engine),
+                                                            name)["enabled"], what="enabled")
         crawl(worker_engine, Corpus(name, src.tenant_id, src.id, root))  # the worker skips disabled tenants
         deadline = time.monotonic() + 30
         while (listed := await _post(url, token, LIST)).status_code != 200:  # the first 200 takes 1 of 3

@@ -12,7 +12,7 @@ import uuid
 import httpx
 import kopf
 import pytest
-from helpers import running_api, running_fetch, serving
+from helpers import db_of, running_api, running_fetch, serving
 
 from kdbl_api.jsonrpc_envelope import EnvelopeError
 from kdbl_api.server import mcp_error_of
@@ -115,9 +115,10 @@ def test_exceptions_that_leave_their_module_are_in_the_hierarchy_and_there_is_on
 @pytest.fixture(scope="module")
 def api(owner_engine, owner_url, worker_engine):
     name = f"render-{uuid.uuid4().hex[:8]}"
-    admin.create_tenant(owner_engine, name)
-    token = admin.create_token(owner_engine, tenant_name=name, name="agent")[0]
-    search_only = admin.create_token(owner_engine, tenant_name=name, name="s", scopes=["kdbl.search"])[0]
+    admin.create_tenant(db_of(owner_engine), name)
+    token = admin.create_token(db_of(owner_engine), tenant_name=name, name="agent")[0]
+    search_only = admin.create_token(db_of(owner_engine), tenant_name=name, name="s",
+                                     scopes=["kdbl.search"])[0]
     with running_fetch(worker_engine, FETCH_TOKEN) as fetch:
         settings = Settings(mcp_enabled=True, download_signing_secret=SIGNING,
                             internal_fetch_token=FETCH_TOKEN,

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import text
 
 from kdbl_control import admin
+from kdbl_core.db.connect import sync_pool
 from kdbl_core.db.engine import sync_engine
 from kdbl_core.db.urls import for_role
 from kdbl_core.errors import ConfigError
@@ -113,10 +114,11 @@ def ensure_indexed(owner_url: str, docs: Path, tenant: str = "bench-search", *,
     owner = sync_engine(owner_url)
     worker = sync_engine(for_role(owner_url, "kdbl_worker"))
     try:
-        row = admin.create_tenant(owner, tenant, exist_ok=True)
-        source = admin.add_source(owner, tenant, protocol="fs", config={"root": str(docs)}, name="corpus",
-                                  exist_ok=True)
-        token = admin.create_token(owner, tenant_name=tenant, name=token_name)[0] if token_name else None
+        with sync_pool(owner_url, size=1) as db:
+            row = admin.create_tenant(db, tenant, exist_ok=True)
+            source = admin.add_source(db, tenant, protocol="fs", config={"root": str(docs)}, name="corpus",
+                                      exist_ok=True)
+            token = admin.create_token(db, tenant_name=tenant, name=token_name)[0] if token_name else None
         [loaded] = load_sources(worker, source_id=source.id)
         stats = Indexer(worker, get_settings()).crawl(loaded)
         if stats.indexed:

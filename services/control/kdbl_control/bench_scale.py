@@ -28,6 +28,7 @@ from kdbl_control import admin
 from kdbl_control.beir import iter_corpus, load_queries
 from kdbl_control.bench import many_clients, one_client, start_api
 from kdbl_control.up import free_port
+from kdbl_core.db.connect import sync_pool
 from kdbl_core.db.engine import sync_engine
 from kdbl_core.embed import Embedder
 
@@ -162,16 +163,13 @@ def run_scale_bench(owner_url: str, dataset: Path, work_dir: Path, *, sizes: lis
     embedder = Embedder(model_path, n_threads=2)
     dim, model_id = embedder.dim, embedder.model_id
     del embedder
-    owner = sync_engine(owner_url)
-    try:
+    with sync_pool(owner_url, size=1) as owner:
         tenant = admin.create_tenant(owner, TENANT, exist_ok=True)
         root = work_dir / "synthetic-root"  # never crawled: the rows are written directly
         root.mkdir(parents=True, exist_ok=True)
         source = admin.add_source(owner, TENANT, protocol="fs", config={"root": str(root)}, name="synthetic",
                                   exist_ok=True)
         token = admin.create_token(owner, tenant_name=TENANT, name="bench-scale")[0]
-    finally:
-        owner.dispose()
     words, cumulative = token_distribution(dataset)
     queries = load_queries(dataset, n_queries)
     steps = []

@@ -302,6 +302,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
 
     from kdbl_control import admin
     from kdbl_control.target import owner_url
+    from kdbl_core.db.connect import sync_pool
     from kdbl_core.db.engine import sync_engine
 
     with owner_url(settings, args.data_dir) as url:
@@ -313,11 +314,14 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
                                        "kdbl_worker": named_env(args.worker_password_env)})
             print(f"migrated to revision {migrate.current_revision(url)}")
             return 0
-        engine = sync_engine(url)
-        try:
-            return _dispatch(args, settings, engine, admin)
-        finally:
-            engine.dispose()
+        if args.command == "crawl":
+            engine = sync_engine(url)
+            try:
+                return _crawl(args, settings, engine)
+            finally:
+                engine.dispose()
+        with sync_pool(url, size=2, name="kdbl-control") as db:
+            return _dispatch(args, settings, db, admin)
 
 
 def _bench(args: argparse.Namespace, settings: Settings) -> int:
@@ -445,70 +449,68 @@ def _crawl(args: argparse.Namespace, settings: Settings, engine: Any) -> int:
     return 0
 
 
-def _dispatch(args: argparse.Namespace, settings: Settings, engine: Any, admin: Any) -> int:
+def _dispatch(args: argparse.Namespace, settings: Settings, db: Any, admin: Any) -> int:
     cmd, action = args.command, getattr(args, "action", None)
     if cmd == "tenant" and action == "create":
-        tenant = admin.create_tenant(engine, args.name, display_name=args.display_name, hybrid=not args.no_hybrid)
+        tenant = admin.create_tenant(db, args.name, display_name=args.display_name, hybrid=not args.no_hybrid)
         _print(args, {"id": str(tenant.id), "name": tenant.name})
     elif cmd == "tenant" and action == "show":
-        _print(args, admin.show_tenant(engine, args.name))
+        _print(args, admin.show_tenant(db, args.name))
     elif cmd == "tenant" and action == "update":
         _print(args, admin.update_tenant(
-            engine, args.name, enabled=args.enabled, tools=args.tools, modes=args.modes, rate_limit=args.rate_limit,
+            db, args.name, enabled=args.enabled, tools=args.tools, modes=args.modes, rate_limit=args.rate_limit,
             tenant_rate_limit=args.tenant_rate_limit, downloads=args.downloads, force=args.force))
     elif cmd == "tenant":
-        _print(args, admin.list_tenants(engine), ["name", "display_name", "sources", "files", "hybrid_enabled",
-                                                  "managed_by"])
+        _print(args, admin.list_tenants(db), ["name", "display_name", "sources", "files", "hybrid_enabled",
+                                              "managed_by"])
     elif cmd == "source" and action == "add":
-        source = admin.add_source(engine, args.tenant, protocol=args.protocol, config=source_config(args),
-                                  name=args.name, restricted=args.restricted, hybrid=not args.no_hybrid,
-                                  schedule=source_schedule(args), force=args.force)
+        source = admin.add_source(db, args.tenant, protocol=args.protocol, config=source_config(args),
+                              name=args.name, restricted=args.restricted, hybrid=not args.no_hybrid,
+                              schedule=source_schedule(args), force=args.force)
         print(source.id)
     elif cmd == "source" and action == "files":
         from kdbl_control import file_report
 
         if args.status:
-            _print(args, file_report.listing(engine, status=args.status, source_id=args.source, tenant=args.tenant),
+            _print(args, file_report.listing(db, status=args.status, source_id=args.source, tenant=args.tenant),
                    ["key", "status", "reason", "content_type", "size", "chunks"])
         else:
-            report = file_report.summary(engine, source_id=args.source, tenant=args.tenant)
+            report = file_report.summary(db, source_id=args.source, tenant=args.tenant)
             print(json.dumps(report, indent=2, default=str) if args.json else file_report.render(report))
     elif cmd == "source":
-        _print(args, admin.list_sources(engine, args.tenant), ["id", "tenant", "name", "protocol", "enabled",
-                                                               "acl_mode", "files", "last_indexed_at", "last_run"])
-    elif cmd == "crawl":
-        return _crawl(args, settings, engine)
+        _print(args, admin.list_sources(db, args.tenant), ["id", "tenant", "name", "protocol", "enabled",
+                                                           "acl_mode", "files", "last_indexed_at", "last_run"])
     elif cmd == "token" and action == "create":
         if args.admin == bool(args.tenant):
             raise ConfigError("token create needs exactly one of --tenant NAME or --admin")
         token, row = admin.create_token(
-            engine, tenant_name=args.tenant, name=args.name, scopes=args.scope,
+            db, tenant_name=args.tenant, name=args.name, scopes=args.scope,
             subject=f"user:{args.principal}" if args.principal else None, groups=args.group,
             expires_at=args.expires, admin=args.admin)
         print(token)
         print(f"(token id {row.id}; shown once — store it now)", file=sys.stderr)
     elif cmd == "token" and action == "list":
-        _print(args, admin.list_tokens(engine, args.tenant), ["id", "tenant", "name", "subject", "scopes",
-                                                              "expires_at", "revoked_at"])
+        _print(args, admin.list_tokens(db, args.tenant), ["id", "tenant", "name", "subject", "scopes",
+                                                          "expires_at", "revoked_at"])
     elif cmd == "token":
-        admin.revoke_token(engine, args.token, force=args.force)
+        admin.revoke_token(db, args.token, force=args.force)
         print("revoked")
     elif cmd == "grant" and action == "add":
         subject = f"user:{args.user}" if args.user else f"group:{args.group}"
-        grant = admin.add_grant(engine, source_id=args.source, subject=subject, file_key=args.key, force=args.force)
+        grant = admin.add_grant(db, source_id=args.source, subject=subject, file_key=args.key, force=args.force)
         print(grant.id)
     elif cmd == "grant" and action == "list":
-        _print(args, admin.list_grants(engine, args.source))
+        _print(args, admin.list_grants(db, args.source))
     elif cmd == "grant" and action == "revoke":
-        admin.revoke_grant(engine, args.id, force=args.force)
+        admin.revoke_grant(db, args.id, force=args.force)
         print("revoked")
     elif cmd == "grant":
-        admin.set_source_acl(engine, args.source, restricted=not args.open, force=args.force)
+        admin.set_source_acl(db, args.source, restricted=not args.open, force=args.force)
         print("open to the tenant" if args.open else "restricted to granted principals")
     elif cmd == "mcp" and action == "audit":
-        _print(args, admin.audit_rows(engine, tool=args.tool, tenant_name=args.tenant, status=args.status,
-                                      principal=args.principal, since=args.since, until=args.until,
-                                      limit=args.limit),
+        _print(args, admin.audit_rows(db, tool=args.tool, tenant_name=args.tenant, status=args.status,
+                                  principal=args.principal, since=args.since, until=args.until,
+                                  limit=args.limit),
                ["ts", "principal", "tool", "status", "row_count", "source_ids", "duration_ms", "client_ip", "error",
                 "arguments"])
     return 0
@@ -517,8 +519,12 @@ def _dispatch(args: argparse.Namespace, settings: Settings, engine: Any, admin: 
 def _fault(exc: Exception) -> KdblError | None:
     """A third-party exception that is a known configuration or environment fault, as a KdblError (so it
     prints one line, not a traceback); None for anything else (a bug: the traceback is wanted)."""
+    import psycopg
     import sqlalchemy.exc  # already loaded whenever one of its errors was raised
 
+    if isinstance(exc, psycopg.OperationalError):
+        reason = str(exc).strip().splitlines()
+        return Unavailable(f"the database cannot be reached: {reason[0] if reason else type(exc).__name__}")
     if isinstance(exc, sqlalchemy.exc.ArgumentError):
         return ConfigError(f"the database URL cannot be used: {exc}")
     if isinstance(exc, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):

@@ -14,7 +14,9 @@ import uuid
 from collections import Counter, defaultdict
 from typing import Any
 
-from sqlalchemy import Engine, text
+from psycopg.rows import dict_row
+
+from kdbl_core.db.connect import Pool
 
 STATUSES = ("ok", "partial", "failed", "skipped", "pending")
 EXAMPLES = 3
@@ -30,7 +32,7 @@ def reason_group(reason: str | None) -> str:
     return _NUMBER.sub("N", _QUOTED.sub("'…'", reason))[:200]
 
 
-def _rows(engine: Engine, source_id: uuid.UUID | None, tenant: str | None,
+def _rows(db: Pool, source_id: uuid.UUID | None, tenant: str | None,
           status: str | None) -> list[dict[str, Any]]:
     sql = """
         SELECT t.name AS tenant, s.name AS source, f.key, f.status, f.status_reason AS reason,
@@ -39,21 +41,21 @@ def _rows(engine: Engine, source_id: uuid.UUID | None, tenant: str | None,
          WHERE true"""
     params: dict[str, Any] = {}
     if source_id is not None:
-        sql += " AND f.source_id = :sid"
+        sql += " AND f.source_id = %(sid)s"
         params["sid"] = source_id
     if tenant is not None:
-        sql += " AND t.name = :tenant"
+        sql += " AND t.name = %(tenant)s"
         params["tenant"] = tenant
     if status is not None:
-        sql += " AND f.status = :status"
+        sql += " AND f.status = %(status)s"
         params["status"] = status
-    with engine.connect() as conn:
-        return [dict(r) for r in conn.execute(text(sql + " ORDER BY t.name, s.name, f.key"), params).mappings()]
+    with db.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(sql + " ORDER BY t.name, s.name, f.key", params).fetchall()
 
 
-def summary(engine: Engine, *, source_id: uuid.UUID | None = None, tenant: str | None = None) -> dict[str, Any]:
+def summary(db: Pool, *, source_id: uuid.UUID | None = None, tenant: str | None = None) -> dict[str, Any]:
     """Counts per status, the share that is `ok`, and the reasons of the others grouped with examples."""
-    rows = _rows(engine, source_id, tenant, None)
+    rows = _rows(db, source_id, tenant, None)
     counts = Counter(r["status"] for r in rows)
     groups: dict[tuple[str, str], list[str]] = defaultdict(list)
     for row in rows:
@@ -72,9 +74,9 @@ def summary(engine: Engine, *, source_id: uuid.UUID | None = None, tenant: str |
     }
 
 
-def listing(engine: Engine, *, status: str, source_id: uuid.UUID | None = None,
+def listing(db: Pool, *, status: str, source_id: uuid.UUID | None = None,
             tenant: str | None = None) -> list[dict[str, Any]]:
-    return _rows(engine, source_id, tenant, status)
+    return _rows(db, source_id, tenant, status)
 
 
 def render(report: dict[str, Any]) -> str:

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import uvicorn
 from pydantic import SecretStr
-from sqlalchemy import text
 
 from kdbl_api.app import create_app, load_embedder
 from kdbl_control import admin
 from kdbl_control.progress import crawl_with_progress
 from kdbl_core.auth import pat
+from kdbl_core.db.connect import Pool, sync_pool
 from kdbl_core.db.embedded import EmbeddedDatabase
 from kdbl_core.db.engine import async_engine, sync_engine
 from kdbl_core.db.urls import for_role
@@ -56,19 +56,19 @@ def _check_port(host: str, port: int) -> None:
             raise ConfigError(f"port {port} on {host} is already in use (pick another with --port)") from None
 
 
-def _demo_token(owner_engine, data_dir: Path) -> str:
+def _demo_token(owner: Pool, data_dir: Path) -> str:
     """Reuse the token in DIR/demo-token while it is valid; otherwise mint and store a new one (0600)."""
     path = data_dir / "demo-token"
     if path.exists():
         token = path.read_text().strip()
         if pat.looks_like_pat(token):
-            with owner_engine.connect() as conn:
-                row = conn.execute(text(
-                    "SELECT hash FROM tokens WHERE lookup_id = :l AND revoked_at IS NULL "
-                    "AND (expires_at IS NULL OR expires_at > now())"), {"l": pat.parse(token).lookup_id}).first()
+            with owner.connection() as conn:
+                row = conn.execute(
+                    "SELECT hash FROM tokens WHERE lookup_id = %s AND revoked_at IS NULL "
+                    "AND (expires_at IS NULL OR expires_at > now())", (pat.parse(token).lookup_id,)).fetchone()
             if row and pat.verify(row.hash, token):
                 return token
-    token, _ = admin.create_token(owner_engine, tenant_name=DEMO_TENANT, name="demo")
+    token, _ = admin.create_token(owner, tenant_name=DEMO_TENANT, name="demo")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write(token + "\n")
@@ -206,7 +206,7 @@ def _run_up(folders: list[Path], data_dir: Path, port: int, host: str, env: Sett
         if db.stale_pid:
             print(f"kdbl: stopped a PostgreSQL server (pid {db.stale_pid}) that an earlier run left behind "
                   "when it was killed; started a fresh one on the same data", file=sys.stderr)
-        owner = sync_engine(db.owner_url)
+        owner = sync_pool(db.owner_url, size=2, name="kdbl-up-owner")
         admin.create_tenant(owner, DEMO_TENANT, display_name="Demo tenant", exist_ok=True)
         for folder in folders:
             admin.add_source(owner, DEMO_TENANT, protocol="fs", config={"root": str(folder)},
@@ -243,7 +243,7 @@ def _run_up(folders: list[Path], data_dir: Path, port: int, host: str, env: Sett
             if embedder is not None:
                 embedder.close()
             worker.dispose()
-            owner.dispose()
+            owner.close()
     print("kdbl: stopped.", file=sys.stderr)
     return 0
 
@@ -274,7 +274,7 @@ def _announce_when_listening(server: uvicorn.Server, stop: threading.Event, bann
     background.start()
 
 
-def _source_name(owner, folder: Path) -> str:
+def _source_name(owner: Pool, folder: Path) -> str:
     """The folder's name, made unique within the demo tenant when two folders share a name."""
     taken = {s["name"]: s["config"].get("root") for s in admin.list_sources(owner, DEMO_TENANT)}
     name = folder.name or "root"

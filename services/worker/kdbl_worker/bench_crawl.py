@@ -153,17 +153,19 @@ def _files(folders: list[Path], patterns: list[str]) -> list[Path]:
 def run_one(owner_url: str, folders: list[Path], category: str, workers: int, args: argparse.Namespace,
             pgdata: Path | None) -> dict:
     from kdbl_control import admin
+    from kdbl_core.db.connect import sync_pool
     from kdbl_core.db.engine import sync_engine
     from kdbl_core.db.urls import for_role
     from kdbl_worker.queue import enqueue
 
     owner = sync_engine(owner_url)
     tenant = f"bench-{uuid.uuid4().hex[:8]}"
-    admin.create_tenant(owner, tenant)
     patterns = ["*.txt"] if category == BIG_TEXT else CATEGORIES[category]
-    sources = [admin.add_source(owner, tenant, protocol="fs", name=f"s{i}",
-                                config={"root": str(folder), "include": patterns}).id
-               for i, folder in enumerate(folders)]
+    with sync_pool(owner_url, size=1) as db:
+        admin.create_tenant(db, tenant)
+        sources = [admin.add_source(db, tenant, protocol="fs", name=f"s{i}",
+                                    config={"root": str(folder), "include": patterns}).id
+                   for i, folder in enumerate(folders)]
     url = make_url(for_role(owner_url, "kdbl_worker"))
     names = [f"{tenant}-w{i}" for i in range(workers)]
     command = [sys.executable, "-m", "kdbl_worker.main", "--tenant", tenant, "--no-fetch", "--no-scheduler",

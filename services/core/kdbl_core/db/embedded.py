@@ -39,10 +39,11 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from sqlalchemy import create_engine, pool, text
-from sqlalchemy.engine import URL
+import psycopg
 
 from kdbl_core.db import migrate
+from kdbl_core.db.connect import conninfo
+from kdbl_core.db.urls import socket_url
 from kdbl_core.errors import ConfigError
 from kdbl_core.settings import get_settings
 
@@ -149,9 +150,7 @@ class EmbeddedDatabase:
         return self.owner_url
 
     def _url(self, socket_dir: Path, database: str) -> str:
-        return URL.create("postgresql+psycopg", username=SUPERUSER,
-                          password=self.password_file.read_text().strip(), database=database,
-                          query={"host": str(socket_dir)}).render_as_string(hide_password=False)
+        return socket_url(SUPERUSER, database, str(socket_dir), self.password_file.read_text().strip())
 
     # ------------------------------------------------------------------ ownership
 
@@ -220,16 +219,12 @@ class EmbeddedDatabase:
                     os.lchown(name, 0, 0)
         _write_private(self.pgdata / "pg_hba.conf", "local all all trust\n")
         socket_dir = self._run_postgres()
-        url = URL.create("postgresql+psycopg", username=SUPERUSER, database="postgres",
-                         query={"host": str(socket_dir)})
-        engine = create_engine(url, poolclass=pool.NullPool)
-        try:
-            with engine.begin() as conn:
-                quoted = conn.execute(text("SELECT quote_literal(:p)"),
-                                      {"p": self.password_file.read_text().strip()}).scalar()
-                conn.execute(text(f"ALTER ROLE {SUPERUSER} PASSWORD {quoted}"))
-        finally:
-            engine.dispose()
+        with psycopg.connect(conninfo(socket_url(SUPERUSER, "postgres", str(socket_dir))),
+                             autocommit=True) as conn:
+            # ALTER ROLE takes no bind parameters; quote the literal in the server.
+            password = self.password_file.read_text().strip()
+            [quoted] = conn.execute("SELECT quote_literal(%s)", (password,)).fetchone()
+            conn.execute(f"ALTER ROLE {SUPERUSER} PASSWORD {quoted}")
         self._stop_server()
         log.warning("embedded PostgreSQL from an earlier release secured with a password",
                     extra={"pgdata": str(self.pgdata)})
@@ -343,10 +338,6 @@ def _alive(pid: int) -> bool:
 
 
 def _ensure_database(admin_url: str, name: str) -> None:
-    engine = create_engine(admin_url, poolclass=pool.NullPool, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            if not conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).first():
-                conn.execute(text(f'CREATE DATABASE "{name}"'))
-    finally:
-        engine.dispose()
+    with psycopg.connect(conninfo(admin_url), autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+            conn.execute(f'CREATE DATABASE "{name}"')

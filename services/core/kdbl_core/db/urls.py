@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 from sqlalchemy.engine import URL, make_url
 
 RUNTIME_ROLES = ("kdbl_api", "kdbl_worker")
@@ -15,6 +17,13 @@ def normalise(url: str) -> URL:
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed
+
+
+def socket_url(user: str, database: str, socket_dir: str, password: str | None = None) -> str:
+    """A URL for a server listening on a Unix socket in `socket_dir` (the embedded server)."""
+    secret = f":{quote(password, safe='')}" if password is not None else ""
+    return (f"postgresql+psycopg://{quote(user, safe='')}{secret}@/{quote(database, safe='')}"
+            f"?host={quote(socket_dir, safe='')}")
 
 
 def for_role(url: str, role: str) -> str:

@@ -1,0 +1,49 @@
+"""Synchronous psycopg connection pools: the database handle of the CLI, the worker and the operator.
+
+One driver at run time (psycopg 3 + psycopg_pool); SQLAlchemy only declares the schema
+(kdbl_core.db.schema) for the migrations. SQL is written with psycopg's own `%(name)s` / `%s`
+placeholders. `pool.connection()` is one transaction: COMMIT on a clean exit, ROLLBACK on an error.
+Rows are named tuples (`namedtuple_row`: `row.id`, `row._asdict()`), or dicts where a caller asks
+for `dict_row`. pgvector's adapter is registered on each new connection once the `vector` type
+exists, so embeddings travel in binary instead of as formatted text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from pgvector.psycopg import register_vector
+from psycopg.rows import namedtuple_row
+from psycopg.types import TypeInfo
+from psycopg_pool import ConnectionPool
+
+from kdbl_core.db.urls import normalise
+
+Pool = ConnectionPool
+CONNECT_TIMEOUT_S = 2  # libpq's minimum; a host that does not answer fails after this long
+
+
+def conninfo(url: str) -> str:
+    """A libpq URL from any URL the settings accept (postgres://, postgresql://, postgresql+psycopg://)."""
+    return normalise(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    # Before the migrations create the extension there is no `vector` type to register.
+    if TypeInfo.fetch(conn, "vector") is not None:
+        register_vector(conn)
+    conn.commit()  # TypeInfo.fetch opened a transaction; the pool wants the connection idle
+
+
+def sync_pool(url: str, *, size: int = 5, name: str = "kdbl") -> ConnectionPool:
+    """An open pool of up to `size` connections (one is opened at once, the rest on demand).
+
+    The first connection is made here, directly: an unreachable or refusing server raises psycopg's
+    OperationalError with the server's reason at once, where the pool would retry in the background
+    and let the first caller wait out its 30 s timeout."""
+    info = conninfo(url)
+    psycopg.connect(info, connect_timeout=CONNECT_TIMEOUT_S).close()
+    return ConnectionPool(info, min_size=1, max_size=size, name=name, open=True, timeout=30.0,
+                          max_lifetime=1800.0, configure=_configure,
+                          kwargs={"row_factory": namedtuple_row, "connect_timeout": CONNECT_TIMEOUT_S})

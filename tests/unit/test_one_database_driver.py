@@ -1,0 +1,80 @@
+"""One database driver at run time: psycopg. SQLAlchemy only declares the schema and runs the migrations.
+
+The list of modules still importing SQLAlchemy only shrinks: a module that stops importing it must leave
+`NOT_YET_MOVED`, and no new module may start.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ROOTS = (REPO / "services", REPO / "operator")
+
+# The schema's one MetaData and the Alembic machinery: SQLAlchemy's place for good.
+SCHEMA = {"services/core/kdbl_core/db/schema.py", "services/core/kdbl_core/db/migrate.py"}
+MIGRATIONS = "services/core/kdbl_core/db/migrations/"
+
+# Run-time modules still on SQLAlchemy (issue 15, one database path): moved to psycopg step by step.
+NOT_YET_MOVED = {
+    "services/api/kdbl_api/app.py",
+    "services/api/kdbl_api/downloads.py",
+    "services/api/kdbl_api/policies.py",
+    "services/api/kdbl_api/ratelimit.py",
+    "services/control/kdbl_control/bench_scale.py",
+    "services/control/kdbl_control/beir.py",
+    "services/control/kdbl_control/cli.py",
+    "services/control/kdbl_control/evaluate.py",
+    "services/core/kdbl_core/auth/oidc.py",
+    "services/core/kdbl_core/auth/verifier.py",
+    "services/core/kdbl_core/db/audit.py",
+    "services/core/kdbl_core/db/content.py",
+    "services/core/kdbl_core/db/driver.py",
+    "services/core/kdbl_core/db/embeddings.py",
+    "services/core/kdbl_core/db/engine.py",
+    "services/core/kdbl_core/db/jobs.py",
+    "services/core/kdbl_core/db/operator_sync.py",
+    "services/core/kdbl_core/db/pgpool.py",
+    "services/core/kdbl_core/db/reads.py",
+    "services/core/kdbl_core/db/urls.py",
+    "services/core/kdbl_core/search/lexical.py",
+    "services/core/kdbl_core/search/vector.py",
+    "services/core/kdbl_core/search/windows.py",
+    "services/worker/kdbl_worker/bench_crawl.py",
+    "services/worker/kdbl_worker/deadlines.py",
+    "services/worker/kdbl_worker/embedding.py",
+    "services/worker/kdbl_worker/fetch.py",
+    "services/worker/kdbl_worker/pipeline.py",
+    "services/worker/kdbl_worker/queue.py",
+}
+
+
+def _imports_sqlalchemy(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "sqlalchemy" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "sqlalchemy":
+            return True
+    return False
+
+
+def _importers() -> set[str]:
+    found = set()
+    for root in ROOTS:
+        for path in root.rglob("*.py"):
+            rel = path.relative_to(REPO).as_posix()
+            if not rel.startswith(MIGRATIONS) and _imports_sqlalchemy(path):
+                found.add(rel)
+    return found
+
+
+def test_only_the_schema_and_modules_not_yet_moved_import_sqlalchemy() -> None:
+    assert _importers() - SCHEMA == NOT_YET_MOVED
+
+
+def test_administration_reports_and_the_embedded_server_run_on_psycopg() -> None:
+    moved = {"services/control/kdbl_control/admin.py", "services/control/kdbl_control/file_report.py",
+             "services/core/kdbl_core/db/embedded.py"}
+    assert not moved & _importers()
+    assert not (REPO / "services/core/kdbl_core/db/models.py").exists()  # the ORM mirror is gone
