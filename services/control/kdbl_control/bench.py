@@ -2,7 +2,8 @@
 
 Indexes a BEIR corpus (default: SciFact) through the real crawl pipeline, starts `kdbl-api` as its own
 process (kdbl_api role, auth, RLS, audit), then measures with raw JSON-RPC POSTs:
-  floor   — the same search + hit expansion run directly in one RLS transaction (no HTTP, no audit);
+  floor   — the same search pipeline (kdbl_core.search.pipeline.search, lexical) run directly in one RLS
+            transaction (no HTTP, no audit);
   1 client — sequential tools/call requests, p50/p95;
   N clients — concurrent requests for a fixed time: requests/s, p50/p95, errors.
 """
@@ -29,8 +30,7 @@ from kdbl_core.db.engine import async_engine, rls_transaction
 from kdbl_core.errors import ConfigError
 from kdbl_core.db.urls import for_role
 from kdbl_core.principal import Principal
-from kdbl_core.search import lexical
-from kdbl_core.search.windows import HitRef, expand_hits
+from kdbl_core.search import pipeline
 from kdbl_core.settings import child_env, get_settings
 
 TENANT = "bench-search"
@@ -44,13 +44,13 @@ def pct(values: list[float], p: float) -> float:
 async def floor(owner_url: str, tenant_id, queries: list[str]) -> dict[str, float]:
     engine = async_engine(for_role(owner_url, "kdbl_api"))
     principal = Principal(tenant_id=tenant_id, tenant_name=TENANT, subject="user:bench")
+    settings = get_settings()
     times = []
     for query in queries:
         start = time.perf_counter()
-        async with rls_transaction(engine, principal) as conn:
-            hits = await lexical.search(conn, query, lexical.Filters(), limit=20, ts_config="english")
-            await expand_hits(conn, [HitRef(h.file_id, h.source_id, h.key, h.seq, h.score) for h in hits],
-                              query=query, ts_config="english")
+        async with rls_transaction(engine, principal) as conn:  # the pipeline search_content runs, lexical
+            await pipeline.search(conn, pipeline.SearchRequest(query=query, mode="lexical", limit=20),
+                                  settings=settings)
         times.append((time.perf_counter() - start) * 1000)
     await engine.dispose()
     return {"p50_ms": pct(times, 0.5), "p95_ms": pct(times, 0.95), "n": len(times)}

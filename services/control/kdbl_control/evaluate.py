@@ -2,8 +2,8 @@
 
 The corpus is indexed through the real crawl pipeline into a tenant of its own (one text file per
 document: title, blank line, text; see kdbl_control.beir), chunk embeddings are filled in by the worker's
-own code when a model is given, and every judged query runs through the same handler the MCP tool calls
-(`kdbl_api.tools.search.search_content`, inside an RLS transaction as the kdbl_api role). Chunk hits
+own code when a model is given, and every judged query runs through the search pipeline the MCP tool calls
+(`kdbl_core.search.pipeline.search`, inside an RLS transaction as the kdbl_api role). Chunk hits
 become a document ranking (document id = file key without ".txt", first occurrence wins) and are scored
 with kdbl_core.metrics (BEIR / trec_eval conventions).
 
@@ -84,39 +84,32 @@ def _mode_unavailable(reason: str) -> dict[str, Any]:
 async def _search_runs(owner_url: str, tenant_id: Any, tenant: str, queries: list[tuple[str, str]],
                        modes: Sequence[str], embedder: Any, no_vector_reason: str, limit: int,
                        settings: Settings, log: Log) -> dict[str, dict[str, Any]]:
-    """Run every query through search_content per mode; {mode: {"run", "latencies", ...} | unavailable}."""
-    from kdbl_api.tools.context import Services, ToolContext
-    from kdbl_api.tools.models import SearchContentArgs
-    from kdbl_api.tools.search import search_content
-    from kdbl_core.db import reads
+    """Run every query through the search pipeline (search_content's) per mode;
+    {mode: {"run", "latencies", ...} | unavailable}."""
     from kdbl_core.db.engine import async_engine, rls_transaction
     from kdbl_core.db.urls import for_role
     from kdbl_core.principal import ALL_SCOPES, Principal
-    from kdbl_core.signing import CursorCodec
+    from kdbl_core.search import pipeline
 
     engine = async_engine(for_role(owner_url, "kdbl_api"), pool_size=2)
     principal = Principal(tenant_id=tenant_id, tenant_name=tenant, subject="user:eval",
                           scopes=frozenset(ALL_SCOPES))
     out: dict[str, dict[str, Any]] = {}
     try:
-        async with engine.begin() as conn:
-            cursors = CursorCodec(await reads.server_key(conn, "cursor"))
-        services = Services(settings=settings, cursors=cursors, downloads=None, embedder=embedder)
-
         for mode in modes:
             if mode in ("semantic", "hybrid") and embedder is None:
                 out[mode] = _mode_unavailable(no_vector_reason)
                 continue
 
             async def one(query: str, mode: str = mode) -> tuple[list[str], float, str, str | None]:
-                args = SearchContentArgs(query=query, mode=mode, limit=limit)
+                pipeline.check_query(query, settings)
+                request = pipeline.SearchRequest(query=query, mode=mode, limit=limit)
                 start = time.perf_counter()
                 async with rls_transaction(engine, principal) as conn:
-                    ctx = ToolContext(conn=conn, principal=principal, services=services)
-                    result, _facts = await search_content(ctx, args)
+                    result = await pipeline.search(conn, request, settings=settings, embedder=embedder)
                 elapsed = (time.perf_counter() - start) * 1000
-                ranking = metrics.dedupe(doc_id_of_key(hit["key"]) for hit in result["hits"])
-                return ranking, elapsed, result.get("mode", mode), result.get("degraded_reason")
+                ranking = metrics.dedupe(doc_id_of_key(hit["key"]) for hit in result.hits)
+                return ranking, elapsed, result.mode, result.degraded_reason
 
             await one(queries[0][1])  # warm the pool, prepared statements, caches of the server
             run: dict[str, list[str]] = {}
@@ -420,7 +413,7 @@ def run_eval(owner_url: str, dataset: Path, *, split: str = "train", modes: Sequ
                        if name.startswith("hybrid_")},
             "ranking": "chunk hits -> documents, first occurrence wins (key minus .txt)",
             "metrics": "BEIR/trec_eval: linear-gain nDCG, log2(rank+1); unjudged queries skipped",
-            "latency": "per query, wall clock: RLS transaction + search_content (+ query embedding)",
+            "latency": "per query, wall clock: RLS transaction + search pipeline (+ query embedding)",
         },
     }
 

@@ -233,10 +233,19 @@ async def rare_terms(conn: AsyncConnection, terms: list[str], max_df: int = 3) -
     return [r[0] for r in await conn.execute(_RARE_TERMS, {"terms": terms, "max_df": max_df})]
 
 
-async def chunks_with_terms(conn: AsyncConnection, chunk_ids: list[int], terms: list[str]) -> set[int]:
+_PINNED = text(f"""
+WITH q AS (SELECT DISTINCT unnest(CAST(:terms AS text[])) AS term), {_STATS.strip()}
+SELECT DISTINCT p.chunk_id FROM postings p
+ WHERE p.tenant_id = kdbl_tenant() AND p.chunk_id = ANY(CAST(:c AS bigint[]))
+   AND p.term IN (SELECT term FROM dfs WHERE df BETWEEN 1 AND :max_df)
+""")
+
+
+async def chunks_with_rare_terms(conn: AsyncConnection, chunk_ids: list[int], terms: list[str],
+                                 max_df: int = 3) -> set[int]:
+    """Of the given chunks, those holding one of `terms` that is rare (in 1..`max_df` chunks the principal
+    sees, rare_terms' statistics): one round trip for what was rare_terms + a postings lookup."""
     if not chunk_ids or not terms:
         return set()
-    rows = await conn.execute(text(
-        "SELECT DISTINCT chunk_id FROM postings WHERE tenant_id = kdbl_tenant() AND term = ANY(:t) "
-        "AND chunk_id = ANY(:c)"), {"t": terms, "c": chunk_ids})
+    rows = await conn.execute(_PINNED, {"terms": terms, "c": chunk_ids, "max_df": max_df})
     return {r[0] for r in rows}

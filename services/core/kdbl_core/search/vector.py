@@ -41,11 +41,14 @@ SELECT nn.chunk_id, nn.file_id, nn.source_id, f.key, nn.seq, 1 - nn.distance AS 
 
 
 async def search(conn: AsyncConnection, query_vector: Sequence[float], model_id: str, filters: Filters, *,
-                 limit: int) -> list[ChunkHit]:
+                 limit: int, tuned: bool = False) -> list[ChunkHit]:
+    """Nearest `limit` chunks. `tuned`: the caller already set this transaction's hnsw.ef_search
+    (2 x limit, 64..1000) and iterative scan, as the search pipeline's preflight does (a round trip less)."""
     dim = len(query_vector)
-    await conn.execute(text(
-        "SELECT set_config('hnsw.ef_search', :ef, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)"
-    ), {"ef": str(min(1000, max(64, 2 * limit)))})
+    if not tuned:
+        await conn.execute(text("SELECT set_config('hnsw.ef_search', :ef, true), "
+                                "set_config('hnsw.iterative_scan', 'relaxed_order', true)"),
+                           {"ef": str(min(1000, max(64, 2 * limit)))})
     sql, params = build_query(dim, filters)
     params.update({"q": vector_literal(query_vector), "model": model_id, "limit": limit})
     rows = await conn.execute(text(sql), params)

@@ -1,0 +1,156 @@
+"""The search pipeline behind one entry point (kdbl_core.search.pipeline.search), as the MCP tool runs it.
+
+Round trips are counted on the wire (libpq's trace of the pooled connection the API uses: one Sync or
+simple Query per round trip), inside the RLS transaction, so the BEGIN (pipelined with the principal's
+settings) and the COMMIT come on top. The modules are those of the project a call passes through
+(sys.setprofile), from the tool's handler to the SQL.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+from helpers import make_corpus
+from sqlalchemy.engine import make_url
+
+from kdbl_api.tools.context import Services, ToolContext
+from kdbl_api.tools.models import SearchContentArgs
+from kdbl_api.tools.search import search_content
+from kdbl_core.db.engine import rls_transaction
+from kdbl_core.db.pgpool import ApiPool
+from kdbl_core.db.urls import for_role
+from kdbl_core.embed import Embedder
+from kdbl_core.errors import InvalidArgument
+from kdbl_core.principal import ALL_SCOPES, Principal
+from kdbl_core.search import pipeline
+from kdbl_core.settings import Settings
+from kdbl_core.signing import CursorCodec
+
+REPO = Path(__file__).resolve().parents[2]
+GATEWAY = "The API gateway returned a connection timeout while the upstream service was overloaded. "
+
+
+@pytest.fixture(scope="module")
+def embedder(embed_model_path):
+    emb = Embedder(embed_model_path)
+    yield emb
+    emb.close()
+
+
+@pytest.fixture(scope="module")
+def corpus(owner_engine, worker_engine, tmp_path_factory, embedder):
+    from kdbl_worker.embedding import embed_pending
+
+    # more chunks than an arm's depth (10): the keyword arm finds gateways, the vector arm cats
+    files = {f"gateway-{i}.md": GATEWAY * 3 + f"Incident {i}." for i in range(12)}
+    files.update({f"cat-{i}.md": f"The feline rested quietly upon the woven rug, evening {i}."
+                  for i in range(12)})
+    files["licence.md"] = "Code ERR4021: the licence file is missing from the installation directory."
+    tenant = f"pipe-{uuid.uuid4().hex[:8]}"
+    root = tmp_path_factory.mktemp("pipeline") / "kb"
+    made = make_corpus(owner_engine, worker_engine, root, files, tenant=tenant)
+    assert embed_pending(worker_engine, embedder, batch=16) > 0
+    return made
+
+
+def _principal(corpus) -> Principal:
+    return Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:pipeline",
+                     scopes=frozenset(ALL_SCOPES))
+
+
+async def _traced_search(owner_url, corpus, embedder, **args) -> tuple[dict, int, set[str]]:
+    """(result, round trips inside the transaction, project modules passed through) of one search_content."""
+    pool = ApiPool(make_url(for_role(owner_url, "kdbl_api")), 1)
+    await pool.open()
+    services = Services(settings=Settings(hybrid_depth=10), cursors=CursorCodec(b"k" * 32), embedder=embedder)
+    modules: set[str] = set()
+
+    def profile(frame, event, arg):
+        name = frame.f_code.co_filename
+        if event == "call" and "/services/" in name:
+            modules.add(str(Path(name).relative_to(REPO)))
+
+    try:
+        with tempfile.TemporaryFile("w+") as trace:
+            async with rls_transaction(pool, _principal(corpus)) as conn:
+                ctx = ToolContext(conn=conn, principal=_principal(corpus), services=services)
+                conn.raw.pgconn.trace(os.dup(trace.fileno()))
+                conn.raw.pgconn.set_trace_flags(1)  # psycopg.pq.Trace.SUPPRESS_TIMESTAMPS
+                sys.setprofile(profile)
+                try:
+                    result, _facts = await search_content(ctx, SearchContentArgs(**args))
+                finally:
+                    sys.setprofile(None)
+                    conn.raw.pgconn.untrace()  # flushes the trace
+            trace.seek(0)
+            sent = [line.split("\t") for line in trace.read().splitlines()]
+    finally:
+        await pool.close()
+    round_trips = sum(1 for f in sent if len(f) > 2 and f[0] == "F" and f[2] in ("Sync", "Query"))
+    return result, round_trips, modules
+
+
+async def test_a_hybrid_search_takes_seven_round_trips_a_semantic_three_a_lexical_two(owner_url, corpus,
+                                                                                       embedder):
+    hybrid, hybrid_trips, modules = await _traced_search(
+        owner_url, corpus, embedder, query="ERR4021 gateway cat sleeping on a carpet", limit=10, explain=True)
+    semantic, semantic_trips, _ = await _traced_search(owner_url, corpus, embedder, query="cat on a carpet",
+                                                       mode="semantic")
+    lexical, lexical_trips, _ = await _traced_search(owner_url, corpus, embedder, query="gateway",
+                                                     mode="lexical")
+    filtered, filtered_trips, _ = await _traced_search(owner_url, corpus, embedder, query="gateway",
+                                                       mode="lexical", source_id=str(corpus.source_id))
+    print(f"round trips: hybrid {hybrid_trips}, semantic {semantic_trips}, lexical {lexical_trips}, "
+          f"lexical+source {filtered_trips}; modules ({len(modules)}): {sorted(modules)}")
+    assert hybrid["mode"] == "hybrid" and semantic["mode"] == "semantic" and not hybrid["degraded"]
+    assert hybrid["hits"][0]["key"] == "licence.md" and hybrid["hits"][0]["explain"]["pinned_identifier"]
+    explained = [h["explain"] for h in hybrid["hits"]]
+    assert any(e["vector_rank"] is None for e in explained)  # each arm missed some: both rerank lookups ran
+    assert any(e["lexical_rank"] is None for e in explained)
+    assert lexical["mode"] == filtered["mode"] == "lexical" and lexical["hits"] and filtered["hits"]
+    # preflight, vector arm, keyword arm, identifier pin, both arms' rerank lookups, windows (was 10)
+    assert hybrid_trips == 7
+    assert semantic_trips == 3  # preflight, vector arm, windows (was 4)
+    assert lexical_trips == 2 and filtered_trips == 3  # (source check,) keyword arm, windows: as before
+    assert "services/core/kdbl_core/search/pipeline.py" in modules
+
+
+async def test_a_source_the_caller_cannot_see_is_refused_in_every_mode(owner_url, corpus, embedder):
+    pool = ApiPool(make_url(for_role(owner_url, "kdbl_api")), 1)
+    await pool.open()
+    try:
+        for mode in pipeline.MODES:
+            request = pipeline.SearchRequest(query="gateway", mode=mode,
+                                             filters=pipeline.Filters(source_id=uuid.uuid4()))
+            async with rls_transaction(pool, _principal(corpus)) as conn:
+                with pytest.raises(InvalidArgument, match="unknown source"):
+                    await pipeline.search(conn, request, settings=Settings(), embedder=embedder)
+    finally:
+        await pool.close()
+
+
+async def test_a_tenant_whose_policy_allows_lexical_only_is_served_lexically_and_told_why(owner_url, corpus,
+                                                                                          embedder):
+    pool = ApiPool(make_url(for_role(owner_url, "kdbl_api")), 1)
+    await pool.open()
+    try:
+        async with rls_transaction(pool, _principal(corpus)) as conn:
+            result = await pipeline.search(conn, pipeline.SearchRequest(query="ERR4021", mode="semantic"),
+                                           settings=Settings(), embedder=embedder, allowed_modes=("lexical",))
+    finally:
+        await pool.close()
+    assert result.mode == "lexical" and result.degraded and "policy" in result.degraded_reason
+    assert [h["key"] for h in result.hits] == ["licence.md"]
+
+
+def test_eval_and_bench_search_through_the_core_pipeline_not_the_api() -> None:
+    for name in ("evaluate.py", "bench.py"):
+        source = (REPO / "services/control/kdbl_control" / name).read_text()
+        assert not re.search(r"^\s*(from|import) kdbl_api\b", source, re.M), name
+        assert "pipeline.search(" in source, name
