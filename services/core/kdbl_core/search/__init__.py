@@ -1,1 +1,2 @@
-"""Retrieval: BM25 keyword arm, hit windows; the vector arm and fusion join here (hybrid issue)."""
+"""Retrieval: the search pipeline behind one entry point (`pipeline.search`), its BM25 (`lexical`) and
+vector (`vector`) arms, fusion and rerank (`hybrid`), hit windows (`windows`) and snippets (`snippets`)."""
