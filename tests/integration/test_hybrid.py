@@ -47,7 +47,7 @@ def world(owner_engine, worker_engine, owner_url, tmp_path_factory, embedder, em
                            name="no-hybrid", hybrid=False)
     from helpers import Corpus, crawl
     crawl(worker_engine, Corpus("hyb", main.tenant_id, off.id, root / "kb"))
-    assert embed_pending(worker_engine, embedder, batch=16) > 0
+    assert embed_pending(worker_engine, embedder, tenant_id=main.tenant_id, batch=16) > 0
     tokens = {"hyb": admin.create_token(db_of(owner_engine), tenant_name="hyb", name="h")[0]}
     settings = Settings(mcp_enabled=True, embed_model_path=str(embed_model_path))
     with running_api(owner_url, settings) as url:

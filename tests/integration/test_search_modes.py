@@ -34,7 +34,7 @@ def world(owner_engine, worker_engine, owner_url, tmp_path_factory, embed_model_
     corpus = make_corpus(owner_engine, worker_engine, tmp_path_factory.mktemp("modes") / "kb", FILES, tenant=name)
     embedder = Embedder(embed_model_path)
     try:
-        assert embed_pending(worker_engine, embedder, batch=16) > 0
+        assert embed_pending(worker_engine, embedder, tenant_id=corpus.tenant_id, batch=16) > 0
     finally:
         embedder.close()
     token = admin.create_token(db_of(owner_engine), tenant_name=name, name="agent")[0]
