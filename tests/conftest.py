@@ -89,3 +89,13 @@ def embed_model_path() -> Path:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.ensure_model(module.default_out_dir(), "f16")
+
+
+@pytest.fixture(scope="session")
+def embedder(embed_model_path):
+    """One loaded embedding model for the session (a load costs ~0.5 s and ~90 MB)."""
+    from kdbl_core.embed import Embedder
+
+    model = Embedder(embed_model_path)
+    yield model
+    model.close()

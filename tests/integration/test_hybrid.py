@@ -18,7 +18,6 @@ from kdbl_control import admin
 from kdbl_core.db.embeddings import vector_literal
 from kdbl_core.db.engine import async_engine, rls_transaction
 from kdbl_core.db.urls import for_role
-from kdbl_core.embed import Embedder
 from kdbl_core.principal import Principal
 from kdbl_core.search import lexical, vector
 from kdbl_core.settings import Settings
@@ -26,13 +25,6 @@ from kdbl_worker.embedding import embed_pending
 
 GATEWAY = ("The API gateway returned a connection timeout after thirty seconds while the upstream service "
            "was overloaded; retry with backoff. ")
-
-
-@pytest.fixture(scope="module")
-def embedder(embed_model_path):
-    emb = Embedder(embed_model_path)
-    yield emb
-    emb.close()
 
 
 @pytest.fixture(scope="module")

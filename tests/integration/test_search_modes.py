@@ -15,7 +15,6 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from kdbl_control import admin
-from kdbl_core.embed import Embedder
 from kdbl_core.settings import Settings
 from kdbl_worker.embedding import embed_pending
 
@@ -29,14 +28,10 @@ FILES = {
 
 
 @pytest.fixture(scope="module")
-def world(owner_engine, worker_engine, owner_url, tmp_path_factory, embed_model_path):
+def world(owner_engine, worker_engine, owner_url, tmp_path_factory, embedder, embed_model_path):
     name = f"modes-{uuid.uuid4().hex[:10]}"
     corpus = make_corpus(owner_engine, worker_engine, tmp_path_factory.mktemp("modes") / "kb", FILES, tenant=name)
-    embedder = Embedder(embed_model_path)
-    try:
-        assert embed_pending(worker_engine, embedder, tenant_id=corpus.tenant_id, batch=16) > 0
-    finally:
-        embedder.close()
+    assert embed_pending(worker_engine, embedder, tenant_id=corpus.tenant_id, batch=16) > 0
     token = admin.create_token(db_of(owner_engine), tenant_name=name, name="agent")[0]
     settings = Settings(mcp_enabled=True, embed_model_path=str(embed_model_path))
     with running_api(owner_url, settings) as url:

@@ -25,7 +25,6 @@ from kdbl_api.tools.search import search_content
 from kdbl_core.db.engine import rls_transaction
 from kdbl_core.db.pgpool import ApiPool
 from kdbl_core.db.urls import for_role
-from kdbl_core.embed import Embedder
 from kdbl_core.errors import InvalidArgument
 from kdbl_core.principal import ALL_SCOPES, Principal
 from kdbl_core.search import pipeline
@@ -34,13 +33,6 @@ from kdbl_core.signing import CursorCodec
 
 REPO = Path(__file__).resolve().parents[2]
 GATEWAY = "The API gateway returned a connection timeout while the upstream service was overloaded. "
-
-
-@pytest.fixture(scope="module")
-def embedder(embed_model_path):
-    emb = Embedder(embed_model_path)
-    yield emb
-    emb.close()
 
 
 @pytest.fixture(scope="module")
