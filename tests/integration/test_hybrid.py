@@ -39,7 +39,7 @@ def world(owner_engine, worker_engine, owner_url, tmp_path_factory, embedder, em
                            name="no-hybrid", hybrid=False)
     from helpers import Corpus, crawl
     crawl(worker_engine, Corpus("hyb", main.tenant_id, off.id, root / "kb"))
-    assert embed_pending(worker_engine, embedder, tenant_id=main.tenant_id, batch=16) > 0
+    assert embed_pending(db_of(worker_engine), embedder, tenant_id=main.tenant_id, batch=16) > 0
     tokens = {"hyb": admin.create_token(db_of(owner_engine), tenant_name="hyb", name="h")[0]}
     settings = Settings(mcp_enabled=True, embed_model_path=str(embed_model_path))
     with running_api(owner_url, settings) as url:
@@ -180,9 +180,9 @@ async def test_a_new_model_re_embeds_old_vectors_of_another_dimension(owner_engi
     with owner_engine.begin() as conn:  # as if an older 8-dimensional model had embedded them
         conn.execute(text("UPDATE chunks SET embedding = CAST(:v AS vector), embedding_model = 'old-8d' "
                           "WHERE source_id = :s"), {"v": vector_literal([0.1] * 8), "s": corpus.source_id})
-    assert embed_pending(worker_engine, embedder, tenant_id=corpus.tenant_id) == 2
+    assert embed_pending(db_of(worker_engine), embedder, tenant_id=corpus.tenant_id) == 2
     with owner_engine.connect() as conn:
         dims = conn.execute(text("SELECT DISTINCT vector_dims(embedding), embedding_model FROM chunks "
                                  "WHERE source_id = :s"), {"s": corpus.source_id}).all()
     assert dims == [(384, embedder.model_id)]
-    assert embed_pending(worker_engine, embedder, tenant_id=corpus.tenant_id) == 0
+    assert embed_pending(db_of(worker_engine), embedder, tenant_id=corpus.tenant_id) == 0

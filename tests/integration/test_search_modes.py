@@ -31,7 +31,7 @@ FILES = {
 def world(owner_engine, worker_engine, owner_url, tmp_path_factory, embedder, embed_model_path):
     name = f"modes-{uuid.uuid4().hex[:10]}"
     corpus = make_corpus(owner_engine, worker_engine, tmp_path_factory.mktemp("modes") / "kb", FILES, tenant=name)
-    assert embed_pending(worker_engine, embedder, tenant_id=corpus.tenant_id, batch=16) > 0
+    assert embed_pending(db_of(worker_engine), embedder, tenant_id=corpus.tenant_id, batch=16) > 0
     token = admin.create_token(db_of(owner_engine), tenant_name=name, name="agent")[0]
     settings = Settings(mcp_enabled=True, embed_model_path=str(embed_model_path))
     with running_api(owner_url, settings) as url:

@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import make_corpus
+from helpers import db_of, make_corpus
 from sqlalchemy.engine import make_url
 
 from kdbl_api.tools.context import Services, ToolContext
@@ -47,7 +47,7 @@ def corpus(owner_engine, worker_engine, tmp_path_factory, embedder):
     tenant = f"pipe-{uuid.uuid4().hex[:8]}"
     root = tmp_path_factory.mktemp("pipeline") / "kb"
     made = make_corpus(owner_engine, worker_engine, root, files, tenant=tenant)
-    assert embed_pending(worker_engine, embedder, tenant_id=made.tenant_id, batch=16) > 0
+    assert embed_pending(db_of(worker_engine), embedder, tenant_id=made.tenant_id, batch=16) > 0
     return made
 
 

@@ -48,7 +48,7 @@ def test_counters_follow_crawl_edits_deletes_embedding_and_model_change(owner_en
     assert _counters(owner_engine, corpus.source_id) == _truth(owner_engine, corpus.source_id)
 
     embedder = Embedder(embed_model_path)
-    assert embed_pending(worker_engine, embedder, tenant_id=corpus.tenant_id) > 0
+    assert embed_pending(db_of(worker_engine), embedder, tenant_id=corpus.tenant_id) > 0
     truth = _truth(owner_engine, corpus.source_id)
     assert truth[embedder.model_id][1] == truth[""][1]  # all embedded
     assert _counters(owner_engine, corpus.source_id) == truth

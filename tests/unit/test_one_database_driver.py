@@ -31,7 +31,6 @@ NOT_YET_MOVED = {
     "services/core/kdbl_core/db/audit.py",
     "services/core/kdbl_core/db/content.py",
     "services/core/kdbl_core/db/driver.py",
-    "services/core/kdbl_core/db/embeddings.py",
     "services/core/kdbl_core/db/engine.py",
     "services/core/kdbl_core/db/jobs.py",
     "services/core/kdbl_core/db/operator_sync.py",
@@ -43,7 +42,6 @@ NOT_YET_MOVED = {
     "services/core/kdbl_core/search/windows.py",
     "services/worker/kdbl_worker/bench_crawl.py",
     "services/worker/kdbl_worker/deadlines.py",
-    "services/worker/kdbl_worker/embedding.py",
     "services/worker/kdbl_worker/fetch.py",
     "services/worker/kdbl_worker/pipeline.py",
     "services/worker/kdbl_worker/queue.py",
@@ -78,3 +76,8 @@ def test_administration_reports_and_the_embedded_server_run_on_psycopg() -> None
              "services/core/kdbl_core/db/embedded.py"}
     assert not moved & _importers()
     assert not (REPO / "services/core/kdbl_core/db/models.py").exists()  # the ORM mirror is gone
+
+
+def test_the_worker_embeds_and_stores_vectors_on_psycopg() -> None:
+    moved = {"services/core/kdbl_core/db/embeddings.py", "services/worker/kdbl_worker/embedding.py"}
+    assert not moved & _importers()

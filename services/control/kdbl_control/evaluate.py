@@ -141,11 +141,11 @@ async def _search_runs(owner_url: str, tenant_id: Any, tenant: str, queries: lis
 
 def embed_chunks(owner_url: str, tenant_id: Any, embedder: Any, batch: int, log: Log) -> dict[str, Any]:
     """Fill missing chunk embeddings of a tenant with the worker's own code, logging progress."""
-    from kdbl_core.db.engine import sync_engine
+    from kdbl_core.db.connect import sync_pool
     from kdbl_core.db.urls import for_role
     from kdbl_worker.embedding import embed_pending
 
-    worker = sync_engine(for_role(owner_url, "kdbl_worker"))
+    worker = sync_pool(for_role(owner_url, "kdbl_worker"), size=1, name="kdbl-eval-embed")
     total, started = 0, time.monotonic()
     try:
         while True:
@@ -156,7 +156,7 @@ def embed_chunks(owner_url: str, tenant_id: Any, embedder: Any, batch: int, log:
             elapsed = time.monotonic() - started
             log(f"eval: embedded {total} chunks, {total / elapsed:.1f} chunks/s")
     finally:
-        worker.dispose()
+        worker.close()
     seconds = time.monotonic() - started
     return {"embedded": total, "seconds": round(seconds, 1),
             "chunks_per_s": round(total / seconds, 1) if total and seconds > 0 else None}

@@ -212,13 +212,14 @@ def _run_up(folders: list[Path], data_dir: Path, port: int, host: str, env: Sett
             admin.add_source(owner, DEMO_TENANT, protocol="fs", config={"root": str(folder)},
                              name=_source_name(owner, folder), exist_ok=True)
         worker = sync_engine(for_role(db.owner_url, "kdbl_worker"))
+        worker_pool = sync_pool(for_role(db.owner_url, "kdbl_worker"), size=2, name="kdbl-up-worker")
         indexer = Indexer(worker, settings)
         token = _demo_token(owner, data_dir)
         url = f"{base_url}/mcp"
         stop = threading.Event()
         # One model instance serves the API's query embeddings (first in line) and the background embedding.
         embedder = load_embedder(settings)
-        background = threading.Thread(target=_background, args=(indexer, worker, embedder, stop),
+        background = threading.Thread(target=_background, args=(indexer, worker, worker_pool, embedder, stop),
                                       name="crawl", daemon=True)
         fetch = uvicorn.Server(uvicorn.Config(create_fetch_app(settings, worker), host=loopback,
                                               port=fetch_port,
@@ -243,6 +244,7 @@ def _run_up(folders: list[Path], data_dir: Path, port: int, host: str, env: Sett
             if embedder is not None:
                 embedder.close()
             worker.dispose()
+            worker_pool.close()
             owner.close()
     print("kdbl: stopped.", file=sys.stderr)
     return 0
@@ -285,7 +287,8 @@ def _source_name(owner: Pool, folder: Path) -> str:
     return candidate
 
 
-def _background(indexer: Indexer, worker, embedder: Embedder | None, stop: threading.Event) -> None:
+def _background(indexer: Indexer, worker, worker_pool: Pool, embedder: Embedder | None,
+                stop: threading.Event) -> None:
     """Crawl every source (lexical first: search works meanwhile), embed what it wrote, then pick up
     edits: re-crawl every RESCAN_SECONDS (unchanged files cost a stat) and embed the changes."""
     settings = indexer.settings
@@ -307,7 +310,7 @@ def _background(indexer: Indexer, worker, embedder: Embedder | None, stop: threa
         if embedder is not None:
             try:
                 # small batches: a stop (and a query, which goes first anyway) waits at most one of them
-                count = embed_pending(worker, embedder, batch=min(settings.embed_batch, 8), stop=stop)
+                count = embed_pending(worker_pool, embedder, batch=min(settings.embed_batch, 8), stop=stop)
                 if count:
                     print(f"kdbl: embedded {count} chunks for hybrid search", file=sys.stderr)
             except Exception as exc:  # noqa: BLE001 - keep serving lexically

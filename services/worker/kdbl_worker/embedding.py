@@ -12,10 +12,8 @@ import threading
 import time
 import uuid
 
-from sqlalchemy import Engine
-
 from kdbl_core.db import embeddings
-from kdbl_core.db.engine import tenant_transaction
+from kdbl_core.db.connect import Pool, tenant_transaction
 from kdbl_core.embed import Embedder
 
 log = logging.getLogger(__name__)
@@ -23,29 +21,31 @@ _indexed_dims: set[tuple[int, int]] = set()
 _lock = threading.Lock()
 
 
-def _ensure_index(engine: Engine, dim: int) -> None:
-    key = (id(engine), dim)
+def _ensure_index(pool: Pool, dim: int) -> None:
+    key = (id(pool), dim)
     with _lock:
         if key in _indexed_dims:
             return
-    with engine.begin() as conn:
+    with pool.connection() as conn:
         embeddings.ensure_vector_index(conn, dim)
     with _lock:
         _indexed_dims.add(key)
 
 
-def embed_pending(engine: Engine, embedder: Embedder, *, tenant_id: uuid.UUID | None = None, batch: int = 32,
+def embed_pending(pool: Pool, embedder: Embedder, *, tenant_id: uuid.UUID | None = None, batch: int = 32,
                   stop: threading.Event | None = None, max_batches: int | None = None) -> int:
     """Embed pending chunks until none are left (or `stop` is set). Returns how many were embedded."""
-    _ensure_index(engine, embedder.dim)
-    with engine.connect() as conn:
-        tenants = [tenant_id] if tenant_id else embeddings.tenants_with_hybrid(conn)
-        conn.rollback()
+    _ensure_index(pool, embedder.dim)
+    if tenant_id:
+        tenants = [tenant_id]
+    else:
+        with pool.connection() as conn:
+            tenants = embeddings.tenants_with_hybrid(conn)
     done = batches = 0
     for tenant in tenants:
         while not (stop and stop.is_set()) and (max_batches is None or batches < max_batches):
             started = time.perf_counter()
-            with tenant_transaction(engine, tenant) as conn:
+            with tenant_transaction(pool, tenant) as conn:
                 pending = embeddings.claim_pending(conn, embedder.model_id, batch)
                 if not pending:
                     break

@@ -23,6 +23,7 @@ import threading
 import uvicorn
 
 from kdbl_core import logging_setup
+from kdbl_core.db.connect import sync_pool
 from kdbl_core.db.engine import assert_runtime_role_sync, sync_engine
 from kdbl_core.errors import ConfigError
 from kdbl_core.settings import Settings, load_settings
@@ -76,7 +77,7 @@ def run_forever(settings: Settings, stop: threading.Event, args: argparse.Namesp
                                       "extract_processes": box.processes})
     embedding = None
     if settings.embed_model_path:  # lexical first: vectors fill in behind the crawl, on their own thread
-        embedding = threading.Thread(target=_embed_loop, args=(engine, settings, stop), name="embed", daemon=True)
+        embedding = threading.Thread(target=_embed_loop, args=(settings, stop), name="embed", daemon=True)
         embedding.start()
     try:
         runner.run(stop, exit_when_idle=args.exit_when_idle)
@@ -90,19 +91,21 @@ def run_forever(settings: Settings, stop: threading.Event, args: argparse.Namesp
         log.info("worker stopped", extra={"holder": runner.holder})
 
 
-def _embed_loop(engine, settings: Settings, stop: threading.Event) -> None:
+def _embed_loop(settings: Settings, stop: threading.Event) -> None:
     """Embed pending chunks of hybrid-enabled sources; poll every EMBED_POLL_SECONDS when idle."""
+    pool = sync_pool(settings.require_database_url(), size=1, name="kdbl-embed")
     embedder = Embedder(settings.embed_model_path, n_threads=settings.embed_threads,
                         max_tokens=settings.embed_max_tokens)
     try:
         while not stop.is_set():
             try:
-                embed_pending(engine, embedder, batch=settings.embed_batch, stop=stop)
+                embed_pending(pool, embedder, batch=settings.embed_batch, stop=stop)
             except Exception:  # noqa: BLE001 - keep the worker crawling; retry on the next poll
                 log.exception("embedding pass failed")
             stop.wait(EMBED_POLL_SECONDS)
     finally:
         embedder.close()
+        pool.close()
 
 
 def serve_fetch(settings: Settings) -> uvicorn.Server:

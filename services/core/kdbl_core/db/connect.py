@@ -10,7 +10,10 @@ exists, so embeddings travel in binary instead of as formatted text.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+from uuid import UUID
 
 import psycopg
 from pgvector.psycopg import register_vector
@@ -21,6 +24,7 @@ from psycopg_pool import ConnectionPool
 from kdbl_core.db.urls import normalise
 
 Pool = ConnectionPool
+Connection = psycopg.Connection[Any]
 CONNECT_TIMEOUT_S = 2  # libpq's minimum; a host that does not answer fails after this long
 
 
@@ -47,3 +51,15 @@ def sync_pool(url: str, *, size: int = 5, name: str = "kdbl") -> ConnectionPool:
     return ConnectionPool(info, min_size=1, max_size=size, name=name, open=True, timeout=30.0,
                           max_lifetime=1800.0, configure=_configure,
                           kwargs={"row_factory": namedtuple_row, "connect_timeout": CONNECT_TIMEOUT_S})
+
+
+_SET_TENANT = "SELECT set_config('kdbl.tenant_id', %s, true) AS t, set_config('kdbl.subjects', '', true) AS s"
+
+
+@contextmanager
+def tenant_transaction(pool: ConnectionPool, tenant_id: UUID) -> Iterator[Connection]:
+    """A worker transaction limited to one tenant's rows (row-level security reads `kdbl.tenant_id`;
+    SET LOCAL: the setting vanishes at COMMIT/ROLLBACK, before the connection goes back to the pool)."""
+    with pool.connection() as conn:
+        conn.execute(_SET_TENANT, (str(tenant_id),))
+        yield conn

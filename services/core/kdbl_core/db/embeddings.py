@@ -1,36 +1,45 @@
-"""Embedding storage: pending chunks (worker), vectors written back, progress per source."""
+"""Embedding storage: pending chunks (worker), vectors written back, progress per source.
+
+The worker's functions run on a psycopg connection of a `connect.sync_pool` pool, whose pgvector
+adapter sends the vectors in binary (`pgvector.Vector`: 4 bytes a dimension) instead of as formatted
+text (`vector_literal`: ~10 characters a dimension, parsed again by the server).
+"""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import Connection, text
-from sqlalchemy.ext.asyncio import AsyncConnection
+import psycopg
+from pgvector import Vector
+
+from kdbl_core.db import driver
 
 # Chunks of hybrid-enabled sources (and tenants) whose embedding is missing or from another model.
 # SKIP LOCKED: several workers embed disjoint batches.
-_PENDING = text("""
+_PENDING = """
 SELECT c.id, c.text
   FROM chunks c
   JOIN sources s ON s.id = c.source_id
   JOIN tenants t ON t.id = c.tenant_id
  WHERE c.tenant_id = kdbl_tenant() AND s.hybrid_enabled AND t.hybrid_enabled AND s.enabled
-   AND (c.embedding IS NULL OR c.embedding_model IS DISTINCT FROM :model)
+   AND (c.embedding IS NULL OR c.embedding_model IS DISTINCT FROM %(model)s)
  ORDER BY c.id
- LIMIT :limit
+ LIMIT %(limit)s
  FOR UPDATE OF c SKIP LOCKED
-""")
+"""
 
-_STORE = text("UPDATE chunks SET embedding = CAST(:v AS vector), embedding_model = :model WHERE id = :id")
+_STORE = "UPDATE chunks SET embedding = %(v)s, embedding_model = %(model)s WHERE id = %(id)s"
 
-_TENANTS_WITH_WORK = text("""
+_TENANTS_WITH_WORK = """
 SELECT DISTINCT t.id FROM tenants t JOIN sources s ON s.tenant_id = t.id
  WHERE t.hybrid_enabled AND s.hybrid_enabled AND s.enabled
-""")
+"""
 
 # From the per-source counters (sources the caller sees whole); other sources count the visible chunks.
-_SOURCE_PROGRESS = text("""
+# `:name` placeholders: the API's connections run it through kdbl_core.db.driver.
+_SOURCE_PROGRESS = """
 WITH counted AS (
     SELECT st.source_id, sum(st.chunks) FILTER (WHERE st.model = '') AS total,
            coalesce(sum(st.chunks) FILTER (WHERE st.model = :model), 0) AS embedded
@@ -43,33 +52,40 @@ SELECT c.source_id, count(*), count(*) FILTER (WHERE c.embedding_model = :model)
  WHERE c.tenant_id = kdbl_tenant() AND c.source_id = ANY(:ids)
    AND c.source_id NOT IN (SELECT source_id FROM counted)
  GROUP BY c.source_id
-""")
+"""
+
+Conn = psycopg.Connection[Any]
 
 
 def vector_literal(values: Sequence[float]) -> str:
+    """A vector as pgvector's text form: the API's query vector (its SQLAlchemy path) still travels so."""
     return "[" + ",".join(f"{v:.7g}" for v in values) + "]"
 
 
-def tenants_with_hybrid(conn: Connection) -> list[uuid.UUID]:
-    return list(conn.execute(_TENANTS_WITH_WORK).scalars())
+def tenants_with_hybrid(conn: Conn) -> list[uuid.UUID]:
+    return [row[0] for row in conn.execute(_TENANTS_WITH_WORK)]
 
 
-def claim_pending(conn: Connection, model_id: str, limit: int) -> list[tuple[int, str]]:
-    return [(r.id, r.text) for r in conn.execute(_PENDING, {"model": model_id, "limit": limit})]
+def claim_pending(conn: Conn, model_id: str, limit: int) -> list[tuple[int, str]]:
+    return [(r[0], r[1]) for r in conn.execute(_PENDING, {"model": model_id, "limit": limit})]
 
 
-def store(conn: Connection, model_id: str, rows: Sequence[tuple[int, Sequence[float]]]) -> None:
-    conn.execute(_STORE, [{"id": cid, "v": vector_literal(vec), "model": model_id} for cid, vec in rows])
+def store(conn: Conn, model_id: str, rows: Sequence[tuple[int, Sequence[float]]]) -> None:
+    """Write a batch of vectors (binary, one pipelined round trip: psycopg's executemany)."""
+    with conn.cursor() as cur:
+        cur.executemany(_STORE, [{"id": cid, "v": Vector(list(vec)), "model": model_id} for cid, vec in rows])
 
 
-def ensure_vector_index(conn: Connection, dim: int) -> str:
-    return conn.execute(text("SELECT kdbl_ensure_vector_index(:d)"), {"d": dim}).scalar_one()
+def ensure_vector_index(conn: Conn, dim: int) -> str:
+    row = conn.execute("SELECT kdbl_ensure_vector_index(%s)", (dim,)).fetchone()
+    assert row is not None
+    return row[0]
 
 
-async def source_progress(conn: AsyncConnection, source_ids: Sequence[uuid.UUID], model_id: str | None
+async def source_progress(conn: Any, source_ids: Sequence[uuid.UUID], model_id: str | None
                           ) -> dict[uuid.UUID, dict[str, int]]:
+    """Embedded and total chunks per source, on the API's request connection (either kind)."""
     if not source_ids:
         return {}
-    rows = await conn.execute(_SOURCE_PROGRESS, {"ids": list(source_ids), "model": model_id or ""})
+    rows = await driver.fetch(conn, _SOURCE_PROGRESS, {"ids": list(source_ids), "model": model_id or ""})
     return {r.source_id: {"embedded": r.embedded, "total": r.total} for r in rows}
-

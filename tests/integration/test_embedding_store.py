@@ -1,0 +1,34 @@
+"""The worker writes chunk vectors through the psycopg pool's pgvector adapter: binary, bit-exact."""
+
+from __future__ import annotations
+
+import numpy as np
+from helpers import db_of, make_corpus
+
+from kdbl_core.db import embeddings
+from kdbl_core.db.connect import tenant_transaction
+
+
+def test_a_stored_vector_reads_back_bit_for_bit_as_float32(owner_engine, worker_engine, tmp_path, unique):
+    corpus = make_corpus(owner_engine, worker_engine, tmp_path / "vec", {"a.md": "alpha text"},
+                         tenant=f"vec-{unique}")
+    pool = db_of(worker_engine)
+    # Nine significant digits: float32 needs them all; the old text form (7 digits) rounded them away.
+    values = np.array([0.1234567891, -0.9876543219, 1e-8 / 3, 0.5], dtype=np.float32)
+    with tenant_transaction(pool, corpus.tenant_id) as conn:
+        [(chunk_id, _)] = embeddings.claim_pending(conn, "exact-4d", 10)
+        embeddings.store(conn, "exact-4d", [(chunk_id, values.tolist())])
+    with tenant_transaction(pool, corpus.tenant_id) as conn:
+        row = conn.execute("SELECT embedding, embedding_model FROM chunks WHERE id = %s", (chunk_id,)).fetchone()
+        assert embeddings.claim_pending(conn, "exact-4d", 10) == []  # stored under this model: not pending
+    assert row.embedding_model == "exact-4d"
+    assert row.embedding.to_numpy().tobytes() == values.tobytes()
+
+
+def test_a_tenant_transaction_sees_only_its_tenants_chunks(owner_engine, worker_engine, tmp_path, unique):
+    one = make_corpus(owner_engine, worker_engine, tmp_path / "one", {"a.md": "alpha text"}, tenant=f"one-{unique}")
+    two = make_corpus(owner_engine, worker_engine, tmp_path / "two", {"b.md": "beta text"}, tenant=f"two-{unique}")
+    with tenant_transaction(db_of(worker_engine), one.tenant_id) as conn:
+        seen = {r.source_id for r in conn.execute("SELECT DISTINCT source_id FROM chunks")}
+    assert seen == {one.source_id}
+    assert two.source_id not in seen
