@@ -14,13 +14,12 @@ from typing import Any
 
 from sqlalchemy import text
 
-from kdbl_control import admin
+from kdbl_control import admin, compose
 from kdbl_core.db.connect import sync_pool
 from kdbl_core.db.engine import sync_engine
 from kdbl_core.db.urls import for_role
 from kdbl_core.errors import ConfigError
 from kdbl_core.settings import get_settings
-from kdbl_worker.pipeline import Indexer, load_sources
 
 DOC_SUFFIX = ".txt"
 
@@ -119,8 +118,8 @@ def ensure_indexed(owner_url: str, docs: Path, tenant: str = "bench-search", *,
             source = admin.add_source(db, tenant, protocol="fs", config={"root": str(docs)}, name="corpus",
                                       exist_ok=True)
             token = admin.create_token(db, tenant_name=tenant, name=token_name)[0] if token_name else None
-        [loaded] = load_sources(worker, source_id=source.id)
-        stats = Indexer(worker, get_settings()).crawl(loaded)
+        [loaded] = compose.load_sources(worker, source_id=source.id)
+        stats = compose.indexer(worker, get_settings()).crawl(loaded)
         if stats.indexed:
             # What autovacuum does a minute or two after a bulk load (statistics, visibility map for
             # index-only scans of postings): measure the steady state, not the first minute.

@@ -286,12 +286,12 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         return 0
 
     if args.command == "formats":
-        from kdbl_worker.extract import formats
+        from kdbl_control import compose
 
         if args.markdown:
-            print(formats.markdown(), end="")
+            print(compose.format_markdown(), end="")
         else:
-            _print(args, formats.rows(), ["label", "extensions", "content_type", "requires"])
+            _print(args, compose.format_rows(), ["label", "extensions", "content_type", "requires"])
         return 0
     if args.command == "bench":
         return _bench(args, settings)
@@ -405,25 +405,23 @@ def source_schedule(args: argparse.Namespace) -> str | None:
 
 
 def _crawl(args: argparse.Namespace, settings: Settings, engine: Any) -> int:
-    from kdbl_worker.pipeline import Indexer, load_sources
+    from kdbl_control import compose
 
-    sources = load_sources(engine, tenant=args.tenant, source_id=args.source)
+    sources = compose.load_sources(engine, tenant=args.tenant, source_id=args.source)
     if not sources:
         raise ConfigError("no matching source")
     from kdbl_control.progress import queue_progress
     from kdbl_control.signals import stop_on_signals
 
     if args.queue:
-        from kdbl_worker.queue import enqueue, wait_for
-
-        ids = enqueue(engine, [s.id for s in sources])
+        ids = compose.enqueue(engine, [s.id for s in sources])
         print(" ".join(map(str, ids)), flush=True)  # at once: a script may read them while this waits
         if args.no_wait:
             return 0
         try:
             with stop_on_signals() as stop:
-                statuses = wait_for(engine, ids, timeout_s=args.timeout, poll_s=1.0, stop=stop,
-                                    on_progress=queue_progress(settings.progress_interval_s))
+                statuses = compose.wait_for(engine, ids, timeout_s=args.timeout, poll_s=1.0, stop=stop,
+                                            on_progress=queue_progress(settings.progress_interval_s))
         except TimeoutError as exc:
             print(f"kdbl-control: {exc}", file=sys.stderr)
             return 3
@@ -437,7 +435,7 @@ def _crawl(args: argparse.Namespace, settings: Settings, engine: Any) -> int:
         return 1 if any(st.state == "failed" for st in statuses.values()) else 0
     from kdbl_control.progress import crawl_with_progress
 
-    indexer = Indexer(engine, settings)
+    indexer = compose.indexer(engine, settings)
     try:
         with stop_on_signals() as stop:
             for source in sources:

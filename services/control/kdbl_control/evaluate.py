@@ -143,7 +143,7 @@ def embed_chunks(owner_url: str, tenant_id: Any, embedder: Any, batch: int, log:
     """Fill missing chunk embeddings of a tenant with the worker's own code, logging progress."""
     from kdbl_core.db.connect import sync_pool
     from kdbl_core.db.urls import for_role
-    from kdbl_worker.embedding import embed_pending
+    from kdbl_control.compose import embed_pending
 
     worker = sync_pool(for_role(owner_url, "kdbl_worker"), size=1, name="kdbl-eval-embed")
     total, started = 0, time.monotonic()

@@ -12,9 +12,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from kdbl_worker.pipeline import CrawlStats, Indexer, SourceRow
+from kdbl_control import compose
+
+if TYPE_CHECKING:
+    from kdbl_control.compose import CrawlStats, Indexer, SourceRow
 
 
 def source_label(source: SourceRow) -> str:
@@ -24,7 +27,7 @@ def source_label(source: SourceRow) -> str:
 
 
 def progress_line(label: str, stats: CrawlStats | None, current: str, elapsed_s: float) -> str:
-    s = stats or CrawlStats(source_id=None)  # type: ignore[arg-type]
+    s = stats or compose.crawl_stats()
     rate = (s.indexed + s.unchanged) / elapsed_s if elapsed_s > 0 else 0.0
     return (f"kdbl: crawl {label}: {s.listed} listed, {s.indexed} indexed, {s.unchanged} unchanged, "
             f"{s.failed} failed, {rate:.1f} files/s, {elapsed_s:.0f} s; now: {current[-120:] or '-'}")

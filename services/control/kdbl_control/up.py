@@ -23,8 +23,7 @@ from pathlib import Path
 import uvicorn
 from pydantic import SecretStr
 
-from kdbl_api.app import create_app, load_embedder
-from kdbl_control import admin
+from kdbl_control import admin, compose
 from kdbl_control.progress import crawl_with_progress
 from kdbl_core.auth import pat
 from kdbl_core.db.connect import Pool, sync_pool
@@ -34,9 +33,6 @@ from kdbl_core.db.urls import for_role
 from kdbl_core.embed import Embedder, default_model_path
 from kdbl_core.errors import ConfigError
 from kdbl_core.settings import Settings, get_settings
-from kdbl_worker.embedding import embed_pending
-from kdbl_worker.fetch import create_fetch_app
-from kdbl_worker.pipeline import Indexer, load_sources
 
 DEMO_TENANT = "demo"
 RESCAN_SECONDS = 30.0
@@ -213,20 +209,21 @@ def _run_up(folders: list[Path], data_dir: Path, port: int, host: str, env: Sett
                              name=_source_name(owner, folder), exist_ok=True)
         worker = sync_engine(for_role(db.owner_url, "kdbl_worker"))
         worker_pool = sync_pool(for_role(db.owner_url, "kdbl_worker"), size=2, name="kdbl-up-worker")
-        indexer = Indexer(worker, settings)
+        indexer = compose.indexer(worker, settings)
         token = _demo_token(owner, data_dir)
         url = f"{base_url}/mcp"
         stop = threading.Event()
         # One model instance serves the API's query embeddings (first in line) and the background embedding.
-        embedder = load_embedder(settings)
+        embedder = compose.load_embedder(settings)
         background = threading.Thread(target=_background, args=(indexer, worker, worker_pool, embedder, stop),
                                       name="crawl", daemon=True)
-        fetch = uvicorn.Server(uvicorn.Config(create_fetch_app(settings, worker), host=loopback,
+        fetch = uvicorn.Server(uvicorn.Config(compose.create_fetch_app(settings, worker), host=loopback,
                                               port=fetch_port,
                                               log_level="warning", server_header=False))
         threading.Thread(target=fetch.run, name="fetch", daemon=True).start()
         api_engine = async_engine(for_role(db.owner_url, "kdbl_api"))
-        server = uvicorn.Server(uvicorn.Config(create_app(settings, api_engine, embedder), host=host, port=port,
+        api = compose.create_api_app(settings, api_engine, embedder)
+        server = uvicorn.Server(uvicorn.Config(api, host=host, port=port,
                                                log_level="warning", lifespan="on", server_header=False,
                                                proxy_headers=False))  # X-Forwarded-For: KDBL_TRUSTED_PROXIES only
         banner = _banner(url, data_dir, _write_client_config(data_dir, url, token), settings, host)
@@ -287,14 +284,14 @@ def _source_name(owner: Pool, folder: Path) -> str:
     return candidate
 
 
-def _background(indexer: Indexer, worker, worker_pool: Pool, embedder: Embedder | None,
+def _background(indexer: compose.Indexer, worker, worker_pool: Pool, embedder: Embedder | None,
                 stop: threading.Event) -> None:
     """Crawl every source (lexical first: search works meanwhile), embed what it wrote, then pick up
     edits: re-crawl every RESCAN_SECONDS (unchanged files cost a stat) and embed the changes."""
     settings = indexer.settings
     first = True
     while not stop.is_set():
-        for source in load_sources(worker, tenant=DEMO_TENANT):
+        for source in compose.load_sources(worker, tenant=DEMO_TENANT):
             if stop.is_set():
                 return
             try:
@@ -310,7 +307,8 @@ def _background(indexer: Indexer, worker, worker_pool: Pool, embedder: Embedder 
         if embedder is not None:
             try:
                 # small batches: a stop (and a query, which goes first anyway) waits at most one of them
-                count = embed_pending(worker_pool, embedder, batch=min(settings.embed_batch, 8), stop=stop)
+                count = compose.embed_pending(worker_pool, embedder, batch=min(settings.embed_batch, 8),
+                                              stop=stop)
                 if count:
                     print(f"kdbl: embedded {count} chunks for hybrid search", file=sys.stderr)
             except Exception as exc:  # noqa: BLE001 - keep serving lexically

@@ -152,7 +152,8 @@ def _files(folders: list[Path], patterns: list[str]) -> list[Path]:
 
 def run_one(owner_url: str, folders: list[Path], category: str, workers: int, args: argparse.Namespace,
             pgdata: Path | None) -> dict:
-    from kdbl_control import admin
+    from psycopg.types.json import Jsonb
+
     from kdbl_core.db.connect import sync_pool
     from kdbl_core.db.engine import sync_engine
     from kdbl_core.db.urls import for_role
@@ -161,11 +162,16 @@ def run_one(owner_url: str, folders: list[Path], category: str, workers: int, ar
     owner = sync_engine(owner_url)
     tenant = f"bench-{uuid.uuid4().hex[:8]}"
     patterns = ["*.txt"] if category == BIG_TEXT else CATEGORIES[category]
-    with sync_pool(owner_url, size=1) as db:
-        admin.create_tenant(db, tenant)
-        sources = [admin.add_source(db, tenant, protocol="fs", name=f"s{i}",
-                                    config={"root": str(folder), "include": patterns}).id
-                   for i, folder in enumerate(folders)]
+    # the tenant and its fs sources in SQL of its own: a worker tool imports no other service (the
+    # import-linter contracts in pyproject.toml), and a bench folder needs none of kdbl-control's checks
+    with sync_pool(owner_url, size=1) as db, db.connection() as conn:
+        tenant_id = conn.execute("INSERT INTO tenants (name) VALUES (%s) RETURNING id",
+                                 (tenant,)).fetchone()[0]
+        sources = [conn.execute("INSERT INTO sources (tenant_id, name, protocol, config) "
+                                "VALUES (%s, %s, 'fs', %s) RETURNING id",
+                                (tenant_id, f"s{i}", Jsonb({"root": str(f.resolve()), "include": patterns}))
+                                ).fetchone()[0]
+                   for i, f in enumerate(folders)]
     url = make_url(for_role(owner_url, "kdbl_worker"))
     names = [f"{tenant}-w{i}" for i in range(workers)]
     command = [sys.executable, "-m", "kdbl_worker.main", "--tenant", tenant, "--no-fetch", "--no-scheduler",

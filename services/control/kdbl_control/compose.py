@@ -1,0 +1,102 @@
+"""The composition root: the one module of any service that may import another service.
+
+`kdbl-control up` runs the API, the worker's fetch endpoint, crawl and embedding in one process, and
+`crawl`, `eval`, `bench search` and `formats` drive the worker's own code (the same indexer, queue,
+embedding loop and format table the deployed worker runs, so what they measure is what ships). Every
+such reach from kdbl_control into kdbl_worker or kdbl_api goes through here, and the import-linter
+contract "services do not import each other" (pyproject.toml, [tool.importlinter]) allows exactly the
+imports of this module; any other cross-service import fails `./dev test` (tests/unit/test_import_layers.py).
+
+Each function imports its service module when it is called, so a command loads only what it uses:
+`kdbl-control formats` loads the format table (0.03 s) and not the crawl pipeline (0.43 s) or the
+API app (1.17 s, measured with `python -c 'import …'` on the dev machine).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only; the modules load on first call below
+    from kdbl_core.db.jobs import JobStatus
+    from kdbl_core.embed import Embedder
+    from kdbl_core.settings import Settings
+    from kdbl_worker.pipeline import CrawlStats, Indexer, SourceRow
+
+__all__ = ["CrawlStats", "Indexer", "SourceRow", "create_api_app", "create_fetch_app", "crawl_stats",
+           "embed_pending", "enqueue", "format_markdown", "format_rows", "indexer", "load_embedder",
+           "load_sources", "wait_for"]
+
+
+# --- the worker ---
+
+def indexer(engine: Any, settings: Settings) -> Indexer:
+    """The worker's crawl pipeline for `crawl`, `up` and the BEIR loader."""
+    from kdbl_worker.pipeline import Indexer
+
+    return Indexer(engine, settings)
+
+
+def load_sources(engine: Any, **where: Any) -> list[SourceRow]:
+    from kdbl_worker.pipeline import load_sources
+
+    return load_sources(engine, **where)
+
+
+def crawl_stats() -> CrawlStats:
+    """Zero counts, for a progress line before a crawl reports its first."""
+    from kdbl_worker.pipeline import CrawlStats
+
+    return CrawlStats(source_id=None)  # type: ignore[arg-type]
+
+
+def enqueue(engine: Any, source_ids: list[Any]) -> list[int]:
+    """Queue crawl runs for the workers (`crawl --queue`)."""
+    from kdbl_worker.queue import enqueue
+
+    return enqueue(engine, source_ids)
+
+
+def wait_for(engine: Any, ids: list[int], **options: Any) -> dict[int, JobStatus]:
+    from kdbl_worker.queue import wait_for
+
+    return wait_for(engine, ids, **options)
+
+
+def embed_pending(engine: Any, embedder: Embedder, **options: Any) -> int:
+    """Fill missing chunk embeddings with the worker's own loop (`up`, `eval`)."""
+    from kdbl_worker.embedding import embed_pending
+
+    return embed_pending(engine, embedder, **options)
+
+
+def create_fetch_app(settings: Settings, engine: Any) -> Any:
+    from kdbl_worker.fetch import create_fetch_app
+
+    return create_fetch_app(settings, engine)
+
+
+def format_rows() -> list[dict[str, str]]:
+    """The worker's dispatch table as rows (`kdbl-control formats`): the table the worker extracts by."""
+    from kdbl_worker.extract import formats
+
+    return formats.rows()
+
+
+def format_markdown() -> str:
+    from kdbl_worker.extract import formats
+
+    return formats.markdown()
+
+
+# --- the API ---
+
+def load_embedder(settings: Settings) -> Embedder | None:
+    from kdbl_api.app import load_embedder
+
+    return load_embedder(settings)
+
+
+def create_api_app(settings: Settings, engine: Any, embedder: Embedder | None) -> Any:
+    from kdbl_api.app import create_app
+
+    return create_app(settings, engine, embedder)

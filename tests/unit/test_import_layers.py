@@ -1,0 +1,70 @@
+"""Layers the build enforces: the import-linter contracts in pyproject.toml ([tool.importlinter]).
+
+The core imports no service; services (worker, API, control, operator) do not import each other, except
+the one composition root `kdbl_control.compose` that `kdbl-control up` (and crawl, eval, formats) needs.
+`lint-imports` reads every import statement, also inside functions and under TYPE_CHECKING, and follows
+indirect chains; one run over the 5 packages takes ~0.2 s.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")  # the venv's, installed by the `test` extra
+PACKAGES = {"kdbl_core": "services/core", "kdbl_worker": "services/worker", "kdbl_api": "services/api",
+            "kdbl_control": "services/control", "kdbl_operator": "operator"}
+
+
+def _lint(cwd: Path, pythonpath: list[Path] | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(map(str, pythonpath))
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache", "--config", str(cwd / "pyproject.toml")],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_code_keeps_every_layer_contract():
+    result = _lint(REPO)
+    assert result.returncode == 0, f"import-linter contracts broken:\n{result.stdout}\n{result.stderr}"
+    assert "2 kept, 0 broken" in result.stdout
+
+
+def test_the_only_allowed_cross_service_imports_are_the_composition_roots():
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    ignored = [i for c in config["contracts"] for i in c.get("ignore_imports", [])]
+    assert ignored and {i.split(" -> ")[0] for i in ignored} == {"kdbl_control.compose"}
+    assert set(config["root_packages"]) == set(PACKAGES)
+
+
+def _copy(tmp_path: Path) -> list[Path]:
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    roots = []
+    for package, root in PACKAGES.items():
+        shutil.copytree(REPO / root / package, tmp_path / root / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        roots.append(tmp_path / root)
+    return roots
+
+
+def test_a_worker_module_importing_the_api_inside_a_function_breaks_the_build(tmp_path):
+    roots = _copy(tmp_path)
+    module = tmp_path / "services/worker/kdbl_worker/globs.py"
+    module.write_text(module.read_text() + "\n\ndef _sideways():\n    from kdbl_api import app  # noqa\n")
+    result = _lint(tmp_path, roots)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "kdbl_worker.globs -> kdbl_api.app" in result.stdout
+
+
+def test_a_core_module_importing_a_service_breaks_the_build(tmp_path):
+    roots = _copy(tmp_path)
+    module = tmp_path / "services/core/kdbl_core/errors.py"
+    module.write_text(module.read_text() + "\n\nfrom kdbl_worker import pipeline  # noqa: E402\n")
+    result = _lint(tmp_path, roots)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "kdbl_core.errors -> kdbl_worker.pipeline" in result.stdout
