@@ -113,7 +113,7 @@ def running_fetch(worker_engine, token: str) -> Iterator[str]:
     """The worker's internal fetch endpoint (downloads' bytes) on a loopback port; yields its base URL."""
     from kdbl_worker.fetch import create_fetch_app
 
-    with serving(create_fetch_app(Settings(internal_fetch_token=token), worker_engine)) as url:
+    with serving(create_fetch_app(Settings(internal_fetch_token=token), db_of(worker_engine))) as url:
         yield url
 
 

@@ -413,7 +413,7 @@ def test_the_internal_fetch_refuses_a_member_over_the_configured_member_size(env
     answers = []
     for limit in (64 << 20, 16):
         app = create_fetch_app(Settings(internal_fetch_token=FETCH_TOKEN, container_max_member_bytes=limit),
-                               worker_engine)
+                               db_of(worker_engine))
         with TestClient(app) as client:
             answers.append(client.get("/internal/files", params=params, headers=auth))
     assert answers[0].status_code == 200 and answers[0].content == A_MD

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from helpers import crawl, make_corpus
+from helpers import crawl, db_of, make_corpus
 from sqlalchemy import text
 from starlette.testclient import TestClient
 
@@ -56,7 +56,7 @@ def test_every_name_is_indexed_under_a_reversible_key(owner_engine, worker_engin
 
 def test_open_and_internal_fetch_return_the_exact_bytes(owner_engine, worker_engine, corpus):
     connector = connector_for("fs", {"root": str(corpus.root)})
-    client = TestClient(create_fetch_app(Settings(internal_fetch_token=TOKEN), worker_engine))
+    client = TestClient(create_fetch_app(Settings(internal_fetch_token=TOKEN), db_of(worker_engine)))
     for key in _indexed(owner_engine, corpus):
         expected = body(key_to_bytes(key))
         with connector.open(key) as stream:

@@ -129,7 +129,7 @@ async def test_internal_fetch_requires_the_token(env):
 def test_internal_fetch_refuses_everything_without_a_configured_token(worker_engine):
     from starlette.testclient import TestClient
 
-    with TestClient(create_fetch_app(Settings(), worker_engine)) as client:
+    with TestClient(create_fetch_app(Settings(), db_of(worker_engine))) as client:
         resp = client.get("/internal/files", params={"source_id": "x", "key": "y"},
                           headers={"Authorization": "Bearer "})
     assert resp.status_code == 403 and "disabled" in resp.json()["error"]

@@ -36,7 +36,7 @@ LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
 @pytest.fixture(scope="module")
 def fetch_url(worker_engine):
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_fetch_app(Settings(internal_fetch_token=FETCH_TOKEN), worker_engine),
+    server = uvicorn.Server(uvicorn.Config(create_fetch_app(Settings(internal_fetch_token=FETCH_TOKEN), db_of(worker_engine)),
                                            host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

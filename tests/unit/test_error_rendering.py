@@ -187,7 +187,7 @@ def test_the_worker_fetch_endpoint_answers_with_the_error_classs_status_and_body
         unknown = {"source_id": str(uuid.uuid4()), "key": "a"}
         gone = httpx.get(f"{url}/internal/files", params=unknown, headers=auth)
         assert gone.status_code == NotFound.http_status and gone.json() == {"error": "not found"}
-    with serving(create_fetch_app(Settings(), worker_engine)) as url:
+    with serving(create_fetch_app(Settings(), db_of(worker_engine))) as url:
         off = httpx.get(f"{url}/internal/files", headers=auth)
         assert off.status_code == Forbidden.http_status and "KDBL_INTERNAL_FETCH_TOKEN" in off.json()["error"]
 

@@ -42,7 +42,6 @@ NOT_YET_MOVED = {
     "services/core/kdbl_core/search/windows.py",
     "services/worker/kdbl_worker/bench_crawl.py",
     "services/worker/kdbl_worker/deadlines.py",
-    "services/worker/kdbl_worker/fetch.py",
     "services/worker/kdbl_worker/pipeline.py",
     "services/worker/kdbl_worker/queue.py",
 }
@@ -78,6 +77,7 @@ def test_administration_reports_and_the_embedded_server_run_on_psycopg() -> None
     assert not (REPO / "services/core/kdbl_core/db/models.py").exists()  # the ORM mirror is gone
 
 
-def test_the_worker_embeds_and_stores_vectors_on_psycopg() -> None:
-    moved = {"services/core/kdbl_core/db/embeddings.py", "services/worker/kdbl_worker/embedding.py"}
+def test_the_worker_embeds_stores_vectors_and_serves_fetches_on_psycopg() -> None:
+    moved = {"services/core/kdbl_core/db/embeddings.py", "services/worker/kdbl_worker/embedding.py",
+             "services/worker/kdbl_worker/fetch.py"}
     assert not moved & _importers()

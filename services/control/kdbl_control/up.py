@@ -217,7 +217,7 @@ def _run_up(folders: list[Path], data_dir: Path, port: int, host: str, env: Sett
         embedder = compose.load_embedder(settings)
         background = threading.Thread(target=_background, args=(indexer, worker, worker_pool, embedder, stop),
                                       name="crawl", daemon=True)
-        fetch = uvicorn.Server(uvicorn.Config(compose.create_fetch_app(settings, worker), host=loopback,
+        fetch = uvicorn.Server(uvicorn.Config(compose.create_fetch_app(settings, worker_pool), host=loopback,
                                               port=fetch_port,
                                               log_level="warning", server_header=False))
         threading.Thread(target=fetch.run, name="fetch", daemon=True).start()

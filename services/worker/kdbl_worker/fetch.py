@@ -19,14 +19,13 @@ from collections.abc import Iterator
 from io import BytesIO
 from typing import BinaryIO
 
-from sqlalchemy import Engine, text
 from starlette.applications import Starlette
 from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from kdbl_core.db.engine import tenant_transaction
+from kdbl_core.db.connect import Pool, tenant_transaction
 from kdbl_core.errors import (
     Forbidden, InvalidArgument, KdblError, NotFound, Unauthenticated, UpstreamError, http_response_of,
 )
@@ -68,24 +67,24 @@ def _member(stream: BinaryIO, chain: list[str], bounds: containers.Bounds) -> by
     return data
 
 
-def create_fetch_app(settings: Settings, engine: Engine) -> Starlette:
+def create_fetch_app(settings: Settings, pool: Pool) -> Starlette:
     secret = settings.internal_fetch_token.get_secret_value().encode() if settings.internal_fetch_token else None
     bounds = containers.Bounds(max_member_bytes=settings.container_max_member_bytes)  # as the crawl refused
 
     def _open(source_id: uuid.UUID, key: str) -> tuple[BinaryIO, int, str | None] | None:
-        with engine.connect() as conn:
-            source = conn.execute(text("SELECT tenant_id, protocol, config FROM sources WHERE id = :s"),
-                                  {"s": source_id}).first()
+        with pool.connection() as conn:
+            source = conn.execute("SELECT tenant_id, protocol, config FROM sources WHERE id = %s",
+                                  (source_id,)).fetchone()
         if source is None:
             return None
-        with tenant_transaction(engine, source.tenant_id) as conn:
-            known = conn.execute(text(
+        with tenant_transaction(pool, source.tenant_id) as conn:
+            known = conn.execute(
                 "SELECT f.content_type, p.key AS top FROM files f LEFT JOIN files p ON p.id = f.parent_id "
-                "WHERE f.source_id = :s AND f.key = :k"), {"s": source_id, "k": key}).first()
-            chain = [] if known is None or known.top is None else list(conn.execute(text(
-                "SELECT key FROM files WHERE parent_id = (SELECT id FROM files WHERE source_id = :s "
-                "AND key = :t AND parent_id IS NULL) AND starts_with(:k, key || '!/') ORDER BY length(key)"),
-                {"s": source_id, "t": known.top, "k": key}).scalars())
+                "WHERE f.source_id = %(s)s AND f.key = %(k)s", {"s": source_id, "k": key}).fetchone()
+            chain = [] if known is None or known.top is None else [row.key for row in conn.execute(
+                "SELECT key FROM files WHERE parent_id = (SELECT id FROM files WHERE source_id = %(s)s "
+                "AND key = %(t)s AND parent_id IS NULL) AND starts_with(%(k)s, key || '!/') ORDER BY length(key)",
+                {"s": source_id, "t": known.top, "k": key})]
         if known is None:
             return None
         content_type = known.content_type or extract.detect(key)[0]

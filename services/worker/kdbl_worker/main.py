@@ -109,8 +109,8 @@ def _embed_loop(settings: Settings, stop: threading.Event) -> None:
 
 
 def serve_fetch(settings: Settings) -> uvicorn.Server:
-    engine = sync_engine(settings.require_database_url())
-    server = uvicorn.Server(uvicorn.Config(create_fetch_app(settings, engine), host=settings.fetch_host,
+    pool = sync_pool(settings.require_database_url(), size=4, name="kdbl-fetch")
+    server = uvicorn.Server(uvicorn.Config(create_fetch_app(settings, pool), host=settings.fetch_host,
                                            port=settings.fetch_port, log_config=None, server_header=False))
     threading.Thread(target=server.run, name="fetch", daemon=True).start()
     return server
