@@ -1,7 +1,7 @@
 """Pure translation of Tenant / Source custom resources into the rows the database should hold.
 
 Nothing here performs I/O: every function takes plain dicts (a CR body, a current row) and returns
-plain values or raises `InvalidSpec`. The handlers feed the results to `kdbl_core.db.operator_sync`
+plain values or raises `InvalidSpec`. The handlers feed the results to `kdbl_operator.db_sync`
 and the status back to Kubernetes, so everything that decides *what* should happen is unit-tested
 without a cluster or a database (tests/operator/test_desired.py).
 

@@ -1,5 +1,5 @@
 """Converging the database: one transaction per reconcile, decisions from `desired`, SQL from
-`kdbl_core.db.operator_sync`. Synchronous (SQLAlchemy); the handlers run these in worker threads.
+`kdbl_operator.db_sync`. Synchronous (SQLAlchemy); the handlers run these in worker threads.
 """
 
 from __future__ import annotations
@@ -9,10 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdbl_core.db import operator_sync as db
-from kdbl_core.db.operator_sync import Engine
-
+from kdbl_operator import db_sync as db
 from kdbl_operator import desired
+from kdbl_operator.db_sync import Engine
 from kdbl_operator.desired import InvalidSpec
 
 

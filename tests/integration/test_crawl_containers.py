@@ -377,7 +377,7 @@ def test_a_container_too_slow_for_the_extraction_limit_keeps_the_members_read_in
 
 def test_deleting_a_source_in_batches_takes_each_container_with_its_members(
         owner_engine, worker_engine, tmp_path):
-    from kdbl_core.db import operator_sync
+    from kdbl_operator import db_sync as operator_sync
 
     corpus = make_corpus(owner_engine, worker_engine, tmp_path / "drop", {
         "bundle.zip": BUNDLE, "mail.eml": MAIL, "z.md": "A last file about ibises."},

@@ -18,6 +18,7 @@ MIGRATIONS = "services/core/kdbl_core/db/migrations/"
 
 # Run-time modules still on SQLAlchemy (issue 15, one database path): moved to psycopg step by step.
 NOT_YET_MOVED = {
+    "operator/kdbl_operator/db_sync.py",
     "services/api/kdbl_api/app.py",
     "services/api/kdbl_api/downloads.py",
     "services/api/kdbl_api/policies.py",
@@ -33,7 +34,6 @@ NOT_YET_MOVED = {
     "services/core/kdbl_core/db/driver.py",
     "services/core/kdbl_core/db/engine.py",
     "services/core/kdbl_core/db/jobs.py",
-    "services/core/kdbl_core/db/operator_sync.py",
     "services/core/kdbl_core/db/pgpool.py",
     "services/core/kdbl_core/db/reads.py",
     "services/core/kdbl_core/db/urls.py",
