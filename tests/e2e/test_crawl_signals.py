@@ -22,9 +22,9 @@ from sqlalchemy.engine import make_url
 
 from helpers import db_of
 from kdbl_control import admin
-from kdbl_core.db import jobs
 from kdbl_core.db.urls import for_role
 from kdbl_core.settings import Settings
+from kdbl_worker import jobs
 from kdbl_worker.pipeline import Indexer, load_sources
 
 # The real CLI / worker entry point, with the COMMIT of one file's transaction held up on the server.

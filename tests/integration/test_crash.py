@@ -23,7 +23,7 @@ from test_queue import (
 
 from helpers import db_of
 from kdbl_control import admin
-from kdbl_core.db import jobs
+from kdbl_worker import jobs
 
 N_FILES = 300
 LEASE_S = 2.0

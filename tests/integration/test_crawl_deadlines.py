@@ -29,9 +29,9 @@ from test_queue import (
 )
 
 from kdbl_control import admin
-from kdbl_core.db import jobs
 from kdbl_core.db.urls import for_role
 from kdbl_core.settings import Settings
+from kdbl_worker import jobs
 from kdbl_worker.deadlines import Watchdog
 from kdbl_worker.pipeline import Indexer, load_sources
 

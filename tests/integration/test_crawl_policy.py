@@ -12,8 +12,8 @@ from sqlalchemy import text
 from test_queue import corpus_files, job_state
 
 from kdbl_control import admin
-from kdbl_core.db import jobs
 from kdbl_core.settings import Settings
+from kdbl_worker import jobs
 from kdbl_worker.pipeline import Indexer, QuotaExceeded, load_sources
 from kdbl_worker.queue import QueueOptions, QueueRunner
 

@@ -19,12 +19,12 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from kdbl_control import admin
-from kdbl_core.db import content, jobs
+from kdbl_core.db import content
 from kdbl_core.db.urls import for_role
 from kdbl_core.settings import Settings
 from kdbl_worker.globs import Selection
 from kdbl_worker.pipeline import Indexer, load_sources
-from kdbl_worker import queue
+from kdbl_worker import jobs, queue
 from kdbl_worker.queue import QueueOptions, QueueRunner
 from kdbl_worker.sandbox import Limits, Sandbox, Task
 

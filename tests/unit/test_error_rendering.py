@@ -20,7 +20,7 @@ from kdbl_control import admin
 from kdbl_control.cli import main as cli_main
 from kdbl_control.loadgen import LoadgenError
 from kdbl_core import errors
-from kdbl_core.db import content, jobs
+from kdbl_core.db import content
 from kdbl_core.errors import (
     ConfigError, Conflict, Forbidden, InvalidArgument, KdblError, MalformedMessage, MisdirectedRequest,
     NotFound, PermanentError, RateLimited, RequestTimeout, RequestTooLarge, TemporaryError, Unauthenticated,
@@ -31,6 +31,7 @@ from kdbl_core.sources.schedule import ScheduleError, parse
 from kdbl_operator import k8s
 from kdbl_operator.desired import InvalidSpec
 from kdbl_operator.kopf_errors import kopf_error_of
+from kdbl_worker import jobs
 from kdbl_worker.fetch import create_fetch_app
 
 SIGNING = "s" * 48

@@ -33,7 +33,6 @@ NOT_YET_MOVED = {
     "services/core/kdbl_core/db/content.py",
     "services/core/kdbl_core/db/driver.py",
     "services/core/kdbl_core/db/engine.py",
-    "services/core/kdbl_core/db/jobs.py",
     "services/core/kdbl_core/db/pgpool.py",
     "services/core/kdbl_core/db/reads.py",
     "services/core/kdbl_core/db/urls.py",
@@ -42,6 +41,7 @@ NOT_YET_MOVED = {
     "services/core/kdbl_core/search/windows.py",
     "services/worker/kdbl_worker/bench_crawl.py",
     "services/worker/kdbl_worker/deadlines.py",
+    "services/worker/kdbl_worker/jobs.py",
     "services/worker/kdbl_worker/pipeline.py",
     "services/worker/kdbl_worker/queue.py",
 }

@@ -17,9 +17,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only; the modules load on first call below
-    from kdbl_core.db.jobs import JobStatus
     from kdbl_core.embed import Embedder
     from kdbl_core.settings import Settings
+    from kdbl_worker.jobs import JobStatus
     from kdbl_worker.pipeline import CrawlStats, Indexer, SourceRow
 
 __all__ = ["CrawlStats", "Indexer", "SourceRow", "create_api_app", "create_fetch_app", "crawl_stats",

@@ -42,11 +42,11 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine, text
 
 from kdbl_core import policy
-from kdbl_core.db import content, jobs
+from kdbl_core.db import content
 from kdbl_core.db.engine import tenant_transaction
 from kdbl_core.errors import PermanentError
 from kdbl_core.settings import Settings
-from kdbl_worker import deadlines, extract, sandbox
+from kdbl_worker import deadlines, extract, jobs, sandbox
 from kdbl_worker.connectors import Connector, RemoteFile, connector_for
 from kdbl_worker.connectors.fs import FsConnector
 from kdbl_worker.extract import containers, media

@@ -2,7 +2,7 @@
 
 One loop serves both the long-running `kdbl-worker` (every tenant, scheduler on) and an on-demand
 crawl (`Indexer.crawl`, `kdbl-control crawl`: one source, until its run is finished). The SQL lives in
-`kdbl_core.db.jobs`; what listing and processing mean lives in `kdbl_worker.pipeline`.
+`kdbl_worker.jobs`; what listing and processing mean lives in `kdbl_worker.pipeline`.
 
 Timing (defaults): a claim holds a lease of `lease_s` = 60 s; the heartbeat thread renews this
 worker's leases every `lease_s / 3` *while its work progresses* (`Activity`): a file finished, a stage
@@ -10,7 +10,7 @@ begun, an entry listed. A worker that made no progress for `stall_s` (the longes
 take: max(extraction timeout, per-file deadline) + `lease_s`) lets its leases run out, so a stalled
 process loses its claims as a crashed one does (within `lease_s` of its death). The heartbeat also stamps
 the items in hand (extracting or writing): an expired lease on such an item is a *break*, and a file
-that broke two workers is given up as a poison file (kdbl_core.db.jobs.sweep). Items are claimed
+that broke two workers is given up as a poison file (kdbl_worker.jobs.sweep). Items are claimed
 `batch` (16) at a time.
 """
 
@@ -31,9 +31,8 @@ from typing import Protocol
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from kdbl_core.db import jobs
 from kdbl_core.errors import TemporaryError
-from kdbl_worker import schedule
+from kdbl_worker import jobs, schedule
 
 log = logging.getLogger(__name__)
 
