@@ -1,10 +1,10 @@
-"""kdbl_core.metrics against numbers computed by hand (BEIR / trec_eval conventions)."""
+"""kdbl_control.ir_metrics against numbers computed by hand (BEIR / trec_eval conventions)."""
 
 from __future__ import annotations
 
 import pytest
 
-from kdbl_core.metrics import dedupe, evaluate, mrr_at_k, ndcg_at_k, percentile, recall_at_k
+from kdbl_control.ir_metrics import dedupe, evaluate, mrr_at_k, ndcg_at_k, percentile, recall_at_k
 
 # One query, graded judgements: d1 highly relevant (2), d2 relevant (1), d3 judged non-relevant (0).
 QRELS = {"d1": 2, "d2": 1, "d3": 0}

@@ -5,7 +5,7 @@ document: title, blank line, text; see kdbl_control.beir), chunk embeddings are 
 own code when a model is given, and every judged query runs through the search pipeline the MCP tool calls
 (`kdbl_core.search.pipeline.search`, inside an RLS transaction as the kdbl_api role). Chunk hits
 become a document ranking (document id = file key without ".txt", first occurrence wins) and are scored
-with kdbl_core.metrics (BEIR / trec_eval conventions).
+with kdbl_control.ir_metrics (BEIR / trec_eval conventions).
 
 References, measured in the same run over the same documents:
   bm25s        — bm25s (Lucene BM25, k1=1.5, b=0.75) over title + text of whole documents, English
@@ -33,9 +33,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from kdbl_control import ir_metrics
 from kdbl_control.beir import (doc_id_of_key, doc_text, ensure_indexed, iter_corpus, load_qrels,
                                load_query_map, materialise_beir)
-from kdbl_core import metrics
 from kdbl_core.errors import ConfigError, KdblError
 from kdbl_core.settings import Settings, get_settings
 
@@ -108,7 +108,7 @@ async def _search_runs(owner_url: str, tenant_id: Any, tenant: str, queries: lis
                 async with rls_transaction(engine, principal) as conn:
                     result = await pipeline.search(conn, request, settings=settings, embedder=embedder)
                 elapsed = (time.perf_counter() - start) * 1000
-                ranking = metrics.dedupe(doc_id_of_key(hit["key"]) for hit in result.hits)
+                ranking = ir_metrics.dedupe(doc_id_of_key(hit["key"]) for hit in result.hits)
                 return ranking, elapsed, result.mode, result.degraded_reason
 
             await one(queries[0][1])  # warm the pool, prepared statements, caches of the server
@@ -255,10 +255,10 @@ def _dense_reference(owner_url: str, tenant_id: Any, embedder: Any, queries: lis
 
 def _score(run: dict[str, list[str]], latencies: list[float],
            qrels: dict[str, dict[str, int]]) -> dict[str, Any]:
-    measured = metrics.evaluate(run, qrels, MEASURES)
+    measured = ir_metrics.evaluate(run, qrels, MEASURES)
     out: dict[str, Any] = {m: round(measured[m], 5) for m in MEASURES}
-    out["latency_ms"] = ({"p50": round(metrics.percentile(latencies, 50), 2),
-                          "p95": round(metrics.percentile(latencies, 95), 2)} if latencies else None)
+    out["latency_ms"] = ({"p50": round(ir_metrics.percentile(latencies, 50), 2),
+                          "p95": round(ir_metrics.percentile(latencies, 95), 2)} if latencies else None)
     out["docs_per_query"] = round(sum(len(r) for r in run.values()) / len(run), 1) if run else 0.0
     return out
 
