@@ -1,6 +1,6 @@
 """Embedding throughput / latency / memory benchmark.
 
-    python -m kdbl_core.bench_embed [--model PATH ...] [--n 200] [--threads 2] [--batch 512]
+    python -m kdbl_worker.bench_embed [--model PATH ...] [--n 200] [--threads 2] [--batch 512]
                                     [--corpus DATASET/corpus.jsonl]
                                     [--repeat 3] [--st-python /tmp/stvenv/bin/python] [--json]
 
@@ -134,7 +134,8 @@ def _child(cmd: list[str], env: dict[str, str] | None = None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kdbl_core.bench_embed", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m kdbl_worker.bench_embed",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", type=Path, action="append",
                     help="GGUF to benchmark (repeatable); default: f16 and q8_0 in ~/.cache/kdbl/models")
     ap.add_argument("--n", type=int, default=200, help="number of chunks")
@@ -171,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         for i, model in enumerate(models):
             out = Path(tmp) / f"llama{i}.npy"
             batch = ["--batch", str(args.batch)] if args.batch else []
-            rows.append(_child([sys.executable, "-m", "kdbl_core.bench_embed", "--threads", str(args.threads),
-                                *batch, "--repeat", str(args.repeat),
+            rows.append(_child([sys.executable, "-m", "kdbl_worker.bench_embed",
+                                "--threads", str(args.threads), *batch, "--repeat", str(args.repeat),
                                 "--_worker", str(model), str(texts_file), str(out)],
                                env))
             vecs[rows[-1]["engine"]] = np.load(out)
