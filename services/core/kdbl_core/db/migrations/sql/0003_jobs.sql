@@ -11,7 +11,7 @@
 --
 -- Claims use SELECT … FOR UPDATE SKIP LOCKED. A lease is renewed by its holder's heartbeat; an
 -- expired lease (crashed worker) is claimed again by any worker, which increments `attempts`.
--- The SQL that reads and writes these tables lives in kdbl_core/db/jobs.py.
+-- The SQL that reads and writes these tables lives in kdbl_worker/jobs.py (kdbl_core/db/jobs.py when written).
 
 CREATE TABLE crawl_jobs (
     id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
