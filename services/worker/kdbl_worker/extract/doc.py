@@ -25,7 +25,7 @@ import struct
 
 from kdbl_worker.extract.archive import ENCRYPTED
 from kdbl_worker.extract.base import Block, Extraction, Source
-from kdbl_worker.extract.ole import OleError, misnamed, not_ole2, open_ole, read_stream, title
+from kdbl_worker.extract.ole import OleError, open_ole, read_legacy, read_stream, title
 
 _WORD_MAGIC = 0xA5EC
 _NFIB_WORD97 = 0x00C1
@@ -170,19 +170,11 @@ def _stories(fib: dict) -> list[tuple[int, int]]:
 
 
 def extract_doc(source: Source) -> Extraction:
-    """Also called for a doc file under an OOXML name, so the content type is set here, not by the table."""
-    result = _read(source)
-    result.content_type = result.content_type or "application/msword"
-    return result
+    return read_legacy(source, ".doc", "a Word 97-2003", "application/msword", _read)
 
 
 def _read(source: Source) -> Extraction:
-    other = misnamed(source, ".doc")
-    if other is not None:
-        return other
-    source.stream.seek(0)
-    if source.stream.read(8) != b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1":
-        return not_ole2("a Word 97-2003")
+    """The OLE2 compound file of a Word 97-2003 document."""
     try:
         with open_ole(source.stream) as ole:
             if not ole.exists("WordDocument"):

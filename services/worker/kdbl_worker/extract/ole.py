@@ -15,6 +15,7 @@ import email.policy
 import importlib
 import io
 import struct
+from collections.abc import Callable
 from typing import BinaryIO
 
 import olefile
@@ -154,3 +155,16 @@ def extract_mhtml(source: Source) -> Extraction:
 def not_ole2(what: str) -> Extraction:
     """`what` with its article: "a Word 97-2003"."""
     return Extraction.failed(f"not {what} file (no OLE2 header; not RTF, HTML, XML, a zip or text either)")
+
+
+def read_legacy(source: Source, legacy: str, what: str, content_type: str,
+                read: Callable[[Source], Extraction]) -> Extraction:
+    """The common front of the .doc/.xls/.ppt readers: a misnamed file (RTF, HTML, XML, zip, text) goes to its
+    own extractor, a file without the OLE2 header fails with the reason, else `read` parses the compound file.
+    The content type is set here, not by the table, because a legacy file under an OOXML name comes here too."""
+    result = misnamed(source, legacy)
+    if result is None:
+        source.stream.seek(0)
+        result = read(source) if source.stream.read(8) == OLE2_MAGIC else not_ole2(what)
+    result.content_type = result.content_type or content_type
+    return result

@@ -22,9 +22,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 
-from kdbl_worker.extract.archive import ENCRYPTED, OLE2_MAGIC
+from kdbl_worker.extract.archive import ENCRYPTED
 from kdbl_worker.extract.base import Block, Extraction, Source
-from kdbl_worker.extract.ole import OleError, misnamed, not_ole2, open_ole, read_stream, title
+from kdbl_worker.extract.ole import OleError, open_ole, read_legacy, read_stream, title
 
 _DOCUMENT = 0x03E8
 _SLIDE = 0x03EE
@@ -211,19 +211,11 @@ def _scan(reader: _Reader) -> list[tuple[str, str | None]]:
 
 
 def extract_ppt(source: Source) -> Extraction:
-    """Also called for a ppt file under an OOXML name, so the content type is set here, not by the table."""
-    result = _read(source)
-    result.content_type = result.content_type or "application/vnd.ms-powerpoint"
-    return result
+    return read_legacy(source, ".ppt", "a PowerPoint 97-2003", "application/vnd.ms-powerpoint", _read)
 
 
 def _read(source: Source) -> Extraction:
-    other = misnamed(source, ".ppt")
-    if other is not None:
-        return other
-    source.stream.seek(0)
-    if source.stream.read(8) != OLE2_MAGIC:
-        return not_ole2("a PowerPoint 97-2003")
+    """The OLE2 compound file of a PowerPoint 97-2003 presentation."""
     try:
         with open_ole(source.stream) as ole:
             if ole.exists("EncryptedSummary"):

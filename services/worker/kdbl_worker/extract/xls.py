@@ -19,9 +19,9 @@ import struct
 import xlrd
 from xlrd.biffh import XLRDError
 
-from kdbl_worker.extract.archive import ENCRYPTED, OLE2_MAGIC
+from kdbl_worker.extract.archive import ENCRYPTED
 from kdbl_worker.extract.base import Block, Extraction, Source
-from kdbl_worker.extract.ole import OleError, misnamed, not_ole2, open_ole, read_stream, title
+from kdbl_worker.extract.ole import OleError, open_ole, read_legacy, read_stream, title
 from kdbl_worker.extract.xlsx import MAX_CELLS, sheet_blocks
 
 _FILEPASS = 0x002F
@@ -57,19 +57,12 @@ def _value(cell: xlrd.sheet.Cell, datemode: int) -> object:
 
 
 def extract_xls(source: Source, *, max_cells: int = MAX_CELLS) -> Extraction:
-    """Also called for a xls file under an OOXML name, so the content type is set here, not by the table."""
-    result = _read(source, max_cells=max_cells)
-    result.content_type = result.content_type or "application/vnd.ms-excel"
-    return result
+    return read_legacy(source, ".xls", "an Excel 97-2003", "application/vnd.ms-excel",
+                       lambda ole_source: _read(ole_source, max_cells=max_cells))
 
 
 def _read(source: Source, *, max_cells: int = MAX_CELLS) -> Extraction:
-    other = misnamed(source, ".xls")
-    if other is not None:
-        return other
-    source.stream.seek(0)
-    if source.stream.read(8) != OLE2_MAGIC:
-        return not_ole2("an Excel 97-2003")
+    """The OLE2 compound file of an Excel 97-2003 workbook."""
     try:
         with open_ole(source.stream) as ole:
             name = next((n for n in ("Workbook", "Book") if ole.exists(n)), None)
