@@ -10,8 +10,8 @@ exists, so embeddings travel in binary instead of as formatted text.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 from uuid import UUID
 
@@ -21,7 +21,9 @@ from psycopg.rows import namedtuple_row
 from psycopg.types import TypeInfo
 from psycopg_pool import ConnectionPool
 
+from kdbl_core.db.async_pool import AsyncPool, Connection as AsyncConnection
 from kdbl_core.db.urls import normalise
+from kdbl_core.principal import Principal
 
 Pool = ConnectionPool
 Connection = psycopg.Connection[Any]
@@ -62,4 +64,34 @@ def tenant_transaction(pool: ConnectionPool, tenant_id: UUID) -> Iterator[Connec
     SET LOCAL: the setting vanishes at COMMIT/ROLLBACK, before the connection goes back to the pool)."""
     with pool.connection() as conn:
         conn.execute(_SET_TENANT, (str(tenant_id),))
+        yield conn
+
+
+# --- the asynchronous request path (the API, eval and bench): kdbl_core.db.async_pool -------------
+
+async def async_pool(url: str, *, size: int = 10, name: str = "kdbl-api") -> AsyncPool:
+    """An open AsyncPool of `size` connections (all opened now; fails when the database is unreachable)."""
+    pool = AsyncPool(conninfo(url), size, name=name)
+    await pool.open()
+    return pool
+
+
+_SUBJECT_SEP = "\x1f"
+_SET_PRINCIPAL = ("SELECT set_config('kdbl.tenant_id', %(tenant)s, true), "
+                  "set_config('kdbl.subjects', %(subjects)s, true)")
+
+
+def principal_params(principal: Principal) -> dict[str, str]:
+    for subject in principal.subjects:
+        if _SUBJECT_SEP in subject:
+            raise ValueError("subject contains a separator character")
+    return {"tenant": str(principal.tenant_id), "subjects": _SUBJECT_SEP.join(principal.subjects)}
+
+
+@asynccontextmanager
+async def rls_transaction(pool: AsyncPool, principal: Principal) -> AsyncIterator[AsyncConnection]:
+    """One transaction scoped to `principal` (row-level security reads `kdbl.tenant_id` and
+    `kdbl.subjects`; SET LOCAL: they vanish at COMMIT/ROLLBACK). The settings travel with BEGIN in one
+    round trip. Yields psycopg's AsyncConnection: `%(name)s` SQL, named-tuple rows."""
+    async with pool.transaction(_SET_PRINCIPAL, principal_params(principal)) as conn:
         yield conn
