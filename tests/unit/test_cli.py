@@ -50,3 +50,18 @@ def test_global_options_are_accepted_after_the_subcommand():
 def test_expiry_accepts_durations_and_timestamps():
     assert parse_expiry("2030-01-01T00:00:00").year == 2030
     assert round((parse_expiry("30d") - parse_expiry("29d")).total_seconds()) == 86400
+
+
+@pytest.mark.parametrize(("url", "reason"), [("mysql://admin:secret@127.0.0.1/kdbl", "must start with"),
+                                             ("postgresql://admin:secret@127.0.0.1/kdbl?bogus=1", "bogus")])
+def test_a_database_url_that_cannot_be_used_ends_the_cli_as_one_config_line(monkeypatch, capsys, url, reason):
+    from kdbl_control.cli import main
+    from kdbl_core.errors import ConfigError
+
+    monkeypatch.setenv("KDBL_DATABASE_URL", url)
+    with pytest.raises(SystemExit) as done:
+        main(["tenant", "list"])
+    err = capsys.readouterr().err
+    assert done.value.code == ConfigError.exit_code and err.count("\n") == 1
+    assert err.startswith("kdbl-control: the database URL cannot be used") and reason in err
+    assert "secret" not in err and "Traceback" not in err

@@ -518,16 +518,15 @@ def _fault(exc: Exception) -> KdblError | None:
     """A third-party exception that is a known configuration or environment fault, as a KdblError (so it
     prints one line, not a traceback); None for anything else (a bug: the traceback is wanted)."""
     import psycopg
-    import sqlalchemy.exc  # already loaded whenever one of its errors was raised
 
-    if isinstance(exc, psycopg.OperationalError):
-        reason = str(exc).strip().splitlines()
-        return Unavailable(f"the database cannot be reached: {reason[0] if reason else type(exc).__name__}")
-    if isinstance(exc, sqlalchemy.exc.ArgumentError):
-        return ConfigError(f"the database URL cannot be used: {exc}")
-    if isinstance(exc, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-        return Unavailable(f"the database cannot be reached: {reason[0] if reason else type(exc).__name__}")
+    # psycopg's OperationalError (server down, refused, bad password), raised directly or as the cause of
+    # a wrapper's error; a URL that cannot be used is a ConfigError already (kdbl_core.db.urls).
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, psycopg.OperationalError):
+        cause = cause.__cause__
+    if cause is not None:
+        reason = str(cause).strip().splitlines()
+        return Unavailable(f"the database cannot be reached: {reason[0] if reason else type(cause).__name__}")
     if isinstance(exc, OSError) and exc.strerror:
         return KdblError(f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror)
     return None

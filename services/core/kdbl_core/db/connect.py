@@ -22,7 +22,8 @@ from psycopg.types import TypeInfo
 from psycopg_pool import ConnectionPool
 
 from kdbl_core.db.async_pool import AsyncPool, Connection as AsyncConnection
-from kdbl_core.db.urls import normalise
+from kdbl_core.db.urls import libpq
+from kdbl_core.errors import ConfigError
 from kdbl_core.principal import Principal
 
 Pool = ConnectionPool
@@ -32,7 +33,7 @@ CONNECT_TIMEOUT_S = 2  # libpq's minimum; a host that does not answer fails afte
 
 def conninfo(url: str) -> str:
     """A libpq URL from any URL the settings accept (postgres://, postgresql://, postgresql+psycopg://)."""
-    return normalise(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    return libpq(url)
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
