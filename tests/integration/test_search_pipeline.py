@@ -17,13 +17,12 @@ from pathlib import Path
 
 import pytest
 from helpers import db_of, make_corpus
-from sqlalchemy.engine import make_url
 
 from kdbl_api.tools.context import Services, ToolContext
 from kdbl_api.tools.models import SearchContentArgs
 from kdbl_api.tools.search import search_content
-from kdbl_core.db.engine import rls_transaction
-from kdbl_core.db.pgpool import ApiPool
+from kdbl_core.db import connect
+from kdbl_core.db.connect import rls_transaction
 from kdbl_core.db.urls import for_role
 from kdbl_core.errors import InvalidArgument
 from kdbl_core.principal import ALL_SCOPES, Principal
@@ -58,8 +57,7 @@ def _principal(corpus) -> Principal:
 
 async def _traced_search(owner_url, corpus, embedder, **args) -> tuple[dict, int, set[str]]:
     """(result, round trips inside the transaction, project modules passed through) of one search_content."""
-    pool = ApiPool(make_url(for_role(owner_url, "kdbl_api")), 1)
-    await pool.open()
+    pool = await connect.async_pool(for_role(owner_url, "kdbl_api"), size=1)
     services = Services(settings=Settings(hybrid_depth=10), cursors=CursorCodec(b"k" * 32), embedder=embedder)
     modules: set[str] = set()
 
@@ -72,14 +70,14 @@ async def _traced_search(owner_url, corpus, embedder, **args) -> tuple[dict, int
         with tempfile.TemporaryFile("w+") as trace:
             async with rls_transaction(pool, _principal(corpus)) as conn:
                 ctx = ToolContext(conn=conn, principal=_principal(corpus), services=services)
-                conn.raw.pgconn.trace(os.dup(trace.fileno()))
-                conn.raw.pgconn.set_trace_flags(1)  # psycopg.pq.Trace.SUPPRESS_TIMESTAMPS
+                conn.pgconn.trace(os.dup(trace.fileno()))
+                conn.pgconn.set_trace_flags(1)  # psycopg.pq.Trace.SUPPRESS_TIMESTAMPS
                 sys.setprofile(profile)
                 try:
                     result, _facts = await search_content(ctx, SearchContentArgs(**args))
                 finally:
                     sys.setprofile(None)
-                    conn.raw.pgconn.untrace()  # flushes the trace
+                    conn.pgconn.untrace()  # flushes the trace
             trace.seek(0)
             sent = [line.split("\t") for line in trace.read().splitlines()]
     finally:
@@ -114,8 +112,7 @@ async def test_a_hybrid_search_takes_seven_round_trips_a_semantic_three_a_lexica
 
 
 async def test_a_source_the_caller_cannot_see_is_refused_in_every_mode(owner_url, corpus, embedder):
-    pool = ApiPool(make_url(for_role(owner_url, "kdbl_api")), 1)
-    await pool.open()
+    pool = await connect.async_pool(for_role(owner_url, "kdbl_api"), size=1)
     try:
         for mode in pipeline.MODES:
             request = pipeline.SearchRequest(query="gateway", mode=mode,
@@ -129,8 +126,7 @@ async def test_a_source_the_caller_cannot_see_is_refused_in_every_mode(owner_url
 
 async def test_a_tenant_whose_policy_allows_lexical_only_is_served_lexically_and_told_why(owner_url, corpus,
                                                                                           embedder):
-    pool = ApiPool(make_url(for_role(owner_url, "kdbl_api")), 1)
-    await pool.open()
+    pool = await connect.async_pool(for_role(owner_url, "kdbl_api"), size=1)
     try:
         async with rls_transaction(pool, _principal(corpus)) as conn:
             result = await pipeline.search(conn, pipeline.SearchRequest(query="ERR4021", mode="semantic"),

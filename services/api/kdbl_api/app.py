@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 import sqlalchemy.exc
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -40,7 +39,7 @@ from kdbl_api.server import AppState, build_server
 from kdbl_api.tools.context import Services
 from kdbl_core.auth.oidc import OidcVerifier
 from kdbl_core.auth.verifier import BearerVerifier, PatVerifier
-from kdbl_core.db import embeddings, reads
+from kdbl_core.db import driver, embeddings, reads
 from kdbl_core.embed import Embedder
 from kdbl_core.db.engine import assert_runtime_role, rls_transaction
 from kdbl_core.db.pgpool import ApiPool
@@ -54,10 +53,10 @@ from kdbl_core.signing import CursorCodec
 log = logging.getLogger(__name__)
 
 # hybrid-enabled sources of the caller's tenant (RLS: only those the principal sees)
-_HYBRID_SOURCES = text("""
+_HYBRID_SOURCES = """
 SELECT s.id FROM sources s JOIN tenants t ON t.id = s.tenant_id
  WHERE s.tenant_id = kdbl_tenant() AND s.hybrid_enabled AND t.hybrid_enabled
-""")
+"""
 
 
 def unavailable(request: Request, exc: Exception) -> Response:
@@ -162,7 +161,7 @@ def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | Non
         obs = state.observability
         embedder = state.services.embedder if state.services else None
         async with rls_transaction(pool, principal) as conn:
-            ids = [row.id for row in await conn.execute(_HYBRID_SOURCES)]
+            ids = [row.id for row in await (await conn.execute(_HYBRID_SOURCES)).fetchall()]
             per_source = await embeddings.source_progress(conn, ids, embedder.model_id if embedder else None)
         progress = {"hybrid_chunks": sum(p["total"] for p in per_source.values()),
                     "embedded_chunks": sum(p["embedded"] for p in per_source.values()) if embedder else 0}
@@ -192,7 +191,7 @@ def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | Non
         try:
             await assert_runtime_role(engine, allow_privileged=settings.allow_privileged_db_role)
             async with engine.begin() as conn:
-                cursor_key = await reads.server_key(conn, "cursor")
+                cursor_key = await reads.server_key(await driver.psycopg_connection(conn), "cursor")
             await pool.open()
             loaded = embedder or await anyio.to_thread.run_sync(load_embedder, settings)
             state.services = Services(settings=settings, cursors=CursorCodec(cursor_key), downloads=downloads.signer,

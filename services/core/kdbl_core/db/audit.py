@@ -15,22 +15,20 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from kdbl_core.db import driver
+from kdbl_core.db.async_pool import Connection
 
 STATUSES = ("ok", "error", "denied", "rate_limited", "unauthenticated")
 
 _INSERT = """
 INSERT INTO audit (tenant_id, principal, token_id, tool, arguments, source_ids, keys, row_count, status,
                    error, client_ip, duration_ms)
-VALUES (:tenant_id, :principal, :token_id, :tool, CAST(:arguments AS jsonb), CAST(:source_ids AS uuid[]),
-        :keys, :row_count, :status, :error, :client_ip, :duration_ms)
+VALUES (%(tenant_id)s, %(principal)s, %(token_id)s, %(tool)s, CAST(%(arguments)s AS jsonb), CAST(%(source_ids)s AS uuid[]),
+        %(keys)s, %(row_count)s, %(status)s, %(error)s, %(client_ip)s, %(duration_ms)s)
 """
 
 
 async def record(
-    conn: AsyncConnection,
+    conn: Connection,
     *,
     tenant_id: uuid.UUID,
     principal: str,
@@ -45,7 +43,7 @@ async def record(
     client_ip: str | None,
     duration_ms: float,
 ) -> None:
-    await driver.execute(conn, _INSERT, {
+    await conn.execute(_INSERT, {
         "tenant_id": tenant_id, "principal": principal, "token_id": token_id,
         "tool": storable(tool[:200]),
         "arguments": arguments_json(arguments), "source_ids": sorted(set(source_ids)),

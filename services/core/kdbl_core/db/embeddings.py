@@ -14,7 +14,6 @@ from typing import Any
 import psycopg
 from pgvector import Vector
 
-from kdbl_core.db import driver
 
 # Chunks of hybrid-enabled sources (and tenants) whose embedding is missing or from another model.
 # SKIP LOCKED: several workers embed disjoint batches.
@@ -38,18 +37,17 @@ SELECT DISTINCT t.id FROM tenants t JOIN sources s ON s.tenant_id = t.id
 """
 
 # From the per-source counters (sources the caller sees whole); other sources count the visible chunks.
-# `:name` placeholders: the API's connections run it through kdbl_core.db.driver.
 _SOURCE_PROGRESS = """
 WITH counted AS (
     SELECT st.source_id, sum(st.chunks) FILTER (WHERE st.model = '') AS total,
-           coalesce(sum(st.chunks) FILTER (WHERE st.model = :model), 0) AS embedded
-      FROM source_stats st WHERE st.source_id = ANY(:ids) GROUP BY st.source_id
+           coalesce(sum(st.chunks) FILTER (WHERE st.model = %(model)s), 0) AS embedded
+      FROM source_stats st WHERE st.source_id = ANY(%(ids)s) GROUP BY st.source_id
 )
 SELECT source_id, total::bigint, embedded::bigint FROM counted
 UNION ALL
-SELECT c.source_id, count(*), count(*) FILTER (WHERE c.embedding_model = :model)
+SELECT c.source_id, count(*), count(*) FILTER (WHERE c.embedding_model = %(model)s)
   FROM chunks c
- WHERE c.tenant_id = kdbl_tenant() AND c.source_id = ANY(:ids)
+ WHERE c.tenant_id = kdbl_tenant() AND c.source_id = ANY(%(ids)s)
    AND c.source_id NOT IN (SELECT source_id FROM counted)
  GROUP BY c.source_id
 """
@@ -82,10 +80,10 @@ def ensure_vector_index(conn: Conn, dim: int) -> str:
     return row[0]
 
 
-async def source_progress(conn: Any, source_ids: Sequence[uuid.UUID], model_id: str | None
-                          ) -> dict[uuid.UUID, dict[str, int]]:
-    """Embedded and total chunks per source, on the API's request connection (either kind)."""
+async def source_progress(conn: psycopg.AsyncConnection[Any], source_ids: Sequence[uuid.UUID],
+                          model_id: str | None) -> dict[uuid.UUID, dict[str, int]]:
+    """Embedded and total chunks per source, in the API's RLS transaction (connect.rls_transaction)."""
     if not source_ids:
         return {}
-    rows = await driver.fetch(conn, _SOURCE_PROGRESS, {"ids": list(source_ids), "model": model_id or ""})
-    return {r.source_id: {"embedded": r.embedded, "total": r.total} for r in rows}
+    cur = await conn.execute(_SOURCE_PROGRESS, {"ids": list(source_ids), "model": model_id or ""})
+    return {r.source_id: {"embedded": r.embedded, "total": r.total} for r in await cur.fetchall()}

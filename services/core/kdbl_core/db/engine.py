@@ -6,10 +6,16 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from uuid import UUID
 
+from typing import Any
+
+from pgvector.psycopg import register_vector_async
+from psycopg import AsyncConnection as PsycopgConnection
+from psycopg.types import TypeInfo
 from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from kdbl_core.db import driver
+from kdbl_core.db.async_pool import named_rows
 from kdbl_core.db.pgpool import ApiPool, Session
 from kdbl_core.db.urls import normalise
 from kdbl_core.errors import ConfigError
@@ -57,18 +63,26 @@ ContentConnection = AsyncConnection | Session
 
 
 @asynccontextmanager
-async def rls_transaction(db: ContentDb, principal: Principal) -> AsyncIterator[ContentConnection]:
+async def rls_transaction(db: ContentDb, principal: Principal) -> AsyncIterator[PsycopgConnection[Any]]:
     """One transaction scoped to `principal`: the settings vanish at commit/rollback (SET LOCAL).
 
-    The settings travel with the transaction's BEGIN in one round trip (psycopg pipeline)."""
+    Transitional (issue 15): yields the psycopg connection (named-tuple rows, binary vectors) that the
+    search core and reads take; connect.rls_transaction replaces this once callers hold an AsyncPool."""
     params = principal_params(principal)
     if isinstance(db, ApiPool):
         async with db.transaction(_SET_PRINCIPAL_SQL, params) as session:
-            yield session
+            yield session.raw
         return
     async with db.begin() as conn:
         await driver.execute(conn, _SET_PRINCIPAL_SQL, params, pipelined=True)
-        yield conn
+        raw = await driver.psycopg_connection(conn)
+        if raw.adapters.types.get("vector") is None and await TypeInfo.fetch(raw, "vector") is not None:
+            await register_vector_async(raw)
+        factory, raw.row_factory = raw.row_factory, named_rows
+        try:
+            yield raw
+        finally:
+            raw.row_factory = factory
 
 
 @asynccontextmanager

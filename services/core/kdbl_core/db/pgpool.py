@@ -26,6 +26,7 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 from sqlalchemy import TextClause
 from sqlalchemy.engine import URL
 
+from kdbl_core.db.async_pool import _configure
 from kdbl_core.db.driver import named_rows, pyformat
 from kdbl_core.errors import Unavailable
 
@@ -139,7 +140,8 @@ class ApiPool:
     async def _new_pool(self, *, timeout: float) -> AsyncConnectionPool[AsyncConnection[Any]]:
         pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
             self._conninfo, min_size=self._size, max_size=self._size, open=False, name="kdbl-api",
-            timeout=30.0, max_lifetime=1800.0, kwargs={"connect_timeout": CONNECT_TIMEOUT_S})
+            timeout=30.0, max_lifetime=1800.0, configure=_configure,
+            kwargs={"connect_timeout": CONNECT_TIMEOUT_S, "row_factory": named_rows})
         await pool.open(wait=True, timeout=timeout)
         return pool
 

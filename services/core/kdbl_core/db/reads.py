@@ -5,85 +5,87 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from kdbl_core.db.async_pool import Connection
 
-_FILE = text("""
+_FILE = """
 SELECT f.id, f.source_id, f.key, f.size, f.mtime, f.etag, f.content_type, f.storage_class, f.owner,
        f.mode, f.uid, f.gid, f.status, f.status_reason, f.title, f.chunk_count, f.indexed_at
   FROM files f
- WHERE f.tenant_id = kdbl_tenant() AND f.source_id = :source_id AND f.key = :key
-""")
+ WHERE f.tenant_id = kdbl_tenant() AND f.source_id = %(source_id)s AND f.key = %(key)s
+"""
 
-_CHUNKS = text("""
+_CHUNKS = """
 SELECT seq, text, page_no, char_start, char_end, ts_start_ms, ts_end_ms
-  FROM chunks WHERE file_id = :file_id AND seq >= :start
- ORDER BY seq LIMIT :limit
-""")
+  FROM chunks WHERE file_id = %(file_id)s AND seq >= %(start)s
+ ORDER BY seq LIMIT %(limit)s
+"""
 
-_SOURCE = text("""
-SELECT id, protocol, enabled, last_indexed_at FROM sources WHERE tenant_id = kdbl_tenant() AND id = :id
-""")
-
-
-async def get_file(conn: AsyncConnection, source_id: uuid.UUID, key: str) -> dict[str, Any] | None:
-    row = (await conn.execute(_FILE, {"source_id": source_id, "key": key})).mappings().first()
-    return dict(row) if row else None
+_SOURCE = """
+SELECT id, protocol, enabled, last_indexed_at FROM sources WHERE tenant_id = kdbl_tenant() AND id = %(id)s
+"""
 
 
-async def file_chunks(conn: AsyncConnection, file_id: int, *, start: int = 0, limit: int) -> list[dict[str, Any]]:
-    rows = await conn.execute(_CHUNKS, {"file_id": file_id, "start": start, "limit": limit})
-    return [dict(r) for r in rows.mappings()]
+async def get_file(conn: Connection, source_id: uuid.UUID, key: str) -> dict[str, Any] | None:
+    row = await (await conn.execute(_FILE, {"source_id": source_id, "key": key})).fetchone()
+    return row._asdict() if row else None
 
 
-async def get_source(conn: AsyncConnection, source_id: uuid.UUID) -> dict[str, Any] | None:
-    row = (await conn.execute(_SOURCE, {"id": source_id})).mappings().first()
-    return dict(row) if row else None
+async def file_chunks(conn: Connection, file_id: int, *, start: int = 0, limit: int) -> list[dict[str, Any]]:
+    cur = await conn.execute(_CHUNKS, {"file_id": file_id, "start": start, "limit": limit})
+    return [r._asdict() for r in await cur.fetchall()]
 
 
-_SOURCES = text("""
+async def get_source(conn: Connection, source_id: uuid.UUID) -> dict[str, Any] | None:
+    row = await (await conn.execute(_SOURCE, {"id": source_id})).fetchone()
+    return row._asdict() if row else None
+
+
+_SOURCES = """
 SELECT s.id, s.name, s.protocol, s.enabled, s.hybrid_enabled, s.last_indexed_at,
        -- the source's counters when the caller sees all of it, else a count of the files it may see
        coalesce((SELECT sum(st.files) FROM source_stats st WHERE st.source_id = s.id AND st.model = ''),
                 (SELECT count(*) FROM files f WHERE f.source_id = s.id))::bigint AS file_count
   FROM sources s
- WHERE s.tenant_id = kdbl_tenant() AND (s.name, s.id) > (:after_name, :after_id)
- ORDER BY s.name, s.id LIMIT :limit
-""")
+ WHERE s.tenant_id = kdbl_tenant() AND (s.name, s.id) > (%(after_name)s, %(after_id)s)
+ ORDER BY s.name, s.id LIMIT %(limit)s
+"""
 
-_FILES = text("""
+_FILES = """
 SELECT f.source_id, f.key, f.size, f.mtime, f.content_type, f.status, f.chunk_count
   FROM files f
- WHERE f.tenant_id = kdbl_tenant() AND f.source_id = :source_id AND f.key > :after_key
- ORDER BY f.key LIMIT :limit
-""")
+ WHERE f.tenant_id = kdbl_tenant() AND f.source_id = %(source_id)s AND f.key > %(after_key)s
+ ORDER BY f.key LIMIT %(limit)s
+"""
 
-_ALL_FILES = text("""
+_ALL_FILES = """
 SELECT f.source_id, f.key, f.size, f.content_type, f.title
   FROM files f
- WHERE f.tenant_id = kdbl_tenant() AND (f.source_id, f.key) > (:after_source, :after_key)
- ORDER BY f.source_id, f.key LIMIT :limit
-""")
+ WHERE f.tenant_id = kdbl_tenant() AND (f.source_id, f.key) > (%(after_source)s, %(after_key)s)
+ ORDER BY f.source_id, f.key LIMIT %(limit)s
+"""
 
 _NIL = uuid.UUID(int=0)
 
 
-async def list_sources(conn: AsyncConnection, *, after: tuple[str, uuid.UUID] | None, limit: int) -> list[dict]:
+async def list_sources(conn: Connection, *, after: tuple[str, uuid.UUID] | None, limit: int) -> list[dict]:
     name, sid = after or ("", _NIL)
-    rows = await conn.execute(_SOURCES, {"after_name": name, "after_id": sid, "limit": limit})
-    return [dict(r) for r in rows.mappings()]
+    cur = await conn.execute(_SOURCES, {"after_name": name, "after_id": sid, "limit": limit})
+    return [r._asdict() for r in await cur.fetchall()]
 
 
-async def list_files(conn: AsyncConnection, source_id: uuid.UUID, *, after_key: str, limit: int) -> list[dict]:
-    rows = await conn.execute(_FILES, {"source_id": source_id, "after_key": after_key, "limit": limit})
-    return [dict(r) for r in rows.mappings()]
+async def list_files(conn: Connection, source_id: uuid.UUID, *, after_key: str, limit: int) -> list[dict]:
+    cur = await conn.execute(_FILES, {"source_id": source_id, "after_key": after_key, "limit": limit})
+    return [r._asdict() for r in await cur.fetchall()]
 
 
-async def list_all_files(conn: AsyncConnection, *, after: tuple[uuid.UUID, str] | None, limit: int) -> list[dict]:
+async def list_all_files(conn: Connection, *, after: tuple[uuid.UUID, str] | None, limit: int) -> list[dict]:
     sid, key = after or (_NIL, "")
-    rows = await conn.execute(_ALL_FILES, {"after_source": sid, "after_key": key, "limit": limit})
-    return [dict(r) for r in rows.mappings()]
+    cur = await conn.execute(_ALL_FILES, {"after_source": sid, "after_key": key, "limit": limit})
+    return [r._asdict() for r in await cur.fetchall()]
 
 
-async def server_key(conn: AsyncConnection, name: str) -> bytes:
-    return (await conn.execute(text("SELECT secret FROM server_keys WHERE name = :n"), {"n": name})).scalar_one()
+async def server_key(conn: Connection, name: str) -> bytes:
+    row = await (await conn.execute("SELECT secret FROM server_keys WHERE name = %(n)s", {"n": name})).fetchone()
+    if row is None:
+        raise LookupError(f"no server key {name!r}")
+    return row[0]

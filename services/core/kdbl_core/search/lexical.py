@@ -19,10 +19,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from kdbl_core.db import driver
+from kdbl_core.db.async_pool import Connection
 
 K1 = 1.2
 B = 0.75
@@ -61,20 +58,20 @@ def _like_prefix(prefix: str) -> str:
 def file_filter_sql(filters: Filters, params: dict) -> str:
     clauses = []
     if filters.path is not None:
-        clauses.append("f.key LIKE :path_prefix")
+        clauses.append("f.key LIKE %(path_prefix)s")
         params["path_prefix"] = _like_prefix(filters.path.lstrip("/"))
     if filters.content_type is not None:
         if filters.content_type.endswith("/*") or "/" not in filters.content_type:
-            clauses.append("f.content_type LIKE :ctype_prefix")
+            clauses.append("f.content_type LIKE %(ctype_prefix)s")
             params["ctype_prefix"] = _like_prefix(filters.content_type.removesuffix("*").rstrip("/") + "/")
         else:
-            clauses.append("f.content_type = :ctype")
+            clauses.append("f.content_type = %(ctype)s")
             params["ctype"] = filters.content_type
     if filters.modified_after is not None:
-        clauses.append("f.mtime >= :mod_after")
+        clauses.append("f.mtime >= %(mod_after)s")
         params["mod_after"] = filters.modified_after
     if filters.modified_before is not None:
-        clauses.append("f.mtime < :mod_before")
+        clauses.append("f.mtime < %(mod_before)s")
         params["mod_before"] = filters.modified_before
     return " AND ".join(clauses)
 
@@ -83,7 +80,7 @@ def filters_sql(filters: Filters, params: dict, alias: str) -> str:
     """` AND ...` restricting rows of `alias` (postings or chunks: both carry source_id and file_id)."""
     extra = ""
     if filters.source_id is not None:
-        extra += f" AND {alias}.source_id = :source_id"
+        extra += f" AND {alias}.source_id = %(source_id)s"
         params["source_id"] = filters.source_id
     if filters.touches_files:
         extra += (f" AND {alias}.file_id IN (SELECT f.id FROM files f WHERE f.tenant_id = kdbl_tenant() AND "
@@ -120,7 +117,7 @@ gf AS MATERIALIZED (
 # The query's terms with their idf and the visible average chunk length; _BM25 scores one posting.
 _TERMS = f"""
 WITH q AS (
-    SELECT DISTINCT lexeme AS term FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :query))
+    SELECT DISTINCT lexeme AS term FROM unnest(to_tsvector(CAST(%(cfg)s AS regconfig), %(query)s))
 ), {_STATS.strip()}, w AS (
     SELECT d.term, ln(1 + (nc.n - d.df + 0.5) / (d.df + 0.5)) AS idf, nc.avgdl, d.df, nc.n,
            ln(1 + (nc.n - d.df + 0.5) / (d.df + 0.5)) * CAST({K1 + 1} AS float8) AS idf_k1,
@@ -141,8 +138,8 @@ CANDIDATES = 1_000
 def build_query(filters: Filters) -> tuple[str, dict]:
     """BM25 top-N; exact unless a query term is common in a large tenant.
 
-    Rare terms are scored over all their postings and pick the best `:cand` candidates (by their partial
-    score); common terms — only in tenants big enough for a term to have more than `:common_df` postings
+    Rare terms are scored over all their postings and pick the best `cand` candidates (by their partial
+    score); common terms — only in tenants big enough for a term to have more than `common_df` postings
     — add their score to those candidates alone, by primary-key probes, instead of reading hundreds of
     thousands of postings (Elasticsearch's "common terms" idea). The query's rarest term is always
     scored in full. When no term is common, the candidates carry their full scores and the result is
@@ -152,7 +149,7 @@ def build_query(filters: Filters) -> tuple[str, dict]:
     extra = filters_sql(filters, params, "p")
     sql = _TERMS + f"""
 , ranked AS (
-    SELECT w.*, w.df > :common_df AS common,
+    SELECT w.*, w.df > %(common_df)s AS common,
            row_number() OVER (ORDER BY w.df, w.term) AS r
       FROM w
 ), ess AS (
@@ -165,7 +162,7 @@ def build_query(filters: Filters) -> tuple[str, dict]:
      WHERE p.tenant_id = kdbl_tenant(){extra}
      GROUP BY p.chunk_id
      ORDER BY score DESC, p.chunk_id
-     LIMIT (SELECT CASE WHEN EXISTS (SELECT 1 FROM ne) THEN :cand ELSE :limit END)
+     LIMIT (SELECT CASE WHEN EXISTS (SELECT 1 FROM ne) THEN %(cand)s ELSE %(limit)s END)
 ), more AS (
     SELECT p.chunk_id, sum({_BM25}) AS score
       FROM ne w JOIN postings p ON p.tenant_id = kdbl_tenant() AND p.term = w.term
@@ -175,7 +172,7 @@ def build_query(filters: Filters) -> tuple[str, dict]:
     SELECT part.chunk_id, part.score + coalesce(more.score, 0) AS score
       FROM part LEFT JOIN more ON more.chunk_id = part.chunk_id
      ORDER BY score DESC, part.chunk_id
-     LIMIT :limit
+     LIMIT %(limit)s
 )
 SELECT top.chunk_id, c.file_id, c.source_id, f.key, c.seq, top.score
   FROM top
@@ -186,66 +183,65 @@ SELECT top.chunk_id, c.file_id, c.source_id, f.key, c.seq, top.score
     return sql, params
 
 
-async def search(conn: AsyncConnection, query: str, filters: Filters, *, limit: int, ts_config: str,
+async def search(conn: Connection, query: str, filters: Filters, *, limit: int, ts_config: str,
                  common_df: int = COMMON_DF) -> list[ChunkHit]:
     """Top `limit` chunks by BM25 among rows the current RLS principal may see."""
     sql, params = build_query(filters)
     params.update({"cfg": ts_config, "query": query, "limit": limit, "cand": max(CANDIDATES, 10 * limit),
                    "common_df": common_df})
-    rows = await driver.fetch(conn, sql, params)
+    rows = await (await conn.execute(sql, params)).fetchall()
     return [ChunkHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in rows]
 
 
-_SCORES_FOR = text(_TERMS + f"""
+_SCORES_FOR = _TERMS + f"""
 SELECT p.chunk_id, sum({_BM25}) AS score
   FROM postings p JOIN w ON w.term = p.term
- WHERE p.tenant_id = kdbl_tenant() AND p.chunk_id = ANY(CAST(:ids AS bigint[]))
+ WHERE p.tenant_id = kdbl_tenant() AND p.chunk_id = ANY(CAST(%(ids)s AS bigint[]))
  GROUP BY p.chunk_id
-""")
+"""
 
 
-async def scores_for(conn: AsyncConnection, query: str, chunk_ids: list[int], *, ts_config: str) -> dict[int, float]:
+async def scores_for(conn: Connection, query: str, chunk_ids: list[int], *, ts_config: str) -> dict[int, float]:
     """The BM25 score of each given chunk (absent: no query term in it) — the same formula as search()."""
     if not chunk_ids:
         return {}
-    rows = await conn.execute(_SCORES_FOR, {"cfg": ts_config, "query": query, "ids": chunk_ids})
-    return {r.chunk_id: float(r.score) for r in rows}
+    cur = await conn.execute(_SCORES_FOR, {"cfg": ts_config, "query": query, "ids": chunk_ids})
+    return {r.chunk_id: float(r.score) for r in await cur.fetchall()}
 
 
-async def query_terms(conn: AsyncConnection, query: str, ts_config: str) -> list[str]:
-    rows = await conn.execute(
-        text("SELECT DISTINCT lexeme FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :q))"),
-        {"cfg": ts_config, "q": query},
-    )
-    return [r[0] for r in rows]
+async def query_terms(conn: Connection, query: str, ts_config: str) -> list[str]:
+    cur = await conn.execute("SELECT DISTINCT lexeme FROM unnest(to_tsvector(CAST(%(cfg)s AS regconfig), %(q)s))",
+                             {"cfg": ts_config, "q": query})
+    return [r[0] for r in await cur.fetchall()]
 
 
-_RARE_TERMS = text(f"""
-WITH q AS (SELECT DISTINCT unnest(CAST(:terms AS text[])) AS term), {_STATS.strip()}
-SELECT term FROM dfs WHERE df BETWEEN 1 AND :max_df
-""")
+_RARE_TERMS = f"""
+WITH q AS (SELECT DISTINCT unnest(CAST(%(terms)s AS text[])) AS term), {_STATS.strip()}
+SELECT term FROM dfs WHERE df BETWEEN 1 AND %(max_df)s
+"""
 
 
-async def rare_terms(conn: AsyncConnection, terms: list[str], max_df: int = 3) -> list[str]:
+async def rare_terms(conn: Connection, terms: list[str], max_df: int = 3) -> list[str]:
     """The terms in at most `max_df` chunks the principal sees (the statistics BM25 uses)."""
     if not terms:
         return []
-    return [r[0] for r in await conn.execute(_RARE_TERMS, {"terms": terms, "max_df": max_df})]
+    cur = await conn.execute(_RARE_TERMS, {"terms": terms, "max_df": max_df})
+    return [r[0] for r in await cur.fetchall()]
 
 
-_PINNED = text(f"""
-WITH q AS (SELECT DISTINCT unnest(CAST(:terms AS text[])) AS term), {_STATS.strip()}
+_PINNED = f"""
+WITH q AS (SELECT DISTINCT unnest(CAST(%(terms)s AS text[])) AS term), {_STATS.strip()}
 SELECT DISTINCT p.chunk_id FROM postings p
- WHERE p.tenant_id = kdbl_tenant() AND p.chunk_id = ANY(CAST(:c AS bigint[]))
-   AND p.term IN (SELECT term FROM dfs WHERE df BETWEEN 1 AND :max_df)
-""")
+ WHERE p.tenant_id = kdbl_tenant() AND p.chunk_id = ANY(CAST(%(c)s AS bigint[]))
+   AND p.term IN (SELECT term FROM dfs WHERE df BETWEEN 1 AND %(max_df)s)
+"""
 
 
-async def chunks_with_rare_terms(conn: AsyncConnection, chunk_ids: list[int], terms: list[str],
+async def chunks_with_rare_terms(conn: Connection, chunk_ids: list[int], terms: list[str],
                                  max_df: int = 3) -> set[int]:
     """Of the given chunks, those holding one of `terms` that is rare (in 1..`max_df` chunks the principal
     sees, rare_terms' statistics): one round trip for what was rare_terms + a postings lookup."""
     if not chunk_ids or not terms:
         return set()
-    rows = await conn.execute(_PINNED, {"terms": terms, "c": chunk_ids, "max_df": max_df})
-    return {r[0] for r in rows}
+    cur = await conn.execute(_PINNED, {"terms": terms, "c": chunk_ids, "max_df": max_df})
+    return {r[0] for r in await cur.fetchall()}

@@ -23,7 +23,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from kdbl_core.db import driver
+from kdbl_core.db.async_pool import Connection
 from kdbl_core.embed import Embedder
 from kdbl_core.errors import InvalidArgument
 from kdbl_core.search import hybrid, lexical, vector
@@ -39,11 +39,11 @@ MODES = ("hybrid", "lexical", "semantic")
 _PREFLIGHT = """
 SELECT (SELECT t.hybrid_enabled FROM tenants t WHERE t.id = kdbl_tenant()) AS tenant_on,
        (SELECT s.hybrid_enabled FROM sources s
-         WHERE s.tenant_id = kdbl_tenant() AND s.id = CAST(:sid AS uuid)) AS source_on,
-       ARRAY(SELECT DISTINCT lexeme FROM unnest(to_tsvector(CAST(:cfg AS regconfig), CAST(:query AS text))))
+         WHERE s.tenant_id = kdbl_tenant() AND s.id = CAST(%(sid)s AS uuid)) AS source_on,
+       ARRAY(SELECT DISTINCT lexeme FROM unnest(to_tsvector(CAST(%(cfg)s AS regconfig), CAST(%(query)s AS text))))
            AS terms,
-       CASE WHEN :tune THEN set_config('hnsw.ef_search', :ef, true) END AS ef_search,
-       CASE WHEN :tune THEN set_config('hnsw.iterative_scan', 'relaxed_order', true) END AS iterative_scan
+       CASE WHEN %(tune)s THEN set_config('hnsw.ef_search', %(ef)s, true) END AS ef_search,
+       CASE WHEN %(tune)s THEN set_config('hnsw.iterative_scan', 'relaxed_order', true) END AS iterative_scan
 """
 
 
@@ -87,19 +87,20 @@ class _Preflight:
     terms: list[str]
 
 
-async def _preflight(conn: Any, request: SearchRequest, settings: Settings, *,
+async def _preflight(conn: Connection, request: SearchRequest, settings: Settings, *,
                      vectors: bool) -> _Preflight | None:
     """The preflight row, or None when the request needs none (lexical without a source filter)."""
     sid = request.filters.source_id
     if not vectors and sid is None:
         return None
     depth = max(request.limit, settings.hybrid_depth)
-    rows = await driver.fetch(conn, _PREFLIGHT, {
+    cur = await conn.execute(_PREFLIGHT, {
         "sid": str(sid) if sid else None, "cfg": settings.text_search_config,
         "query": request.query if vectors and request.mode == "hybrid" else None,
         "tune": vectors, "ef": str(min(1000, max(64, 2 * depth))),
     })
-    row = rows[0]
+    row = await cur.fetchone()
+    assert row is not None  # one row, always
     if sid is not None and row.source_on is None:
         raise InvalidArgument("source_id", f"unknown source {sid} (or not visible to you)")
     return _Preflight(row.tenant_on, row.source_on, list(row.terms or ()))
@@ -122,7 +123,7 @@ def _choose_mode(request: SearchRequest, allowed_modes: tuple[str, ...] | frozen
     return request.mode, None
 
 
-async def _with_vectors(conn: Any, request: SearchRequest, mode: str, settings: Settings, embedder: Embedder,
+async def _with_vectors(conn: Connection, request: SearchRequest, mode: str, settings: Settings, embedder: Embedder,
                         terms: list[str]) -> list[hybrid.Fused]:
     """hybrid: both arms fused (and rescored); semantic: the vector arm alone, in its own order."""
     filters = request.filters
@@ -152,7 +153,7 @@ async def _with_vectors(conn: Any, request: SearchRequest, mode: str, settings: 
     return hybrid.diversify(fused, limit=request.limit, max_per_file=settings.hybrid_max_per_file)
 
 
-async def search(conn: Any, request: SearchRequest, *, settings: Settings, embedder: Embedder | None = None,
+async def search(conn: Connection, request: SearchRequest, *, settings: Settings, embedder: Embedder | None = None,
                  allowed_modes: tuple[str, ...] | frozenset[str] = MODES) -> SearchResult:
     """The whole pipeline, in the caller's RLS transaction `conn` (only what the principal sees counts).
 

@@ -6,9 +6,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from psycopg.rows import dict_row
 
-from kdbl_core.db import driver
+from kdbl_core.db.async_pool import Connection
 from kdbl_core.search.snippets import snippet
 
 HIT_TEXT_BUDGET = 1800
@@ -16,10 +16,10 @@ HIT_TEXT_BUDGET = 1800
 # The hits, their neighbours, and the query's lexemes (for the snippets, built in Python: snippets.py).
 _NEIGHBOURS = """
 WITH h AS (
-    SELECT * FROM unnest(CAST(:file_ids AS bigint[]), CAST(:seqs AS int[])) AS h(file_id, seq)
+    SELECT * FROM unnest(CAST(%(file_ids)s AS bigint[]), CAST(%(seqs)s AS int[])) AS h(file_id, seq)
 )
 SELECT c.file_id, c.seq, c.text, c.page_no, c.char_start, c.char_end, c.ts_start_ms, c.ts_end_ms,
-       (SELECT array_agg(DISTINCT lexeme) FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :query))) AS lexemes
+       (SELECT array_agg(DISTINCT lexeme) FROM unnest(to_tsvector(CAST(%(cfg)s AS regconfig), %(query)s))) AS lexemes
   FROM h JOIN chunks c ON c.file_id = h.file_id AND c.seq BETWEEN h.seq - 1 AND h.seq + 1
 """
 
@@ -63,14 +63,16 @@ def _fit(text: str, room: int, *, keep_end: bool) -> str:
     return "…" + text[-keep:] if keep_end else text[:keep] + "…"
 
 
-async def expand_hits(conn: AsyncConnection, hits: list[HitRef], *, query: str, ts_config: str,
+async def expand_hits(conn: Connection, hits: list[HitRef], *, query: str, ts_config: str,
                       budget: int = HIT_TEXT_BUDGET) -> list[dict[str, Any]]:
     if not hits:
         return []
-    rows = await driver.fetch_dicts(conn, _NEIGHBOURS, {
-        "file_ids": [h.file_id for h in hits], "seqs": [h.seq for h in hits],
-        "cfg": ts_config, "query": query,
-    })
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(_NEIGHBOURS, {
+            "file_ids": [h.file_id for h in hits], "seqs": [h.seq for h in hits],
+            "cfg": ts_config, "query": query,
+        })
+        rows = await cur.fetchall()
     by_pos = {(r["file_id"], r["seq"]): r for r in rows}
     lexemes = frozenset(rows[0]["lexemes"] or ()) if rows else frozenset()
     out = []
