@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 from skip_policy import pytest_runtest_makereport  # noqa: F401 - the hook: a skip fails unless opted in
+from sqlalchemy import create_engine
 
+from kdbl_core.db.connect import async_pool
 from kdbl_core.db.embedded import EmbeddedDatabase
-from kdbl_core.db.engine import sync_engine
-from kdbl_core.db.urls import for_role
+from kdbl_core.db.urls import for_role, normalise
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,9 +51,14 @@ def owner_url(database: EmbeddedDatabase) -> str:
     return database.owner_url
 
 
+def _engine(url: str):
+    """A SQLAlchemy engine for a test's own ad-hoc SQL (product code runs on psycopg pools: helpers.db_of)."""
+    return create_engine(normalise(url), pool_size=5, max_overflow=5, pool_pre_ping=True)
+
+
 @pytest.fixture(scope="session")
 def owner_engine(owner_url: str):
-    engine = sync_engine(owner_url)
+    engine = _engine(owner_url)
     yield engine
     from helpers import close_pools
 
@@ -62,7 +68,7 @@ def owner_engine(owner_url: str):
 
 @pytest.fixture(scope="session")
 def worker_engine(owner_url: str):
-    engine = sync_engine(for_role(owner_url, "kdbl_worker"))
+    engine = _engine(for_role(owner_url, "kdbl_worker"))
     yield engine
     engine.dispose()
 
@@ -70,9 +76,18 @@ def worker_engine(owner_url: str):
 @pytest.fixture(scope="session")
 def api_sync_engine(owner_url: str):
     """The API's database role, through a synchronous engine, for direct RLS probes."""
-    engine = sync_engine(for_role(owner_url, "kdbl_api"))
+    engine = _engine(for_role(owner_url, "kdbl_api"))
     yield engine
     engine.dispose()
+
+
+@pytest.fixture(scope="session")
+async def api_pool(owner_url: str):
+    """The API role's AsyncPool (kdbl_core.db.connect), what the search functions' transactions come from:
+    `async with rls_transaction(api_pool, principal) as conn`."""
+    pool = await async_pool(for_role(owner_url, "kdbl_api"), size=2, name="kdbl-test-api")
+    yield pool
+    await pool.close()
 
 
 @pytest.fixture
