@@ -23,9 +23,6 @@ NOT_YET_MOVED = {
     "services/api/kdbl_api/downloads.py",
     "services/api/kdbl_api/policies.py",
     "services/api/kdbl_api/ratelimit.py",
-    "services/control/kdbl_control/bench_scale.py",
-    "services/control/kdbl_control/beir.py",
-    "services/control/kdbl_control/evaluate.py",
     "services/core/kdbl_core/auth/oidc.py",
     "services/core/kdbl_core/auth/verifier.py",
     "services/core/kdbl_core/db/content.py",
@@ -74,3 +71,9 @@ def test_the_worker_embeds_stores_vectors_and_serves_fetches_on_psycopg() -> Non
     moved = {"services/core/kdbl_core/db/embeddings.py", "services/worker/kdbl_worker/embedding.py",
              "services/worker/kdbl_worker/fetch.py"}
     assert not moved & _importers()
+
+
+def test_eval_benchmarks_urls_and_the_cli_run_on_psycopg() -> None:
+    moved = {f"services/control/kdbl_control/{name}.py"
+             for name in ("evaluate", "beir", "bench", "bench_scale", "smoke", "proctime", "cli")}
+    assert not (moved | {"services/core/kdbl_core/db/urls.py"}) & _importers()

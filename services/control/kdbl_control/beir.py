@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
+import psycopg
 
 from kdbl_control import admin, compose
-from kdbl_core.db.connect import sync_pool
+from kdbl_core.db.connect import conninfo, sync_pool
 from kdbl_core.db.engine import sync_engine
 from kdbl_core.db.urls import for_role
 from kdbl_core.errors import ConfigError
@@ -110,7 +110,6 @@ def ensure_indexed(owner_url: str, docs: Path, tenant: str = "bench-search", *,
     """Create `tenant` with one fs source over `docs` (idempotent), crawl it, count its chunks.
 
     Returns tenant_id, source_id, chunks, crawl stats and, when `token_name` is given, a fresh PAT."""
-    owner = sync_engine(owner_url)
     worker = sync_engine(for_role(owner_url, "kdbl_worker"))
     try:
         with sync_pool(owner_url, size=1) as db:
@@ -120,18 +119,15 @@ def ensure_indexed(owner_url: str, docs: Path, tenant: str = "bench-search", *,
             token = admin.create_token(db, tenant_name=tenant, name=token_name)[0] if token_name else None
         [loaded] = compose.load_sources(worker, source_id=source.id)
         stats = compose.indexer(worker, get_settings()).crawl(loaded)
+    finally:
+        worker.dispose()
+    with psycopg.connect(conninfo(owner_url), autocommit=True) as conn:
         if stats.indexed:
             # What autovacuum does a minute or two after a bulk load (statistics, visibility map for
             # index-only scans of postings): measure the steady state, not the first minute.
-            with owner.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                conn.execute(text("VACUUM (ANALYZE) postings, chunks, files, term_stats"))
-        with owner.connect() as conn:
-            chunks, files_with_chunks = conn.execute(
-                text("SELECT count(*), count(DISTINCT file_id) FROM chunks WHERE tenant_id = :t"),
-                {"t": row.id}).one()
-    finally:
-        owner.dispose()
-        worker.dispose()
+            conn.execute("VACUUM (ANALYZE) postings, chunks, files, term_stats")
+        chunks, files_with_chunks = conn.execute(
+            "SELECT count(*), count(DISTINCT file_id) FROM chunks WHERE tenant_id = %(t)s", {"t": row.id}).fetchone()
     return {"tenant_id": row.id, "source_id": source.id, "token": token, "chunks": chunks,
             "files_with_chunks": files_with_chunks, "crawl": {
                 "files": stats.listed, "indexed": stats.indexed, "failed": getattr(stats, "failed", None),

@@ -26,9 +26,9 @@ from kdbl_control.beir import ensure_indexed, load_queries, materialise_beir
 from kdbl_control.loadgen import Connection, LoadgenError, Outcome, encode_post, jsonrpc_error, run_clients
 from kdbl_control.proctime import CpuMeter
 from kdbl_control.up import free_port
-from kdbl_core.db.engine import async_engine, rls_transaction
-from kdbl_core.errors import ConfigError
+from kdbl_core.db.connect import async_pool, rls_transaction
 from kdbl_core.db.urls import for_role
+from kdbl_core.errors import ConfigError
 from kdbl_core.principal import Principal
 from kdbl_core.search import pipeline
 from kdbl_core.settings import child_env, get_settings
@@ -42,17 +42,19 @@ def pct(values: list[float], p: float) -> float:
 
 
 async def floor(owner_url: str, tenant_id, queries: list[str]) -> dict[str, float]:
-    engine = async_engine(for_role(owner_url, "kdbl_api"))
+    pool = await async_pool(for_role(owner_url, "kdbl_api"), size=1, name="kdbl-bench-floor")
     principal = Principal(tenant_id=tenant_id, tenant_name=TENANT, subject="user:bench")
     settings = get_settings()
     times = []
-    for query in queries:
-        start = time.perf_counter()
-        async with rls_transaction(engine, principal) as conn:  # the pipeline search_content runs, lexical
-            await pipeline.search(conn, pipeline.SearchRequest(query=query, mode="lexical", limit=20),
-                                  settings=settings)
-        times.append((time.perf_counter() - start) * 1000)
-    await engine.dispose()
+    try:
+        for query in queries:
+            start = time.perf_counter()
+            async with rls_transaction(pool, principal) as conn:  # the pipeline search_content runs, lexical
+                await pipeline.search(conn, pipeline.SearchRequest(query=query, mode="lexical", limit=20),
+                                      settings=settings)
+            times.append((time.perf_counter() - start) * 1000)
+    finally:
+        await pool.close()
     return {"p50_ms": pct(times, 0.5), "p95_ms": pct(times, 0.95), "n": len(times)}
 
 

@@ -22,14 +22,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
+import psycopg
 
 from kdbl_control import admin
 from kdbl_control.beir import iter_corpus, load_queries
 from kdbl_control.bench import many_clients, one_client, start_api
 from kdbl_control.up import free_port
-from kdbl_core.db.connect import sync_pool
-from kdbl_core.db.engine import sync_engine
+from kdbl_core.db.connect import conninfo, sync_pool
 from kdbl_core.embed import Embedder
 
 TENANT = "bench-scale"
@@ -42,13 +41,13 @@ _INSERT_BATCH = """
 WITH f AS (
     INSERT INTO files (tenant_id, source_id, key, size, mtime, content_type, status, chunk_count, text_chars,
                        indexed_at, seen_at)
-    SELECT :tenant, :source, format('synthetic/%s/%s.txt', n / 1000, n), 4 * 700, now(), 'text/plain', 'ok',
-           :per_file, 4 * 700, now(), now()
-      FROM generate_series(CAST(:first_file AS bigint), CAST(:last_file AS bigint)) AS n
+    SELECT %(tenant)s, %(source)s, format('synthetic/%%s/%%s.txt', n / 1000, n), 4 * 700, now(), 'text/plain', 'ok',
+           %(per_file)s, 4 * 700, now(), now()
+      FROM generate_series(CAST(%(first_file)s AS bigint), CAST(%(last_file)s AS bigint)) AS n
     RETURNING id, key
 ), body AS MATERIALIZED (
     SELECT f.id AS file_id, s.seq, s.body
-      FROM kdbl_bench_stage s JOIN f ON f.key = format('synthetic/%s/%s.txt', s.file_no / 1000, s.file_no)
+      FROM kdbl_bench_stage s JOIN f ON f.key = format('synthetic/%%s/%%s.txt', s.file_no / 1000, s.file_no)
 ), lex AS (
     SELECT b.file_id, b.seq, t.lexeme AS term, coalesce(array_length(t.positions, 1), 1) AS tf
       FROM body b, unnest(to_tsvector('english', b.body)) AS t
@@ -57,24 +56,24 @@ WITH f AS (
 ), ch AS (
     INSERT INTO chunks (tenant_id, source_id, file_id, seq, text, char_start, char_end, token_count,
                         embedding, embedding_model)
-    SELECT :tenant, :source, b.file_id, b.seq, b.body, 0, length(b.body), coalesce(dl.dl, 0),
+    SELECT %(tenant)s, %(source)s, b.file_id, b.seq, b.body, 0, length(b.body), coalesce(dl.dl, 0),
            (SELECT l2_normalize(array_agg(random()::real - 0.5)::vector)
-              FROM generate_series(1, :dim) WHERE b.seq >= 0),
-           :model
+              FROM generate_series(1, %(dim)s) WHERE b.seq >= 0),
+           %(model)s
       FROM body b LEFT JOIN dl ON dl.file_id = b.file_id AND dl.seq = b.seq
     RETURNING id, file_id, seq, token_count
 ), ins AS (
     INSERT INTO postings (tenant_id, term, chunk_id, source_id, file_id, tf, dl)
-    SELECT :tenant, lex.term, ch.id, :source, ch.file_id, least(lex.tf, 32767), ch.token_count
+    SELECT %(tenant)s, lex.term, ch.id, %(source)s, ch.file_id, least(lex.tf, 32767), ch.token_count
       FROM lex JOIN ch ON ch.file_id = lex.file_id AND ch.seq = lex.seq
     RETURNING term
 ), df AS (
     INSERT INTO term_stats (tenant_id, term, source_id, shard, df)
-    SELECT :tenant, term, :source, 0, count(*) FROM ins GROUP BY term ORDER BY term
+    SELECT %(tenant)s, term, %(source)s, 0, count(*) FROM ins GROUP BY term ORDER BY term
     ON CONFLICT (tenant_id, term, source_id, shard) DO UPDATE SET df = term_stats.df + EXCLUDED.df
 )
 INSERT INTO corpus_stats (tenant_id, source_id, shard, n_chunks, total_len)
-SELECT :tenant, :source, 0, count(*), coalesce(sum(token_count), 0) FROM ch
+SELECT %(tenant)s, %(source)s, 0, count(*), coalesce(sum(token_count), 0) FROM ch
 ON CONFLICT (tenant_id, source_id, shard) DO UPDATE SET
     n_chunks = corpus_stats.n_chunks + EXCLUDED.n_chunks, total_len = corpus_stats.total_len + EXCLUDED.total_len
 """
@@ -106,34 +105,29 @@ def _stage_rows(rng: random.Random, words: list[str], cumulative: list[int], fir
 def grow(owner_url: str, tenant_id: Any, source_id: Any, target_chunks: int, *, dim: int, model_id: str,
          words: list[str], cumulative: list[int], log: Any) -> dict[str, float]:
     """Add synthetic chunks until the tenant has `target_chunks`; returns rows/s of the bulk load."""
-    engine = sync_engine(owner_url, pool_size=1)
     rng = random.Random(target_chunks)
     started, added = time.perf_counter(), 0
-    try:
-        with engine.connect() as conn:
-            # bulk load without the HNSW index (rebuilt in one pass by maintain(), as for an initial crawl)
-            conn.execute(text(f"DROP INDEX IF EXISTS chunks_embedding_{int(dim)}_hnsw"))
-            have = conn.execute(text("SELECT count(*) FROM chunks WHERE tenant_id = :t"), {"t": tenant_id}).scalar()
+    with psycopg.connect(conninfo(owner_url)) as conn:  # one connection, one transaction per batch
+        # bulk load without the HNSW index (rebuilt in one pass by maintain(), as for an initial crawl)
+        conn.execute(f"DROP INDEX IF EXISTS chunks_embedding_{int(dim)}_hnsw")
+        [have] = conn.execute("SELECT count(*) FROM chunks WHERE tenant_id = %(t)s", {"t": tenant_id}).fetchone()
+        conn.commit()
+        next_file = have // CHUNKS_PER_FILE
+        while have < target_chunks:
+            files = min(BATCH_CHUNKS, target_chunks - have) // CHUNKS_PER_FILE
+            buffer = io.StringIO("".join(_stage_rows(rng, words, cumulative, next_file, files)))
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS kdbl_bench_stage "
+                         "(file_no bigint, seq int, body text) ON COMMIT DELETE ROWS")
+            with conn.cursor() as cur, cur.copy("COPY kdbl_bench_stage FROM STDIN") as copy:
+                copy.write(buffer.getvalue())
+            conn.execute(_INSERT_BATCH, {
+                "tenant": tenant_id, "source": source_id, "first_file": next_file,
+                "last_file": next_file + files - 1, "per_file": CHUNKS_PER_FILE, "dim": dim, "model": model_id})
             conn.commit()
-            next_file = have // CHUNKS_PER_FILE
-            raw = conn.connection.driver_connection
-            while have < target_chunks:
-                files = min(BATCH_CHUNKS, target_chunks - have) // CHUNKS_PER_FILE
-                buffer = io.StringIO("".join(_stage_rows(rng, words, cumulative, next_file, files)))
-                conn.execute(text("CREATE TEMP TABLE IF NOT EXISTS kdbl_bench_stage "
-                                  "(file_no bigint, seq int, body text) ON COMMIT DELETE ROWS"))
-                with raw.cursor() as cur, cur.copy("COPY kdbl_bench_stage FROM STDIN") as copy:
-                    copy.write(buffer.getvalue())
-                conn.execute(text(_INSERT_BATCH), {
-                    "tenant": tenant_id, "source": source_id, "first_file": next_file,
-                    "last_file": next_file + files - 1, "per_file": CHUNKS_PER_FILE, "dim": dim, "model": model_id})
-                conn.commit()
-                have += files * CHUNKS_PER_FILE
-                added += files * CHUNKS_PER_FILE
-                next_file += files
-                log(f"scale: {have:,} chunks ({added / (time.perf_counter() - started):,.0f} chunks/s)")
-    finally:
-        engine.dispose()
+            have += files * CHUNKS_PER_FILE
+            added += files * CHUNKS_PER_FILE
+            next_file += files
+            log(f"scale: {have:,} chunks ({added / (time.perf_counter() - started):,.0f} chunks/s)")
     seconds = time.perf_counter() - started
     return {"chunks_added": added, "seconds": round(seconds, 1),
             "chunks_per_s": round(added / seconds, 1) if added else None}
@@ -141,20 +135,16 @@ def grow(owner_url: str, tenant_id: Any, source_id: Any, target_chunks: int, *, 
 
 def maintain(owner_url: str, dim: int, log: Any) -> dict[str, float]:
     """Build the HNSW index for `dim` in one pass and vacuum, as after a large initial crawl."""
-    engine = sync_engine(owner_url, pool_size=1)
-    try:
-        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.execute(text("SET maintenance_work_mem = '4GB'"))
-            start = time.perf_counter()
-            conn.execute(text("SELECT kdbl_ensure_vector_index(:d)"), {"d": dim})
-            hnsw = time.perf_counter() - start
-            log(f"scale: HNSW index built in {hnsw:.1f} s")
-            start = time.perf_counter()
-            conn.execute(text("VACUUM (ANALYZE) postings, chunks, files, term_stats"))
-            vacuum = time.perf_counter() - start
-            size = conn.execute(text("SELECT pg_database_size(current_database())")).scalar()
-    finally:
-        engine.dispose()
+    with psycopg.connect(conninfo(owner_url), autocommit=True) as conn:  # VACUUM runs outside transactions
+        conn.execute("SET maintenance_work_mem = '4GB'")
+        start = time.perf_counter()
+        conn.execute("SELECT kdbl_ensure_vector_index(%(d)s)", {"d": dim})
+        hnsw = time.perf_counter() - start
+        log(f"scale: HNSW index built in {hnsw:.1f} s")
+        start = time.perf_counter()
+        conn.execute("VACUUM (ANALYZE) postings, chunks, files, term_stats")
+        vacuum = time.perf_counter() - start
+        [size] = conn.execute("SELECT pg_database_size(current_database())").fetchone()
     return {"hnsw_build_s": round(hnsw, 1), "vacuum_s": round(vacuum, 1), "database_mb": round(size / 2**20)}
 
 

@@ -86,12 +86,12 @@ async def _search_runs(owner_url: str, tenant_id: Any, tenant: str, queries: lis
                        settings: Settings, log: Log) -> dict[str, dict[str, Any]]:
     """Run every query through the search pipeline (search_content's) per mode;
     {mode: {"run", "latencies", ...} | unavailable}."""
-    from kdbl_core.db.engine import async_engine, rls_transaction
+    from kdbl_core.db.connect import async_pool, rls_transaction
     from kdbl_core.db.urls import for_role
     from kdbl_core.principal import ALL_SCOPES, Principal
     from kdbl_core.search import pipeline
 
-    engine = async_engine(for_role(owner_url, "kdbl_api"), pool_size=2)
+    pool = await async_pool(for_role(owner_url, "kdbl_api"), size=2, name="kdbl-eval")
     principal = Principal(tenant_id=tenant_id, tenant_name=tenant, subject="user:eval",
                           scopes=frozenset(ALL_SCOPES))
     out: dict[str, dict[str, Any]] = {}
@@ -105,7 +105,7 @@ async def _search_runs(owner_url: str, tenant_id: Any, tenant: str, queries: lis
                 pipeline.check_query(query, settings)
                 request = pipeline.SearchRequest(query=query, mode=mode, limit=limit)
                 start = time.perf_counter()
-                async with rls_transaction(engine, principal) as conn:
+                async with rls_transaction(pool, principal) as conn:
                     result = await pipeline.search(conn, request, settings=settings, embedder=embedder)
                 elapsed = (time.perf_counter() - start) * 1000
                 ranking = ir_metrics.dedupe(doc_id_of_key(hit["key"]) for hit in result.hits)
@@ -135,7 +135,7 @@ async def _search_runs(owner_url: str, tenant_id: Any, tenant: str, queries: lis
             out[mode] = {"run": run, "latencies": latencies, "served": served, "errors": errors,
                          "degraded_reasons": sorted(degraded)}
     finally:
-        await engine.dispose()
+        await pool.close()
     return out
 
 
@@ -210,20 +210,15 @@ def _bm25s_reference(dataset: Path, queries: list[tuple[str, str]], limit: int) 
 def _dense_reference(owner_url: str, tenant_id: Any, embedder: Any, queries: list[tuple[str, str]],
                      limit: int) -> dict[str, Any]:
     import numpy as np
-    from sqlalchemy import text
 
-    from kdbl_core.db.engine import sync_engine
+    from kdbl_core.db.connect import sync_pool
 
-    owner = sync_engine(owner_url)
-    try:
-        with owner.connect() as conn:
-            rows = conn.execute(text(
-                "SELECT f.key, c.embedding::real[] AS e FROM chunks c JOIN files f ON f.id = c.file_id "
-                "WHERE c.tenant_id = :t AND c.embedding IS NOT NULL AND c.embedding_model = :m "
-                "ORDER BY f.key, c.seq"),
-                {"t": tenant_id, "m": embedder.model_id}).all()
-    finally:
-        owner.dispose()
+    with sync_pool(owner_url, size=1, name="kdbl-eval-dense") as owner, owner.connection() as conn:
+        rows = conn.execute(
+            "SELECT f.key, c.embedding::real[] AS e FROM chunks c JOIN files f ON f.id = c.file_id "
+            "WHERE c.tenant_id = %(t)s AND c.embedding IS NOT NULL AND c.embedding_model = %(m)s "
+            "ORDER BY f.key, c.seq",
+            {"t": tenant_id, "m": embedder.model_id}).fetchall()
     if not rows:
         return {"unavailable": f"no chunk embeddings of {embedder.model_id} in the database"}
     matrix = np.asarray([r.e for r in rows], dtype=np.float32)
