@@ -9,8 +9,7 @@ import pytest
 from helpers import crawl, make_corpus
 from sqlalchemy import text
 
-from kdbl_core.db.engine import async_engine, rls_transaction
-from kdbl_core.db.urls import for_role
+from kdbl_core.db.connect import rls_transaction
 from kdbl_core.principal import Principal
 from kdbl_core.search import lexical
 
@@ -28,20 +27,13 @@ def corpus(owner_engine, worker_engine, tmp_path, unique):
     return make_corpus(owner_engine, worker_engine, tmp_path / f"bm-{unique}", DOCS, tenant=f"bm-{unique}")
 
 
-@pytest.fixture
-async def api_engine(owner_url):
-    engine = async_engine(for_role(owner_url, "kdbl_api"))
-    yield engine
-    await engine.dispose()
-
-
-async def _search(api_engine, corpus, query, **kw):
+async def _search(api_pool, corpus, query, **kw):
     principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
-    async with rls_transaction(api_engine, principal) as conn:
+    async with rls_transaction(api_pool, principal) as conn:
         hits = await lexical.search(conn, query, lexical.Filters(**kw), limit=10, ts_config="english")
         terms = {}
-        for row in await conn.execute(text(
-                "SELECT f.key, p.term, p.tf, p.dl FROM postings p JOIN files f ON f.id = p.file_id")):
+        for row in await (await conn.execute(
+                "SELECT f.key, p.term, p.tf, p.dl FROM postings p JOIN files f ON f.id = p.file_id")).fetchall():
             terms.setdefault(row.key, {})[row.term] = (row.tf, row.dl)
         qterms = await lexical.query_terms(conn, query, "english")
     return hits, terms, qterms
@@ -64,31 +56,31 @@ def _reference_bm25(postings, qterms, k1=1.2, b=0.75):
     return scores
 
 
-async def test_scores_equal_a_reference_bm25(api_engine, corpus):
-    hits, postings, qterms = await _search(api_engine, corpus, "aspirin fever headache")
+async def test_scores_equal_a_reference_bm25(api_pool, corpus):
+    hits, postings, qterms = await _search(api_pool, corpus, "aspirin fever headache")
     expected = _reference_bm25(postings, qterms)
     assert {h.key: pytest.approx(h.score, rel=1e-9) for h in hits} == expected
     assert [h.key for h in hits] == sorted(expected, key=lambda k: -expected[k])
 
 
-async def test_a_rare_decisive_term_outranks_a_dense_common_one(api_engine, owner_engine, worker_engine,
+async def test_a_rare_decisive_term_outranks_a_dense_common_one(api_pool, owner_engine, worker_engine,
                                                                 tmp_path, unique):
     files = {f"ward-{i}.txt": f"patient {i} has fever; fever checked twice" for i in range(30)}
     files["rare.txt"] = "one zygomycosis case, a rare fungal infection with fever"
     files["dense.txt"] = "fever fever fever fever fever"
     big = make_corpus(owner_engine, worker_engine, tmp_path / f"rare-{unique}", files, tenant=f"rare-{unique}")
-    hits, _, _ = await _search(api_engine, big, "fever zygomycosis")
+    hits, _, _ = await _search(api_pool, big, "fever zygomycosis")
     assert hits[0].key == "rare.txt"
     assert len(hits) == 10  # OR semantics: fever-only chunks still match
 
 
-async def test_query_of_only_unknown_or_stop_words_returns_nothing(api_engine, corpus):
-    assert (await _search(api_engine, corpus, "the and of"))[0] == []
-    assert (await _search(api_engine, corpus, "qwertyuiop"))[0] == []
+async def test_query_of_only_unknown_or_stop_words_returns_nothing(api_pool, corpus):
+    assert (await _search(api_pool, corpus, "the and of"))[0] == []
+    assert (await _search(api_pool, corpus, "qwertyuiop"))[0] == []
 
 
-async def test_path_filter_applies_before_the_top_n(api_engine, corpus):
-    hits, _, _ = await _search(api_engine, corpus, "aspirin headache", path="d")
+async def test_path_filter_applies_before_the_top_n(api_pool, corpus):
+    hits, _, _ = await _search(api_pool, corpus, "aspirin headache", path="d")
     assert [h.key for h in hits] == ["d.txt"]
 
 
@@ -115,12 +107,12 @@ async def test_statistics_stay_exact_through_edits_and_deletes(owner_engine, wor
 
 @pytest.mark.asyncio
 async def test_common_terms_only_score_the_candidates_rarer_terms_found(owner_engine, worker_engine, tmp_path,
-                                                                        unique, api_engine):
+                                                                        unique, api_pool):
     files = {f"c{i:02}.txt": f"common clinic notes number {i}" for i in range(12)}
     files |= {"r1.txt": "common okapi sighting", "r2.txt": "okapi okapi common common", "r3.txt": "okapi alone"}
     corpus = make_corpus(owner_engine, worker_engine, tmp_path / f"ct-{unique}", files, tenant=f"ct-{unique}")
     principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
-    async with rls_transaction(api_engine, principal) as conn:
+    async with rls_transaction(api_pool, principal) as conn:
         exact = await lexical.search(conn, "common okapi", lexical.Filters(), limit=10, ts_config="english")
         pruned = await lexical.search(conn, "common okapi", lexical.Filters(), limit=10, ts_config="english",
                                       common_df=5)  # "common" has 14 postings: scored on candidates only

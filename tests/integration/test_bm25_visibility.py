@@ -17,8 +17,7 @@ from helpers import db_of, make_corpus
 from sqlalchemy import text
 
 from kdbl_control import admin
-from kdbl_core.db.engine import async_engine, rls_transaction
-from kdbl_core.db.urls import for_role
+from kdbl_core.db.connect import rls_transaction
 from kdbl_core.principal import Principal
 from kdbl_core.search import lexical
 
@@ -29,13 +28,6 @@ OPEN = {
 }
 HIDDEN = {f"h{i:02}.txt": f"secret memo {i}: zebra zebra sighting, quarterly zx-81" for i in range(12)}
 QUERY = "zebra quarterly depot"
-
-
-@pytest.fixture
-async def api_engine(owner_url):
-    engine = async_engine(for_role(owner_url, "kdbl_api"))
-    yield engine
-    await engine.dispose()
 
 
 def _tenant(owner_engine, worker_engine, tmp_path, name: str, *, hidden_source: dict[str, str] | None,
@@ -54,16 +46,16 @@ def _tenant(owner_engine, worker_engine, tmp_path, name: str, *, hidden_source: 
     return corpus.tenant_id
 
 
-async def _view(api_engine, tenant_id: uuid.UUID, tenant: str, query: str = QUERY):
+async def _view(api_pool, tenant_id: uuid.UUID, tenant: str, query: str = QUERY):
     """Scores by key, rare terms, the rerank's exact scores, and the visible postings (for a reference)."""
     principal = Principal(tenant_id=tenant_id, tenant_name=tenant, subject="user:alice")
-    async with rls_transaction(api_engine, principal) as conn:
+    async with rls_transaction(api_pool, principal) as conn:
         hits = await lexical.search(conn, query, lexical.Filters(), limit=50, ts_config="english")
         exact = await lexical.scores_for(conn, query, [h.chunk_id for h in hits], ts_config="english")
         rare = await lexical.rare_terms(conn, await lexical.query_terms(conn, "zebra zx-81", "english"))
         postings: dict[str, dict[str, tuple[int, int]]] = {}
-        for row in await conn.execute(text(
-                "SELECT f.key, p.term, p.tf, p.dl FROM postings p JOIN files f ON f.id = p.file_id")):
+        for row in await (await conn.execute(
+                "SELECT f.key, p.term, p.tf, p.dl FROM postings p JOIN files f ON f.id = p.file_id")).fetchall():
             postings.setdefault(row.key, {})[row.term] = (row.tf, row.dl)
         qterms = await lexical.query_terms(conn, query, "english")
     by_id = {h.chunk_id: h.key for h in hits}
@@ -84,15 +76,15 @@ def _reference(postings, qterms, k1=1.2, b=0.75) -> dict[str, float]:
 
 
 async def test_a_restricted_source_the_caller_cannot_see_does_not_move_its_scores(
-        owner_engine, worker_engine, api_engine, tmp_path, unique):
+        owner_engine, worker_engine, api_pool, tmp_path, unique):
     bare = f"vis-bare-{unique}"
     busy = f"vis-busy-{unique}"
     bare_id = _tenant(owner_engine, worker_engine, tmp_path, bare, hidden_source=None, granted_dir=None,
                       grant_key=None)
     busy_id = _tenant(owner_engine, worker_engine, tmp_path, busy, hidden_source=HIDDEN, granted_dir=None,
                       grant_key=None)
-    scores_bare, rare_bare, exact_bare, postings, qterms = await _view(api_engine, bare_id, bare)
-    scores_busy, rare_busy, exact_busy, _, _ = await _view(api_engine, busy_id, busy)
+    scores_bare, rare_bare, exact_bare, postings, qterms = await _view(api_pool, bare_id, bare)
+    scores_busy, rare_busy, exact_busy, _, _ = await _view(api_pool, busy_id, busy)
     assert set(scores_busy) == {"a.txt", "b.txt", "c.txt"}
     assert scores_busy == scores_bare  # identical, not approximately
     assert scores_bare == pytest.approx(_reference(postings, qterms), rel=1e-9)
@@ -104,7 +96,7 @@ async def test_a_restricted_source_the_caller_cannot_see_does_not_move_its_score
     assert rare_busy == rare_bare and "zebra" in rare_busy and len(rare_busy) >= 2
 
 
-async def test_files_granted_one_by_one_count_only_themselves(owner_engine, worker_engine, api_engine,
+async def test_files_granted_one_by_one_count_only_themselves(owner_engine, worker_engine, api_pool,
                                                                tmp_path, unique):
     granted = {"g.txt": "granted memo: zebra seen at the depot"}
     alone = f"vis-alone-{unique}"
@@ -113,8 +105,8 @@ async def test_files_granted_one_by_one_count_only_themselves(owner_engine, work
                        grant_key="g.txt")
     among_id = _tenant(owner_engine, worker_engine, tmp_path, among, hidden_source=HIDDEN,
                        granted_dir={**granted, **HIDDEN}, grant_key="g.txt")
-    scores_alone, rare_alone, exact_alone, postings, qterms = await _view(api_engine, alone_id, alone)
-    scores_among, rare_among, exact_among, _, _ = await _view(api_engine, among_id, among)
+    scores_alone, rare_alone, exact_alone, postings, qterms = await _view(api_pool, alone_id, alone)
+    scores_among, rare_among, exact_among, _, _ = await _view(api_pool, among_id, among)
     assert set(scores_among) == {"a.txt", "b.txt", "c.txt", "g.txt"}
     assert scores_among == scores_alone
     assert scores_alone == pytest.approx(_reference(postings, qterms), rel=1e-9)
@@ -122,17 +114,17 @@ async def test_files_granted_one_by_one_count_only_themselves(owner_engine, work
     assert rare_among == rare_alone
 
 
-async def test_statistics_follow_a_grant_and_a_deleted_source(owner_engine, worker_engine, api_engine,
+async def test_statistics_follow_a_grant_and_a_deleted_source(owner_engine, worker_engine, api_pool,
                                                                tmp_path, unique):
     name = f"vis-grant-{unique}"
     tenant_id = _tenant(owner_engine, worker_engine, tmp_path, name, hidden_source=None, granted_dir=None,
                         grant_key=None)
-    before, *_ = await _view(api_engine, tenant_id, name)
+    before, *_ = await _view(api_pool, tenant_id, name)
     hidden = make_corpus(owner_engine, worker_engine, tmp_path / name / "later", HIDDEN, tenant=name,
                          restricted=True)
-    assert (await _view(api_engine, tenant_id, name))[0] == before
+    assert (await _view(api_pool, tenant_id, name))[0] == before
     admin.add_grant(db_of(owner_engine), source_id=hidden.source_id, subject="user:alice")
-    granted, _, _, postings, qterms = await _view(api_engine, tenant_id, name)
+    granted, _, _, postings, qterms = await _view(api_pool, tenant_id, name)
     assert len(granted) == 3 + len(HIDDEN)  # now visible, and counted
     assert granted == pytest.approx(_reference(postings, qterms), rel=1e-9)
     with owner_engine.begin() as conn:
@@ -141,4 +133,4 @@ async def test_statistics_follow_a_grant_and_a_deleted_source(owner_engine, work
                                  "+ (SELECT count(*) FROM corpus_stats WHERE source_id = :s)"),
                             {"s": hidden.source_id}).scalar()
     assert left == 0
-    assert (await _view(api_engine, tenant_id, name))[0] == before
+    assert (await _view(api_pool, tenant_id, name))[0] == before

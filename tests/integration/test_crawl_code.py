@@ -7,8 +7,7 @@ import random
 from helpers import make_corpus
 from sqlalchemy import text
 
-from kdbl_core.db.engine import async_engine, rls_transaction
-from kdbl_core.db.urls import for_role
+from kdbl_core.db.connect import rls_transaction
 from kdbl_core.principal import Principal
 from kdbl_core.search import lexical
 
@@ -29,7 +28,7 @@ TREE: dict[str, str | bytes] = {
 
 
 async def test_a_source_tree_is_searchable_by_identifier_and_each_file_says_its_language(
-        owner_engine, worker_engine, owner_url, tmp_path, unique):
+        owner_engine, worker_engine, api_pool, tmp_path, unique):
     corpus = make_corpus(owner_engine, worker_engine, tmp_path / f"code-{unique}", TREE,
                          tenant=f"code-{unique}")
     with owner_engine.connect() as conn:
@@ -51,17 +50,13 @@ async def test_a_source_tree_is_searchable_by_identifier_and_each_file_says_its_
     # the indentation of a method body survives into the indexed text
     assert "    def reconcile_quillback_balance(self, entries):\n        return sum(" in python_text
 
-    engine = async_engine(for_role(owner_url, "kdbl_api"))
-    try:
-        principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
-        found = {}
-        async with rls_transaction(engine, principal) as conn:
-            for query in ("reconcile_quillback_balance", "FrobnicateGravelwort", "sprocketmoss",
-                          "thistlecrown", "lanternfig", "wobbleberry"):
-                hits = await lexical.search(conn, query, lexical.Filters(), limit=3, ts_config="english")
-                found[query] = [h.key for h in hits]
-    finally:
-        await engine.dispose()
+    principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
+    found = {}
+    async with rls_transaction(api_pool, principal) as conn:
+        for query in ("reconcile_quillback_balance", "FrobnicateGravelwort", "sprocketmoss",
+                      "thistlecrown", "lanternfig", "wobbleberry"):
+            hits = await lexical.search(conn, query, lexical.Filters(), limit=3, ts_config="english")
+            found[query] = [h.key for h in hits]
     assert found == {"reconcile_quillback_balance": ["app/ledger.py"],
                      "FrobnicateGravelwort": ["cmd/server/main.go"], "sprocketmoss": ["deploy/values.yaml"],
                      "thistlecrown": ["docs/plans.org"],

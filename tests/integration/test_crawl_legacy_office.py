@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from helpers import make_corpus
-from kdbl_core.db.engine import async_engine, rls_transaction
-from kdbl_core.db.urls import for_role
+from kdbl_core.db.connect import rls_transaction
 from kdbl_core.principal import Principal
 from kdbl_core.search import lexical
 from sqlalchemy import text
@@ -24,7 +23,7 @@ def _sample(name: str) -> bytes:
 
 
 async def test_doc_xls_and_ppt_are_searchable_by_their_marker_words_with_locators(
-        owner_engine, worker_engine, owner_url, tmp_path, unique):
+        owner_engine, worker_engine, api_pool, tmp_path, unique):
     files = {
         "reports/heron.doc": _sample("heron.doc"),
         "reports/tides.xls": _sample("tides.xls"),
@@ -54,16 +53,12 @@ async def test_doc_xls_and_ppt_are_searchable_by_their_marker_words_with_locator
     assert rows["reports/saved-as-rtf.doc"].status_reason == "RTF content in a .doc file"
     assert rows["reports/cut.xls"].status_reason.startswith("corrupt OLE2 container")
 
-    engine = async_engine(for_role(owner_url, "kdbl_api"))
     principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
     found = {}
-    try:
-        async with rls_transaction(engine, principal) as conn:
-            for word in ("zanzibarheron", "quillonxls", "pelorusppt", "kestrelrtf", "Fresnel"):
-                hits = await lexical.search(conn, word, lexical.Filters(), limit=5, ts_config="english")
-                found[word] = [(h.key, pages[h.chunk_id]) for h in hits]
-    finally:
-        await engine.dispose()
+    async with rls_transaction(api_pool, principal) as conn:
+        for word in ("zanzibarheron", "quillonxls", "pelorusppt", "kestrelrtf", "Fresnel"):
+            hits = await lexical.search(conn, word, lexical.Filters(), limit=5, ts_config="english")
+            found[word] = [(h.key, pages[h.chunk_id]) for h in hits]
     assert found == {
         "zanzibarheron": [("reports/heron.doc", None)],
         "quillonxls": [("reports/tides.xls", 1)],  # sheet 1

@@ -19,8 +19,7 @@ from helpers import crawl, db_of, make_corpus
 from sqlalchemy import text
 
 from kdbl_control import admin
-from kdbl_core.db.engine import async_engine, rls_transaction
-from kdbl_core.db.urls import for_role
+from kdbl_core.db.connect import rls_transaction
 from kdbl_core.principal import Principal
 from kdbl_core.search import lexical
 from kdbl_core.settings import Settings
@@ -93,18 +92,14 @@ def test_media_with_a_sidecar_gets_timed_chunks_and_without_one_is_skipped(owner
     assert files["clips/wombat.srt"]["status"] == "ok"
 
 
-async def test_sidecar_text_is_searchable_under_the_media_file(owner_url, corpus):
-    engine = async_engine(for_role(owner_url, "kdbl_api"))
+async def test_sidecar_text_is_searchable_under_the_media_file(api_pool, corpus):
     principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
-    try:
-        async with rls_transaction(engine, principal) as conn:
-            hits = await lexical.search(conn, "quokka Rottnest", lexical.Filters(), limit=10,
-                                        ts_config="english")
-            videos = await lexical.search(conn, "wombat burrows",
-                                          lexical.Filters(content_type="video/x-matroska"), limit=10,
-                                          ts_config="english")
-    finally:
-        await engine.dispose()
+    async with rls_transaction(api_pool, principal) as conn:
+        hits = await lexical.search(conn, "quokka Rottnest", lexical.Filters(), limit=10,
+                                    ts_config="english")
+        videos = await lexical.search(conn, "wombat burrows",
+                                      lexical.Filters(content_type="video/x-matroska"), limit=10,
+                                      ts_config="english")
     assert {h.key for h in hits} == {"talks/quokka.wav", "talks/quokka.en.vtt"}
     assert [h.key for h in videos] == ["clips/wombat.mkv"]
 

@@ -14,8 +14,7 @@ from pathlib import Path
 from helpers import make_corpus, make_pdf, pdf_text_page
 from sqlalchemy import text
 
-from kdbl_core.db.engine import async_engine, rls_transaction
-from kdbl_core.db.urls import for_role
+from kdbl_core.db.connect import rls_transaction
 from kdbl_core.principal import Principal
 from kdbl_core.search import lexical
 from kdbl_core.settings import Settings
@@ -53,7 +52,7 @@ def _mail() -> bytes:
 
 
 async def test_a_mixed_real_world_collection_crawls_to_the_end_with_a_status_for_every_file(
-        owner_engine, worker_engine, owner_url, tmp_path, unique):
+        owner_engine, worker_engine, api_pool, tmp_path, unique):
     files: dict[str, str | bytes] = {
         "novel.txt": big_text(3) + "\n\nThe last word was marzipanquill.\n",
         "manual.pdf": make_pdf([pdf_text_page(f"Page {n} of the manual.") for n in range(1, PAGES)]
@@ -105,17 +104,13 @@ async def test_a_mixed_real_world_collection_crawls_to_the_end_with_a_status_for
         "data/export.xml": ("ok", "encoding: utf-16-le (BOM)")}
     assert sum(rows[f"office/{p.name}"].status in {"ok", "partial"} for p in office) >= len(office) - 2
 
-    engine = async_engine(for_role(owner_url, "kdbl_api"))
-    try:
-        principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
-        found = {}
-        async with rls_transaction(engine, principal) as conn:
-            for word in ("quasarvane", "obsidianfjord", "heliotrope", "tamarisk", "zephyrine", "marzipanquill",
-                         "nightjar", "larkspur", "sandpiper"):
-                hits = await lexical.search(conn, word, lexical.Filters(), limit=3, ts_config="english")
-                found[word] = [h.key for h in hits]
-    finally:
-        await engine.dispose()
+    principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
+    found = {}
+    async with rls_transaction(api_pool, principal) as conn:
+        for word in ("quasarvane", "obsidianfjord", "heliotrope", "tamarisk", "zephyrine", "marzipanquill",
+                     "nightjar", "larkspur", "sandpiper"):
+            hits = await lexical.search(conn, word, lexical.Filters(), limit=3, ts_config="english")
+            found[word] = [h.key for h in hits]
     assert found == {"quasarvane": ["manual.pdf"], "obsidianfjord": ["filing.html"],
                      "heliotrope": ["mail/outage.eml"], "tamarisk": ["legacy/latin1.txt"],
                      "zephyrine": ["odd names/r\u00e9sum\u00e9 (final) #2.md"], "marzipanquill": ["novel.txt"],

@@ -12,12 +12,11 @@ from helpers import db_of, make_corpus, running_api
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from pgvector import Vector
 from sqlalchemy import text
 
 from kdbl_control import admin
-from kdbl_core.db.embeddings import vector_literal
-from kdbl_core.db.engine import async_engine, rls_transaction
-from kdbl_core.db.urls import for_role
+from kdbl_core.db.connect import rls_transaction
 from kdbl_core.principal import Principal
 from kdbl_core.search import lexical, vector
 from kdbl_core.settings import Settings
@@ -149,7 +148,7 @@ def synthetic(owner_engine):
     return tenant, sid
 
 
-async def test_vector_arm_keeps_recall_when_a_filter_keeps_one_percent(owner_url, owner_engine, synthetic):
+async def test_vector_arm_keeps_recall_when_a_filter_keeps_one_percent(api_pool, owner_engine, synthetic):
     tenant, sid = synthetic
     with owner_engine.connect() as conn:
         rows = conn.execute(text("SELECT c.id, c.embedding::text FROM chunks c JOIN files f ON f.id = c.file_id "
@@ -157,19 +156,17 @@ async def test_vector_arm_keeps_recall_when_a_filter_keeps_one_percent(owner_url
     ids = np.array([r[0] for r in rows])
     mat = np.array([[float(x) for x in r[1].strip("[]").split(",")] for r in rows])
     rng = np.random.default_rng(7)
-    engine = async_engine(for_role(owner_url, "kdbl_api"))
     principal = Principal(tenant_id=tenant.id, tenant_name=tenant.name, subject="user:v")
     recalls = []
     for _ in range(10):
         q = rng.normal(size=384)
         cos = mat @ q / (np.linalg.norm(mat, axis=1) * np.linalg.norm(q))
         exact = set(ids[np.argsort(-cos)[:10]].tolist())
-        async with rls_transaction(engine, principal) as conn:
+        async with rls_transaction(api_pool, principal) as conn:
             hits = await vector.search(conn, q.tolist(), "synthetic@test", lexical.Filters(path="dir-7/file-7.txt"),
                                        limit=10)
         assert {h.key for h in hits} == {"dir-7/file-7.txt"}
         recalls.append(len(exact & {h.chunk_id for h in hits}) / 10)
-    await engine.dispose()
     assert np.mean(recalls) >= 0.9, recalls
 
 
@@ -177,9 +174,9 @@ async def test_a_new_model_re_embeds_old_vectors_of_another_dimension(owner_engi
                                                                       embedder, unique):
     corpus = make_corpus(owner_engine, worker_engine, tmp_path / f"dim-{unique}",
                          {"a.md": "alpha text", "b.md": "beta text"}, tenant=f"dim-{unique}")
-    with owner_engine.begin() as conn:  # as if an older 8-dimensional model had embedded them
-        conn.execute(text("UPDATE chunks SET embedding = CAST(:v AS vector), embedding_model = 'old-8d' "
-                          "WHERE source_id = :s"), {"v": vector_literal([0.1] * 8), "s": corpus.source_id})
+    with db_of(owner_engine).connection() as conn:  # as if an older 8-dimensional model had embedded them
+        conn.execute("UPDATE chunks SET embedding = %(v)s, embedding_model = 'old-8d' WHERE source_id = %(s)s",
+                     {"v": Vector([0.1] * 8), "s": corpus.source_id})
     assert embed_pending(db_of(worker_engine), embedder, tenant_id=corpus.tenant_id) == 2
     with owner_engine.connect() as conn:
         dims = conn.execute(text("SELECT DISTINCT vector_dims(embedding), embedding_model FROM chunks "

@@ -8,8 +8,7 @@ from sqlalchemy import text
 
 from kdbl_control import admin
 from kdbl_core.db import embeddings, reads
-from kdbl_core.db.engine import async_engine, rls_transaction
-from kdbl_core.db.urls import for_role
+from kdbl_core.db.connect import rls_transaction
 from kdbl_core.embed import Embedder
 from kdbl_core.principal import Principal
 from kdbl_worker.embedding import embed_pending
@@ -68,23 +67,19 @@ def test_counters_follow_crawl_edits_deletes_embedding_and_model_change(owner_en
 
 
 @pytest.mark.asyncio
-async def test_a_principal_with_file_grants_sees_only_its_own_counts(owner_engine, worker_engine, owner_url,
+async def test_a_principal_with_file_grants_sees_only_its_own_counts(owner_engine, worker_engine, api_pool,
                                                                      tmp_path, unique):
     corpus = make_corpus(owner_engine, worker_engine, tmp_path / "rs", DOCS, tenant=f"rs-{unique}",
                          restricted=True)
     admin.add_grant(db_of(owner_engine), source_id=corpus.source_id, subject="user:ann", file_key="d.txt")
-    engine = async_engine(for_role(owner_url, "kdbl_api"))
-    try:
-        ann = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:ann")
-        async with rls_transaction(engine, ann) as conn:
-            [row] = await reads.list_sources(conn, after=None, limit=10)
-            progress = await embeddings.source_progress(conn, [corpus.source_id], "m")
-        assert row["file_count"] == 1  # not the source's 4
-        assert progress[corpus.source_id]["total"] == 1
-        admin.set_source_acl(db_of(owner_engine), corpus.source_id, restricted=False)
-        async with rls_transaction(engine, ann) as conn:
-            [row] = await reads.list_sources(conn, after=None, limit=10)
-            assert (await conn.execute(text("SELECT count(*) FROM source_stats"))).scalar() > 0
-        assert row["file_count"] == 4
-    finally:
-        await engine.dispose()
+    ann = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:ann")
+    async with rls_transaction(api_pool, ann) as conn:
+        [row] = await reads.list_sources(conn, after=None, limit=10)
+        progress = await embeddings.source_progress(conn, [corpus.source_id], "m")
+    assert row["file_count"] == 1  # not the source's 4
+    assert progress[corpus.source_id]["total"] == 1
+    admin.set_source_acl(db_of(owner_engine), corpus.source_id, restricted=False)
+    async with rls_transaction(api_pool, ann) as conn:
+        [row] = await reads.list_sources(conn, after=None, limit=10)
+        assert (await (await conn.execute("SELECT count(*) FROM source_stats")).fetchone())[0] > 0
+    assert row["file_count"] == 4

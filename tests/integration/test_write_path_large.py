@@ -10,15 +10,14 @@ from __future__ import annotations
 from helpers import make_corpus
 from sqlalchemy import text
 
-from kdbl_core.db.engine import async_engine, rls_transaction
-from kdbl_core.db.urls import for_role
+from kdbl_core.db.connect import rls_transaction
 from kdbl_core.principal import Principal
 from kdbl_core.search import lexical
 from kdbl_worker.bench_crawl import big_text
 
 
 async def test_a_10_mb_text_and_50000_short_lines_index_in_one_crawl_and_are_searchable(
-        owner_engine, worker_engine, owner_url, tmp_path, unique):
+        owner_engine, worker_engine, api_pool, tmp_path, unique):
     files: dict[str, str] = {f"small-{i}.md": f"# Note {i}\n\nA small note about topic {i}." for i in range(20)}
     files["novel.txt"] = big_text(10) + "\n\nIn the end the quokkaberry was found.\n"
     files["lines.txt"] = "".join(f"entry {i} ok\n" for i in range(49_999)) + "entry 49999 zanzibarite\n"
@@ -32,15 +31,11 @@ async def test_a_10_mb_text_and_50000_short_lines_index_in_one_crawl_and_are_sea
     assert rows["novel.txt"].chunk_count == rows["novel.txt"].n > 5_000
     assert rows["novel.txt"].last >= 10_000_000
     assert rows["lines.txt"].chunk_count == rows["lines.txt"].n > 300
-    engine = async_engine(for_role(owner_url, "kdbl_api"))
-    try:
-        principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
-        async with rls_transaction(engine, principal) as conn:
-            novel = await lexical.search(conn, "quokkaberry", lexical.Filters(), limit=5, ts_config="english")
-            lines = await lexical.search(conn, "zanzibarite", lexical.Filters(), limit=5, ts_config="english")
-            small = await lexical.search(conn, "topic", lexical.Filters(), limit=50, ts_config="english")
-    finally:
-        await engine.dispose()
+    principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
+    async with rls_transaction(api_pool, principal) as conn:
+        novel = await lexical.search(conn, "quokkaberry", lexical.Filters(), limit=5, ts_config="english")
+        lines = await lexical.search(conn, "zanzibarite", lexical.Filters(), limit=5, ts_config="english")
+        small = await lexical.search(conn, "topic", lexical.Filters(), limit=50, ts_config="english")
     assert [h.key for h in novel] == ["novel.txt"] and novel[0].seq == rows["novel.txt"].n - 1
     assert [h.key for h in lines] == ["lines.txt"] and lines[0].seq == rows["lines.txt"].n - 1
     assert len(small) == 20
