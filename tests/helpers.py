@@ -98,11 +98,10 @@ def serving(app, **config) -> Iterator[str]:
 def running_api(owner_url: str, settings: Settings | None = None) -> Iterator[str]:
     """The real API app under uvicorn on a loopback port, as the kdbl_api role; yields its base URL."""
     from kdbl_api.app import create_app
-    from kdbl_core.db.engine import async_engine
     from kdbl_core.db.urls import for_role
 
     settings = settings or Settings(mcp_enabled=True)
-    app = create_app(settings, async_engine(for_role(owner_url, "kdbl_api")))
+    app = create_app(settings, for_role(owner_url, "kdbl_api"))
     # proxy_headers=False as kdbl-api (kdbl_api.main): uvicorn's default believes X-Forwarded-For from loopback
     with serving(app, proxy_headers=False) as url:
         yield url

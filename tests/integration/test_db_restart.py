@@ -17,12 +17,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import create_engine
 from helpers import close_pools, db_of, make_corpus, running_api
 
 from kdbl_control import admin
 from kdbl_core.db.embedded import EmbeddedDatabase
-from kdbl_core.db.engine import sync_engine
-from kdbl_core.db.urls import for_role
+from kdbl_core.db.urls import for_role, normalise
 from kdbl_core.errors import UNAVAILABLE
 from kdbl_core.settings import Settings
 
@@ -37,7 +37,7 @@ def world(tmp_path_factory) -> Iterator[dict]:
     path = Path(tempfile.mkdtemp(prefix="kdbl-restart-"))
     db = EmbeddedDatabase(path)
     db.start()
-    owner, worker = sync_engine(db.owner_url), sync_engine(for_role(db.owner_url, "kdbl_worker"))
+    owner, worker = (create_engine(normalise(url)) for url in (db.owner_url, for_role(db.owner_url, "kdbl_worker")))
     try:
         make_corpus(owner, worker, tmp_path_factory.mktemp("restart") / "docs",
                     {"a.md": "The okapi report is due in March."}, tenant="restart")

@@ -24,7 +24,8 @@ from kdbl_api.tools.context import Services, ToolContext
 from kdbl_api.tools.models import FileRefArgs
 from kdbl_control import admin
 from kdbl_core.auth.verifier import BearerVerifier, PatVerifier
-from kdbl_core.db.engine import async_engine, rls_transaction
+from kdbl_core.db import connect
+from kdbl_core.db.connect import rls_transaction
 from kdbl_core.db.urls import for_role
 from kdbl_core.policy import TenantPolicy
 from kdbl_core.principal import ALL_SCOPES, SCOPE_READ, SCOPE_SEARCH, Principal
@@ -160,18 +161,18 @@ def test_only_audit_facts_writes_audit_rows():
 
 
 async def test_a_tool_handler_returns_its_audit_facts_instead_of_filling_the_context(door, owner_url):
-    engine = async_engine(for_role(owner_url, "kdbl_api"), pool_size=1)
+    pool = await connect.async_pool(for_role(owner_url, "kdbl_api"), size=1)
     corpus = door["corpus"]
     principal = Principal(tenant_id=corpus.tenant_id, tenant_name="door", subject="user:handler",
                           scopes=frozenset(ALL_SCOPES))
     try:
-        async with rls_transaction(engine, principal) as conn:
+        async with rls_transaction(pool, principal) as conn:
             ctx = ToolContext(conn=conn, principal=principal, services=Services(
                 settings=Settings(), cursors=CursorCodec(b"k" * 32)))
             result, facts = await files.get_file_metadata(ctx, FileRefArgs(source_id=corpus.source_id,
                                                                           key="guide.md"))
     finally:
-        await engine.dispose()
+        await pool.close()
     assert result["key"] == "guide.md"
     assert facts == AuditFacts(source_ids=(str(corpus.source_id),), keys=("guide.md",), row_count=1)
     assert not hasattr(ctx, "row_count") and not hasattr(ctx, "source_ids")
@@ -241,8 +242,8 @@ async def test_each_call_download_and_refusal_leaves_exactly_one_audit_row_from_
 
 async def test_our_pat_verifier_plugs_into_the_sdks_bearer_auth_backend_and_carries_the_principal(
         door, owner_url):
-    engine = async_engine(for_role(owner_url, "kdbl_api"), pool_size=1)
-    backend = BearerAuthBackend(SdkTokenVerifier(BearerVerifier(PatVerifier(engine))))
+    pool = await connect.async_pool(for_role(owner_url, "kdbl_api"), size=1)
+    backend = BearerAuthBackend(SdkTokenVerifier(BearerVerifier(PatVerifier(pool))))
 
     def connection(token: str) -> HTTPConnection:
         return HTTPConnection({"type": "http", "headers": [(b"authorization", f"Bearer {token}".encode())]})
@@ -251,7 +252,7 @@ async def test_our_pat_verifier_plugs_into_the_sdks_bearer_auth_backend_and_carr
         credentials, user = await backend.authenticate(connection(door["tokens"][(SCOPE_READ,)]))
         refused = await backend.authenticate(connection(door["tokens"][(SCOPE_READ,)][:-4] + "zzzz"))
     finally:
-        await engine.dispose()
+        await pool.close()
     assert isinstance(user, AuthenticatedUser) and credentials.scopes == [SCOPE_READ]
     principal = user.access_token.principal
     assert (principal.subject, principal.tenant_id) == ("user:reader", door["corpus"].tenant_id)

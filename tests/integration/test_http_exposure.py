@@ -21,7 +21,6 @@ from helpers import db_of, free_port, make_corpus
 from kdbl_api import main
 from kdbl_api.app import create_app
 from kdbl_control import admin
-from kdbl_core.db.engine import async_engine
 from kdbl_core.db.urls import for_role
 from kdbl_core.settings import Settings
 
@@ -34,8 +33,8 @@ SEARCH = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
 def kdbl_api(owner_url: str, **overrides) -> Iterator[Settings]:
     """create_app on the API port and the metrics port, with kdbl-api's uvicorn options."""
     settings = Settings(mcp_enabled=True, api_host="127.0.0.1", api_port=free_port(),
-                        metrics_port=free_port(), **overrides)
-    app = create_app(settings, async_engine(for_role(owner_url, "kdbl_api"), pool_size=2, pre_ping=True))
+                        metrics_port=free_port(), db_pool_size=2, **overrides)
+    app = create_app(settings, for_role(owner_url, "kdbl_api"))
     server = uvicorn.Server(uvicorn.Config(app, **main.SERVER_OPTIONS))
     sockets = main.listen_sockets(settings)
     thread = threading.Thread(target=server.run, kwargs={"sockets": sockets}, daemon=True)

@@ -17,7 +17,6 @@ from sqlalchemy import text
 
 from kdbl_api.app import create_app
 from kdbl_control import admin
-from kdbl_core.db.engine import async_engine
 from kdbl_core.db.urls import for_role
 from kdbl_core.settings import Settings
 
@@ -205,8 +204,7 @@ async def test_every_call_writes_an_audit_row(api_url, owner_engine, world):
 def test_mcp_disabled_answers_404(owner_url):
     from starlette.testclient import TestClient
 
-    engine = async_engine(for_role(owner_url, "kdbl_api"))
-    with TestClient(create_app(Settings(mcp_enabled=False), engine)) as client:
+    with TestClient(create_app(Settings(mcp_enabled=False), for_role(owner_url, "kdbl_api"))) as client:
         assert client.post("/mcp", json={}).status_code == 404
         assert client.get("/healthz").json() == {"status": "ok"}
         assert client.get("/readyz").status_code == 200
@@ -217,9 +215,9 @@ def test_api_refuses_to_start_as_a_role_that_bypasses_rls(owner_url):
 
     from kdbl_core.errors import ConfigError
 
-    engine = async_engine(owner_url)  # the owner/superuser: RLS would not restrict it
     with pytest.raises(ConfigError, match="bypasses row-level security"):
-        with TestClient(create_app(Settings(mcp_enabled=True), engine)):
+        # the owner/superuser: RLS would not restrict it
+        with TestClient(create_app(Settings(mcp_enabled=True), owner_url)):
             pass
 
 

@@ -12,16 +12,16 @@ from helpers import db_of
 from kdbl_control import admin
 from kdbl_core.auth import pat
 from kdbl_core.auth.verifier import PatVerifier
-from kdbl_core.db.engine import async_engine
+from kdbl_core.db import connect
 from kdbl_core.db.urls import for_role
 from kdbl_core.errors import Forbidden, RateLimited, Unauthenticated
 
 
 @pytest.fixture
 async def verifier(owner_url):
-    engine = async_engine(for_role(owner_url, "kdbl_api"))
-    yield PatVerifier(engine)
-    await engine.dispose()
+    pool = await connect.async_pool(for_role(owner_url, "kdbl_api"), size=2)
+    yield PatVerifier(pool)
+    await pool.close()
 
 
 @pytest.fixture
@@ -107,7 +107,7 @@ async def test_wrong_guesses_cost_no_argon2_and_never_lock_out_the_holder_on_a_f
     checks = []
     real_verify = pat.verify
     monkeypatch.setattr(pat, "verify", lambda h, t: checks.append(t) or real_verify(h, t))
-    attacked, fresh = (async_engine(for_role(owner_url, "kdbl_api")) for _ in range(2))
+    attacked, fresh = [await connect.async_pool(for_role(owner_url, "kdbl_api"), size=4) for _ in range(2)]
     try:
         token, _ = admin.create_token(db_of(owner_engine), tenant_name=tenant.name, name="flood")
         guesser = PatVerifier(attacked, max_failures=3, failure_window_s=60)
@@ -119,14 +119,14 @@ async def test_wrong_guesses_cost_no_argon2_and_never_lock_out_the_holder_on_a_f
         assert (await guesser.verify(token)).subject == "user:flood"  # and on the attacked one too
         assert len(checks) == 2  # one argon2 check per process, for the genuine secret only
     finally:
-        await attacked.dispose()
-        await fresh.dispose()
+        await attacked.close()
+        await fresh.close()
 
 
 async def test_a_token_from_before_fingerprints_keeps_the_failure_budget_until_first_verified(
         owner_url, owner_engine, tenant):
-    engine = async_engine(for_role(owner_url, "kdbl_api"))
-    verifier = PatVerifier(engine, max_failures=2, failure_window_s=60)
+    pool = await connect.async_pool(for_role(owner_url, "kdbl_api"), size=2)
+    verifier = PatVerifier(pool, max_failures=2, failure_window_s=60)
     try:
         token, row = admin.create_token(db_of(owner_engine), tenant_name=tenant.name, name="legacy")
         with owner_engine.begin() as conn:  # as made before migration 0009
@@ -136,15 +136,15 @@ async def test_a_token_from_before_fingerprints_keeps_the_failure_budget_until_f
                 await verifier.verify(_forge(token, n))
         with pytest.raises(RateLimited, match="too many failed attempts"):
             await verifier.verify(_forge(token, 3))  # argon2 work stays bounded for these tokens
-        assert (await PatVerifier(engine).verify(token)).subject == "user:legacy"  # another process
+        assert (await PatVerifier(pool).verify(token)).subject == "user:legacy"  # another process
         with owner_engine.connect() as conn:
             stored = conn.execute(text("SELECT fingerprint FROM tokens WHERE id = :id"), {"id": row.id}).scalar()
         assert bytes(stored) == pat.fingerprint(token)  # recorded by the first successful check
         assert (await verifier.verify(token)).subject == "user:legacy"  # the throttled process accepts it now
-        fresh = PatVerifier(engine, max_failures=2, failure_window_s=60)
+        fresh = PatVerifier(pool, max_failures=2, failure_window_s=60)
         for n in range(10):
             with pytest.raises(Unauthenticated):
                 await fresh.verify(_forge(token, n))
         assert (await fresh.verify(token)).subject == "user:legacy"
     finally:
-        await engine.dispose()
+        await pool.close()

@@ -8,7 +8,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 
 from kdbl_control import admin
-from kdbl_core.db.engine import principal_params
+from kdbl_core.db.connect import principal_params
 from kdbl_core.principal import Principal
 
 TENANT_TABLES = ["tenants", "sources", "files", "chunks", "postings", "term_stats", "corpus_stats", "grants",

@@ -19,12 +19,6 @@ MIGRATIONS = "services/core/kdbl_core/db/migrations/"
 # Run-time modules still on SQLAlchemy (issue 15, one database path): moved to psycopg step by step.
 NOT_YET_MOVED = {
     "operator/kdbl_operator/db_sync.py",
-    "services/api/kdbl_api/app.py",
-    "services/api/kdbl_api/downloads.py",
-    "services/api/kdbl_api/policies.py",
-    "services/api/kdbl_api/ratelimit.py",
-    "services/core/kdbl_core/auth/oidc.py",
-    "services/core/kdbl_core/auth/verifier.py",
     "services/core/kdbl_core/db/content.py",
     "services/core/kdbl_core/db/driver.py",
     "services/core/kdbl_core/db/engine.py",

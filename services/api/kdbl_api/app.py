@@ -7,6 +7,9 @@ chart's NetworkPolicy opens to the monitoring namespace only. /healthz, /readyz 
 resource metadata stay open (probes and OAuth discovery need them; they reveal no data).
 While the database is unreachable every request that needs it gets 503 with `Retry-After` at once
 (kdbl_core.errors.Unavailable, raised by the request path's pool), and /readyz says so.
+Everything the app reads or writes goes through one psycopg pool (kdbl_core.db.async_pool.AsyncPool,
+`settings.db_pool_size` connections, opened in the lifespan): tool calls, token and OIDC tenant
+lookups, policies, rate limits, downloads, audit rows, readiness, /capacity and the start-up checks.
 """
 
 from __future__ import annotations
@@ -19,8 +22,6 @@ from collections.abc import AsyncIterator
 
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-import sqlalchemy.exc
-from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -39,12 +40,12 @@ from kdbl_api.server import AppState, build_server
 from kdbl_api.tools.context import Services
 from kdbl_core.auth.oidc import OidcVerifier
 from kdbl_core.auth.verifier import BearerVerifier, PatVerifier
-from kdbl_core.db import driver, embeddings, reads
+from kdbl_core.db import connect, embeddings, reads
+from kdbl_core.db.async_pool import AsyncPool
+from kdbl_core.db.connect import rls_transaction
 from kdbl_core.embed import Embedder
-from kdbl_core.db.engine import assert_runtime_role, rls_transaction
-from kdbl_core.db.pgpool import ApiPool
 from kdbl_core.errors import (
-    Forbidden, RateLimited, TemporaryError, Unauthenticated, Unavailable, http_response_of, jsonrpc_response_of,
+    Forbidden, RateLimited, TemporaryError, Unauthenticated, http_response_of, jsonrpc_response_of,
 )
 from kdbl_core.principal import ALL_SCOPES, Principal
 from kdbl_core.settings import Settings
@@ -67,20 +68,14 @@ def unavailable(request: Request, exc: Exception) -> Response:
     return rendered.response()
 
 
-def database_error(request: Request, exc: Exception) -> Response:
-    """The SQLAlchemy engine (start-up checks, OIDC tenant lookups) could not reach the database: 503 too."""
-    log.warning("database error", extra={"error": type(exc).__name__})
-    return unavailable(request, Unavailable("the database could not serve the request; retry shortly"))
-
-
-def _oidc(settings: Settings, engine: AsyncEngine) -> OidcVerifier | None:
+def _oidc(settings: Settings, pool: AsyncPool) -> OidcVerifier | None:
     if not settings.oidc_jwks_file:
         return None
     if not (settings.oidc_issuer and settings.oidc_audience):
         from kdbl_core.errors import ConfigError
 
         raise ConfigError("KDBL_OIDC_JWKS_FILE needs KDBL_OIDC_ISSUER and KDBL_OIDC_AUDIENCE too")
-    return OidcVerifier(engine, issuer=settings.oidc_issuer, audience=settings.oidc_audience,
+    return OidcVerifier(pool, issuer=settings.oidc_issuer, audience=settings.oidc_audience,
                         jwks_file=settings.oidc_jwks_file, tenant_claim=settings.oidc_tenant_claim,
                         groups_claim=settings.oidc_groups_claim)
 
@@ -93,12 +88,11 @@ def load_embedder(settings: Settings) -> Embedder | None:
                     max_tokens=settings.embed_max_tokens, query_cache_size=settings.query_cache_size)
 
 
-def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | None = None) -> Starlette:
-    """The API. `embedder` lets a process that already loaded the model share it (kdbl-control up)."""
+def create_app(settings: Settings, database_url: str, embedder: Embedder | None = None) -> Starlette:
+    """The API on the database at `database_url` (the kdbl_api role's). `embedder` lets a process that
+    already loaded the model share it (kdbl-control up)."""
     state = AppState()
-    # the request path (tool calls, token lookups, downloads) runs on psycopg's pool; the engine serves
-    # start-up checks, readiness and capacity
-    pool = ApiPool(engine.url, settings.db_pool_size)
+    pool = AsyncPool(connect.conninfo(database_url), settings.db_pool_size, name="kdbl-api")  # opened below
     server = build_server(pool, state)
     manager = StreamableHTTPSessionManager(
         app=server, json_response=True, stateless=True,
@@ -107,7 +101,7 @@ def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | Non
             allowed_origins=list(settings.allowed_origins)),
         max_request_body_size=settings.max_request_bytes,
     )
-    verifier = BearerVerifier(PatVerifier(pool), _oidc(settings, engine))
+    verifier = BearerVerifier(PatVerifier(pool), _oidc(settings, pool))
     policies = Policies(pool, settings)
     limiter = RateLimiter(pool)
     mcp_app = HostHint(StreamableHTTPASGIApp(manager), settings)  # a 421 names --host / KDBL_ALLOWED_HOSTS
@@ -189,10 +183,9 @@ def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | Non
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
-            await assert_runtime_role(engine, allow_privileged=settings.allow_privileged_db_role)
-            async with engine.begin() as conn:
-                cursor_key = await reads.server_key(await driver.psycopg_connection(conn), "cursor")
             await pool.open()
+            await connect.assert_runtime_role(pool, allow_privileged=settings.allow_privileged_db_role)
+            cursor_key = await reads.server_key(pool, "cursor")
             loaded = embedder or await anyio.to_thread.run_sync(load_embedder, settings)
             state.services = Services(settings=settings, cursors=CursorCodec(cursor_key), downloads=downloads.signer,
                                       embedder=loaded)
@@ -201,7 +194,6 @@ def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | Non
         finally:
             await downloads.aclose()
             await pool.close()
-            await engine.dispose()
 
     routes = [
         Route("/mcp", front_door, methods=["GET", "POST", "DELETE", "PUT", "PATCH"]),
@@ -216,5 +208,4 @@ def create_app(settings: Settings, engine: AsyncEngine, embedder: Embedder | Non
     if settings.trusted_proxies:  # X-Forwarded-* from these peers only (never by default, not even loopback)
         middleware.append(Middleware(ProxyHeadersMiddleware, trusted_hosts=list(settings.trusted_proxies)))
     return Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
-                     exception_handlers={TemporaryError: unavailable,
-                                         sqlalchemy.exc.OperationalError: database_error})
+                     exception_handlers={TemporaryError: unavailable})

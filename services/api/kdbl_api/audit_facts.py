@@ -21,7 +21,8 @@ from typing import Any
 from starlette.requests import HTTPConnection
 
 from kdbl_core.db import audit
-from kdbl_core.db.engine import ContentConnection, ContentDb, rls_transaction
+from kdbl_core.db.async_pool import AsyncPool, Connection
+from kdbl_core.db.connect import rls_transaction
 from kdbl_core.principal import Principal
 
 log = logging.getLogger(__name__)
@@ -62,18 +63,18 @@ def audit_row(principal: Principal, request: HTTPConnection | None, tool: str, a
     }
 
 
-async def write(conn: ContentConnection, row: dict[str, Any]) -> None:
+async def write(conn: Connection, row: dict[str, Any]) -> None:
     """The row, in the call's transaction (it commits with what the call read)."""
     await audit.record(conn, **row)
 
 
-async def write_alone(db: ContentDb, principal: Principal, row: dict[str, Any], *,
+async def write_alone(pool: AsyncPool, principal: Principal, row: dict[str, Any], *,
                       must: bool = False) -> None:
     """The row in its own transaction (a refused or failed call; a download). Unless `must` (a download
     is not served unaudited), a failed write is logged, not raised: the caller's answer to a refusal
     must not turn into an audit failure."""
     try:
-        async with rls_transaction(db, principal) as conn:
+        async with rls_transaction(pool, principal) as conn:
             await audit.record(conn, **row)
     except Exception:
         if must:

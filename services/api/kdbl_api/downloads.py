@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 from urllib.parse import quote
 
 import httpx
-from sqlalchemy import text
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -31,14 +30,15 @@ from kdbl_api.observability import Observability
 from kdbl_api.policies import Policies
 
 from kdbl_core.db import reads
-from kdbl_core.db.engine import ContentDb, autocommit_connection, rls_transaction
+from kdbl_core.db.async_pool import AsyncPool
+from kdbl_core.db.connect import rls_transaction
 from kdbl_core.errors import Forbidden, NotFound, UpstreamError, http_response_of
 from kdbl_core.principal import Principal
 from kdbl_core.settings import Settings
 from kdbl_core.signing import DownloadClaims, DownloadSigner
 
 log = logging.getLogger(__name__)
-_TOKEN_STATE = text("SELECT tenant_id, expires_at, revoked_at FROM kdbl_token_state(:token)")
+_TOKEN_STATE = "SELECT tenant_id, expires_at, revoked_at FROM kdbl_token_state(%(token)s)"
 
 
 def _disposition(key: str, attachment: bool) -> str:
@@ -49,14 +49,14 @@ def _disposition(key: str, attachment: bool) -> str:
 
 
 class Downloads:
-    def __init__(self, settings: Settings, engine: ContentDb, observability: Observability,
+    def __init__(self, settings: Settings, pool: AsyncPool, observability: Observability,
                  policies: Policies) -> None:
         self.enabled = bool(settings.download_signing_secret and settings.api_public_url
                             and settings.internal_fetch_token)
         self.signer = DownloadSigner(settings.download_signing_secret.get_secret_value()) if self.enabled else None
         self._token = settings.internal_fetch_token.get_secret_value() if self.enabled else ""
         self._worker = settings.worker_fetch_url.rstrip("/")
-        self._engine = engine
+        self._pool = pool
         self._obs = observability
         self._policies = policies
         self._http: httpx.AsyncClient | None = None
@@ -81,7 +81,7 @@ class Downloads:
             await self._audit(principal, claims, asked.failed("denied", refusal), request, started)
             self._obs.downloads.labels("forbidden").inc()
             return http_response_of(Forbidden(refusal)).response()
-        async with rls_transaction(self._engine, principal) as conn:
+        async with rls_transaction(self._pool, principal) as conn:
             row = await reads.get_file(conn, claims.source_id, claims.key)
         if row is None:
             await self._audit(principal, claims, asked.failed("error", "not visible"), request, started)
@@ -132,8 +132,7 @@ class Downloads:
             return "this tenant allows inline downloads only (drop dl=1)"
         if claims.token_id is None:
             return None
-        async with autocommit_connection(self._engine) as conn:
-            rows = (await conn.execute(_TOKEN_STATE, {"token": claims.token_id})).all()
+        rows = await self._pool.fetch(_TOKEN_STATE, {"token": claims.token_id})
         row = rows[0] if rows else None
         if row is None or row.tenant_id != claims.tenant_id or row.revoked_at is not None:
             return "the token that minted this link was revoked"
@@ -146,4 +145,4 @@ class Downloads:
         arguments = {"source_id": str(claims.source_id), "key": claims.key,
                      "dl": request.query_params.get("dl") == "1"}
         row = audit_facts.audit_row(principal, request, "files/download", arguments, facts, started)
-        await audit_facts.write_alone(self._engine, principal, row, must=True)
+        await audit_facts.write_alone(self._pool, principal, row, must=True)

@@ -32,7 +32,7 @@ from kdbl_api.policies import Policies
 from kdbl_api.ratelimit import Decision, RateLimiter
 from kdbl_api.server import POLICY_KEY
 from kdbl_core.auth.verifier import TokenRefused
-from kdbl_core.db.engine import ContentDb
+from kdbl_core.db.async_pool import AsyncPool
 from kdbl_core.errors import (
     PARSE_ERROR, Forbidden, KdblError, NotFound, RateLimited, RequestTimeout, RequestTooLarge, Unauthenticated,
     http_response_of, jsonrpc_response_of,
@@ -61,14 +61,14 @@ def disabled_message(tenant_name: str) -> str:
 
 class McpFrontDoor:
     def __init__(self, sdk_app: ASGIApp, verifier: SdkTokenVerifier, settings: Settings, limiter: RateLimiter,
-                 observability: Observability, policies: Policies, db: ContentDb) -> None:
+                 observability: Observability, policies: Policies, pool: AsyncPool) -> None:
         self.sdk_app = sdk_app
         self.verifier = verifier
         self.settings = settings
         self.limiter = limiter
         self.obs = observability
         self.policies = policies
-        self.db = db
+        self.pool = pool
 
     async def quota(self, principal: Principal) -> dict[str, Any]:
         """/capacity's rate_limit: the caller's tiers (per token, tenant) and what is left of the tightest
@@ -82,7 +82,7 @@ class McpFrontDoor:
                        status: str, reason: str, started: float) -> None:
         _, tool, arguments = calls[0] if calls else ("", "mcp", {})
         facts = AuditFacts.refused(status, reason)
-        await audit_facts.write_alone(self.db, principal,
+        await audit_facts.write_alone(self.pool, principal,
                                       audit_facts.audit_row(principal, request, tool, arguments, facts, started))
 
     def _challenge(self, request: Request, error: str | None = None, description: str | None = None,

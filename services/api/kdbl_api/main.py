@@ -19,7 +19,6 @@ from starlette.applications import Starlette
 from kdbl_api import workers
 from kdbl_api.app import create_app
 from kdbl_core import logging_setup
-from kdbl_core.db.engine import async_engine
 from kdbl_core.errors import ConfigError
 from kdbl_core.settings import Settings, get_settings, load_settings
 
@@ -31,10 +30,7 @@ def build() -> Starlette:
     """The app from the environment (also the uvicorn factory each worker process calls)."""
     settings = get_settings()
     logging_setup.configure(settings.log_level, settings.log_format)
-    # start-up checks and OIDC tenant lookups (cached) only, pre-pinged so a database restart fails no
-    # request: the request path, /readyz and /capacity use their own pool (kdbl_core.db.pgpool)
-    engine = async_engine(settings.require_database_url(), pool_size=2, pre_ping=True)
-    return create_app(settings, engine)
+    return create_app(settings, settings.require_database_url())  # one pool of KDBL_DB_POOL_SIZE
 
 
 def listen_sockets(settings: Settings) -> list[socket.socket]:

@@ -11,21 +11,19 @@ import time
 from collections.abc import Callable
 from uuid import UUID
 
-from sqlalchemy import text
-
 from kdbl_core import policy
-from kdbl_core.db.engine import ContentDb, autocommit_connection
+from kdbl_core.db.async_pool import AsyncPool
 from kdbl_core.policy import TenantPolicy
 from kdbl_core.settings import Settings
 
 TTL_S = 2.0
-_READ = text("SELECT settings FROM kdbl_tenant_settings(:tenant)")
+_READ = "SELECT settings FROM kdbl_tenant_settings(%(tenant)s)"
 
 
 class Policies:
-    def __init__(self, db: ContentDb, settings: Settings, *, ttl_s: float = TTL_S,
+    def __init__(self, pool: AsyncPool, settings: Settings, *, ttl_s: float = TTL_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._db, self._ttl, self._clock = db, ttl_s, clock
+        self._pool, self._ttl, self._clock = pool, ttl_s, clock
         self._defaults = {"default_per_minute": settings.rate_limit_per_minute,
                           "default_burst": settings.rate_limit_burst}
         self._cache: dict[UUID, tuple[float, TenantPolicy]] = {}
@@ -35,8 +33,7 @@ class Policies:
         now = self._clock()
         if hit is not None and now - hit[0] < self._ttl:
             return hit[1]
-        async with autocommit_connection(self._db) as conn:
-            rows = (await conn.execute(_READ, {"tenant": tenant_id})).all()
+        rows = await self._pool.fetch(_READ, {"tenant": tenant_id})
         parsed = policy.parse(rows[0].settings if rows else None, **self._defaults)
         if len(self._cache) > 10_000:
             self._cache.clear()

@@ -23,15 +23,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sqlalchemy import text
-
-from kdbl_core.db.engine import ContentDb, autocommit_connection
+from kdbl_core.db.async_pool import AsyncPool
 from kdbl_core.policy import TenantPolicy, Tier
 from kdbl_core.principal import Principal
 
-_TAKE = text(
-    "SELECT key, remaining, capacity, retry_after FROM kdbl_rate_take(:keys, :caps, :rates)")
-_PEEK = text("SELECT key, remaining, capacity FROM kdbl_rate_peek(:keys, :caps, :rates)")
+_TAKE = "SELECT key, remaining, capacity, retry_after FROM kdbl_rate_take(%(keys)s, %(caps)s, %(rates)s)"
+_PEEK = "SELECT key, remaining, capacity FROM kdbl_rate_peek(%(keys)s, %(caps)s, %(rates)s)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,22 +86,20 @@ def _decide(pairs: list[tuple[str, Tier]], rows: list) -> Decision:
 
 
 class RateLimiter:
-    def __init__(self, db: ContentDb) -> None:
-        self._db = db
+    def __init__(self, pool: AsyncPool) -> None:
+        self._pool = pool
 
     async def take(self, principal: Principal, policy: TenantPolicy) -> Decision | None:
         """None when no tier applies; otherwise whether the request may pass, with what is left."""
         pairs = buckets(principal, policy)
         if not pairs:
             return None
-        async with autocommit_connection(self._db) as conn:
-            rows = (await conn.execute(_TAKE, _params(pairs))).all()
+        rows = await self._pool.fetch(_TAKE, _params(pairs))
         return _decide(pairs, rows)
 
     async def peek(self, principal: Principal, policy: TenantPolicy) -> Decision | None:
         pairs = buckets(principal, policy)
         if not pairs:
             return None
-        async with autocommit_connection(self._db) as conn:
-            rows = (await conn.execute(_PEEK, _params(pairs))).all()
+        rows = await self._pool.fetch(_PEEK, _params(pairs))
         return _decide(pairs, rows)

@@ -31,7 +31,8 @@ from kdbl_api.tools.models import FileRefArgs
 from kdbl_api.tools.registry import TOOLS, content_blocks, text_mime_type
 from kdbl_core import __version__
 from kdbl_core.db import reads
-from kdbl_core.db.engine import ContentDb, rls_transaction
+from kdbl_core.db.async_pool import AsyncPool
+from kdbl_core.db.connect import rls_transaction
 from kdbl_core.errors import (
     FORBIDDEN, Forbidden, InvalidArgument, KdblError, RateLimited, Unauthenticated, jsonrpc_error_of,
 )
@@ -102,7 +103,7 @@ def validation_error(exc: ValidationError) -> MCPError:
 Work = Callable[[ToolContext], Awaitable[tuple[dict[str, Any], AuditFacts]]]
 
 
-def build_server(engine: ContentDb, state: AppState) -> Server[Any]:
+def build_server(pool: AsyncPool, state: AppState) -> Server[Any]:
     definitions = [spec.definition() for spec in TOOLS.values()]
 
     async def run(ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any], work: Work
@@ -112,7 +113,7 @@ def build_server(engine: ContentDb, state: AppState) -> Server[Any]:
         started = time.perf_counter()
         ok, mode = False, None
         try:
-            async with rls_transaction(engine, principal) as conn:
+            async with rls_transaction(pool, principal) as conn:
                 tctx = ToolContext(conn=conn, principal=principal, services=state.services, policy=_policy(ctx))
                 result, facts = await work(tctx)
                 row = audit_facts.audit_row(principal, ctx.request, name, arguments, facts, started)
@@ -139,7 +140,7 @@ def build_server(engine: ContentDb, state: AppState) -> Server[Any]:
                              arguments: dict[str, Any], status: str, reason: str, started: float) -> None:
         facts = AuditFacts.refused(status, reason)
         row = audit_facts.audit_row(principal, ctx.request, tool, arguments, facts, started)
-        await audit_facts.write_alone(engine, principal, row)
+        await audit_facts.write_alone(pool, principal, row)
 
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                          ) -> types.ListToolsResult:

@@ -96,7 +96,8 @@ def load_embedder(settings: Settings) -> Embedder | None:
     return load_embedder(settings)
 
 
-def create_api_app(settings: Settings, engine: Any, embedder: Embedder | None) -> Any:
+def create_api_app(settings: Settings, database_url: str, embedder: Embedder | None) -> Any:
+    """The API app (kdbl_api.app.create_app): it opens its own pool on `database_url` in its lifespan."""
     from kdbl_api.app import create_app
 
-    return create_app(settings, engine, embedder)
+    return create_app(settings, database_url, embedder)

@@ -221,8 +221,7 @@ def _run_up(folders: list[Path], data_dir: Path, port: int, host: str, env: Sett
                                               port=fetch_port,
                                               log_level="warning", server_header=False))
         threading.Thread(target=fetch.run, name="fetch", daemon=True).start()
-        api_engine = async_engine(for_role(db.owner_url, "kdbl_api"))
-        api = compose.create_api_app(settings, api_engine, embedder)
+        api = compose.create_api_app(settings, for_role(db.owner_url, "kdbl_api"), embedder)
         server = uvicorn.Server(uvicorn.Config(api, host=host, port=port,
                                                log_level="warning", lifespan="on", server_header=False,
                                                proxy_headers=False))  # X-Forwarded-For: KDBL_TRUSTED_PROXIES only

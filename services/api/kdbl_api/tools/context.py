@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kdbl_core.db.engine import ContentConnection
+from kdbl_core.db.async_pool import Connection
 from kdbl_core.embed import Embedder
 from kdbl_core.policy import TenantPolicy
 from kdbl_core.principal import Principal
@@ -26,7 +26,7 @@ class Services:
 
 @dataclass(slots=True)
 class ToolContext:
-    conn: ContentConnection
+    conn: Connection  # psycopg's, in the call's RLS transaction (kdbl_core.db.connect.rls_transaction)
     principal: Principal
     services: Services
     policy: TenantPolicy = field(default_factory=TenantPolicy)

@@ -14,10 +14,8 @@ import uuid
 from pathlib import Path
 
 import jwt
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from kdbl_core.auth.verifier import ADMIN_REJECTED
+from kdbl_core.db.async_pool import AsyncPool
 from kdbl_core.errors import ConfigError, Forbidden, Unauthenticated
 from kdbl_core.principal import ALL_SCOPES, Principal
 
@@ -42,9 +40,9 @@ def _claim_text(value: object, claim: str) -> str:
 
 
 class OidcVerifier:
-    def __init__(self, engine: AsyncEngine, *, issuer: str, audience: str, jwks_file: str,
+    def __init__(self, pool: AsyncPool, *, issuer: str, audience: str, jwks_file: str,
                  tenant_claim: str = "kdbl_tenant", groups_claim: str = "groups") -> None:
-        self._engine = engine
+        self._pool = pool
         self.issuer, self.audience = issuer, audience
         self._path = Path(jwks_file)
         self._tenant_claim, self._groups_claim = tenant_claim, groups_claim
@@ -118,9 +116,8 @@ class OidcVerifier:
     async def _tenant_id(self, name: str) -> uuid.UUID:
         if name in self._tenants:
             return self._tenants[name]
-        async with self._engine.begin() as conn:
-            row = (await conn.execute(text("SELECT id FROM kdbl_tenant_by_name(:n)"), {"n": name})).first()
-        if row is None:
+        rows = await self._pool.fetch("SELECT id FROM kdbl_tenant_by_name(%(n)s)", {"n": name})
+        if not rows:
             raise Forbidden(f"unknown tenant '{name}' in token")
-        self._tenants[name] = row.id
-        return row.id
+        self._tenants[name] = rows[0].id
+        return rows[0].id

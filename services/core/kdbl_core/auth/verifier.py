@@ -26,18 +26,16 @@ from datetime import UTC, datetime
 
 import anyio.to_thread
 
-from sqlalchemy import text
-
 from kdbl_core.auth import pat
-from kdbl_core.db.engine import ContentDb, autocommit_connection
+from kdbl_core.db.async_pool import AsyncPool
 from kdbl_core.errors import Forbidden, RateLimited, Unauthenticated
 from kdbl_core.principal import Principal
 
-_LOOKUP = text(
+_LOOKUP = (
     "SELECT id, tenant_id, tenant_name, kind, subject, groups, scopes, hash, expires_at, revoked_at, fingerprint "
-    "FROM kdbl_token_lookup(:lookup_id)"
+    "FROM kdbl_token_lookup(%(lookup_id)s)"
 )
-_SET_FINGERPRINT = text("SELECT kdbl_token_set_fingerprint(:lookup_id, :fingerprint)")
+_SET_FINGERPRINT = "SELECT kdbl_token_set_fingerprint(%(lookup_id)s, %(fingerprint)s)"
 MAX_FAILURES = 5
 FAILURE_WINDOW_S = 60.0
 ADMIN_REJECTED = (
@@ -117,17 +115,16 @@ class _FailureBudget:
 
 
 class PatVerifier:
-    def __init__(self, db: ContentDb, *, max_failures: int = MAX_FAILURES,
+    def __init__(self, pool: AsyncPool, *, max_failures: int = MAX_FAILURES,
                  failure_window_s: float = FAILURE_WINDOW_S) -> None:
-        self._db = db
+        self._pool = pool
         self._cache = _VerifiedCache()
         self._failures = _FailureBudget(max_failures, failure_window_s)
         self._inflight: dict[str, anyio.Lock] = {}
 
     async def verify(self, token: str) -> Principal:
         parsed = pat.parse(token)
-        async with autocommit_connection(self._db) as conn:  # one statement: no BEGIN/COMMIT round trips
-            rows = (await conn.execute(_LOOKUP, {"lookup_id": parsed.lookup_id})).all()
+        rows = await self._pool.fetch(_LOOKUP, {"lookup_id": parsed.lookup_id})  # no BEGIN/COMMIT round trips
         row = rows[0] if rows else None
         if row is None:
             raise Unauthenticated("unknown token")
@@ -178,9 +175,8 @@ class PatVerifier:
                 self._failures.succeeded(lookup_id)
                 self._cache.add(lookup_id, digest)
                 if budgeted:  # a token from before migration 0009: record its fingerprint for every replica
-                    async with autocommit_connection(self._db) as conn:
-                        await conn.execute(_SET_FINGERPRINT, {"lookup_id": lookup_id,
-                                                                      "fingerprint": pat.fingerprint(token)})
+                    await self._pool.fetch(_SET_FINGERPRINT, {"lookup_id": lookup_id,
+                                                              "fingerprint": pat.fingerprint(token)})
         finally:
             if not lock.locked() and lock.statistics().tasks_waiting == 0:
                 self._inflight.pop(lookup_id, None)

@@ -68,6 +68,34 @@ def tenant_transaction(pool: ConnectionPool, tenant_id: UUID) -> Iterator[Connec
         yield conn
 
 
+# --- the start-up check of a service's role ------------------------------------------------------
+
+ROLE_CHECK = (
+    "SELECT r.rolsuper, r.rolbypassrls, "
+    "EXISTS (SELECT 1 FROM pg_tables t WHERE t.tableowner = current_user AND t.schemaname = 'public') "
+    "FROM pg_roles r WHERE r.rolname = current_user"
+)
+
+
+def check_runtime_role(row: tuple[bool, bool, bool] | None, *, allow_privileged: bool) -> None:
+    """Refuse to serve as a role that row-level security would not restrict."""
+    if row is None or allow_privileged:
+        return
+    superuser, bypass, owner = row
+    if superuser or bypass or owner:
+        raise ConfigError(
+            "the database role of this service bypasses row-level security (superuser, BYPASSRLS or "
+            "table owner); connect as kdbl_api / kdbl_worker, or set KDBL_ALLOW_PRIVILEGED_DB_ROLE=true"
+        )
+
+
+def assert_runtime_role_sync(pool: ConnectionPool, *, allow_privileged: bool) -> None:
+    """`check_runtime_role` for the worker's pool (ConfigError when the role bypasses RLS)."""
+    with pool.connection() as conn:
+        row = conn.execute(ROLE_CHECK).fetchone()
+    check_runtime_role(tuple(row) if row else None, allow_privileged=allow_privileged)
+
+
 # --- the asynchronous request path (the API, eval and bench): kdbl_core.db.async_pool -------------
 
 async def async_pool(url: str, *, size: int = 10, name: str = "kdbl-api") -> AsyncPool:
@@ -75,6 +103,12 @@ async def async_pool(url: str, *, size: int = 10, name: str = "kdbl-api") -> Asy
     pool = AsyncPool(conninfo(url), size, name=name)
     await pool.open()
     return pool
+
+
+async def assert_runtime_role(pool: AsyncPool, *, allow_privileged: bool) -> None:
+    """`check_runtime_role` for the API's pool (ConfigError when the role bypasses RLS)."""
+    rows = await pool.fetch(ROLE_CHECK)
+    check_runtime_role(tuple(rows[0]) if rows else None, allow_privileged=allow_privileged)
 
 
 _SUBJECT_SEP = "\x1f"

@@ -1,11 +1,12 @@
-"""Read-side queries for the API; always run inside an RLS transaction (rls_transaction)."""
+"""Read-side queries for the API, on psycopg's AsyncConnection inside an RLS transaction
+(kdbl_core.db.connect.rls_transaction); `server_key` alone reads outside one, on the pool."""
 
 from __future__ import annotations
 
 import uuid
 from typing import Any
 
-from kdbl_core.db.async_pool import Connection
+from kdbl_core.db.async_pool import AsyncPool, Connection
 
 _FILE = """
 SELECT f.id, f.source_id, f.key, f.size, f.mtime, f.etag, f.content_type, f.storage_class, f.owner,
@@ -84,8 +85,9 @@ async def list_all_files(conn: Connection, *, after: tuple[uuid.UUID, str] | Non
     return [r._asdict() for r in await cur.fetchall()]
 
 
-async def server_key(conn: Connection, name: str) -> bytes:
-    row = await (await conn.execute("SELECT secret FROM server_keys WHERE name = %(n)s", {"n": name})).fetchone()
-    if row is None:
+async def server_key(pool: AsyncPool, name: str) -> bytes:
+    """A server-wide secret (the cursor key): one statement outside any tenant's transaction."""
+    rows = await pool.fetch("SELECT secret FROM server_keys WHERE name = %(n)s", {"n": name})
+    if not rows:
         raise LookupError(f"no server key {name!r}")
-    return row[0]
+    return rows[0].secret
