@@ -20,9 +20,7 @@ MIGRATIONS = "services/core/kdbl_core/db/migrations/"
 NOT_YET_MOVED = {
     "operator/kdbl_operator/db_sync.py",
     "services/core/kdbl_core/db/content.py",
-    "services/core/kdbl_core/db/driver.py",
     "services/core/kdbl_core/db/engine.py",
-    "services/core/kdbl_core/db/pgpool.py",
     "services/worker/kdbl_worker/bench_crawl.py",
     "services/worker/kdbl_worker/deadlines.py",
     "services/worker/kdbl_worker/jobs.py",
