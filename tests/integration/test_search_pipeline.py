@@ -55,8 +55,9 @@ def _principal(corpus) -> Principal:
                      scopes=frozenset(ALL_SCOPES))
 
 
-async def _traced_search(owner_url, corpus, embedder, **args) -> tuple[dict, int, set[str]]:
-    """(result, round trips inside the transaction, project modules passed through) of one search_content."""
+async def _traced_search(owner_url, corpus, embedder, **args) -> tuple[dict, int, set[str], list[list[str]]]:
+    """(result, round trips inside the transaction, project modules passed through, the frontend
+    messages sent) of one search_content."""
     pool = await connect.async_pool(for_role(owner_url, "kdbl_api"), size=1)
     services = Services(settings=Settings(hybrid_depth=10), cursors=CursorCodec(b"k" * 32), embedder=embedder)
     modules: set[str] = set()
@@ -83,18 +84,22 @@ async def _traced_search(owner_url, corpus, embedder, **args) -> tuple[dict, int
     finally:
         await pool.close()
     round_trips = sum(1 for f in sent if len(f) > 2 and f[0] == "F" and f[2] in ("Sync", "Query"))
-    return result, round_trips, modules
+    return result, round_trips, modules, [f for f in sent if len(f) > 2 and f[0] == "F"]
+
+
+# pgvector's text form of a vector, as a query parameter: '[0.0123,-0.04...'
+_TEXT_VECTOR = re.compile(r"'\[-?\d+(\.\d+)?(e-?\d+)?,-?\d")
 
 
 async def test_a_hybrid_search_takes_seven_round_trips_a_semantic_three_a_lexical_two(owner_url, corpus,
                                                                                        embedder):
-    hybrid, hybrid_trips, modules = await _traced_search(
+    hybrid, hybrid_trips, modules, _ = await _traced_search(
         owner_url, corpus, embedder, query="ERR4021 gateway cat sleeping on a carpet", limit=10, explain=True)
-    semantic, semantic_trips, _ = await _traced_search(owner_url, corpus, embedder, query="cat on a carpet",
+    semantic, semantic_trips, _, _ = await _traced_search(owner_url, corpus, embedder, query="cat on a carpet",
                                                        mode="semantic")
-    lexical, lexical_trips, _ = await _traced_search(owner_url, corpus, embedder, query="gateway",
+    lexical, lexical_trips, _, _ = await _traced_search(owner_url, corpus, embedder, query="gateway",
                                                      mode="lexical")
-    filtered, filtered_trips, _ = await _traced_search(owner_url, corpus, embedder, query="gateway",
+    filtered, filtered_trips, _, _ = await _traced_search(owner_url, corpus, embedder, query="gateway",
                                                        mode="lexical", source_id=str(corpus.source_id))
     print(f"round trips: hybrid {hybrid_trips}, semantic {semantic_trips}, lexical {lexical_trips}, "
           f"lexical+source {filtered_trips}; modules ({len(modules)}): {sorted(modules)}")
@@ -109,6 +114,15 @@ async def test_a_hybrid_search_takes_seven_round_trips_a_semantic_three_a_lexica
     assert semantic_trips == 3  # preflight, vector arm, windows (was 4)
     assert lexical_trips == 2 and filtered_trips == 3  # (source check,) keyword arm, windows: as before
     assert "services/core/kdbl_core/search/pipeline.py" in modules
+
+
+async def test_the_query_vector_travels_in_binary_not_as_a_text_literal(owner_url, corpus, embedder):
+    result, _, _, sent = await _traced_search(owner_url, corpus, embedder, query="cat on a carpet", mode="semantic")
+    binds = ["\t".join(f) for f in sent if f[2] == "Bind"]
+    assert result["mode"] == "semantic" and binds
+    # the vector arm's parameter: 384 float32s in pgvector's binary form (was ~3,800 characters of text)
+    assert not [b for b in binds if _TEXT_VECTOR.search(b)]
+    assert any(len(b) > 4 * 384 for b in binds)
 
 
 async def test_a_source_the_caller_cannot_see_is_refused_in_every_mode(owner_url, corpus, embedder):
