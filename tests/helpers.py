@@ -64,8 +64,8 @@ def make_corpus(owner_engine, worker_engine, root: Path, files: dict[str, str | 
 
 
 def crawl(worker_engine, corpus: Corpus) -> CrawlStats:
-    indexer = Indexer(worker_engine, Settings())
-    [source] = load_sources(worker_engine, source_id=corpus.source_id)
+    indexer = Indexer(db_of(worker_engine), Settings())
+    [source] = load_sources(db_of(worker_engine), source_id=corpus.source_id)
     return indexer.crawl(source)
 
 

@@ -6,7 +6,7 @@ Deletion runs in bounded batches, each its own transaction, so a large tenant is
 huge transaction and a restarted operator simply continues with what is left.
 
 Database errors surface as kdbl_core.errors.TemporaryError (worth a retry: connection lost, lock
-timeout, a concurrent insert of the same name) so callers need no SQLAlchemy.
+timeout, a concurrent insert of the same name) so callers need not know the driver's errors.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, text
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 from kdbl_core.db import content
+from kdbl_core.db.connect import Connection, Pool
 from kdbl_core.errors import TemporaryError
 
 OPERATOR = "operator"
@@ -32,73 +33,75 @@ _JSON_COLUMNS = {"settings", "config"}
 
 
 @contextmanager
-def transaction(engine: Engine) -> Iterator[Connection]:
+def transaction(pool: Pool) -> Iterator[Connection]:
     """One transaction; connection failures and serialisation problems become TemporaryError."""
     try:
-        with engine.begin() as conn:
-            conn.execute(text("SET LOCAL lock_timeout = '10s'"))
+        with pool.connection() as conn:
+            conn.execute("SET LOCAL lock_timeout = '10s'")
             yield conn
-    except IntegrityError as exc:
+    except psycopg.IntegrityError as exc:
         # Two reconciles inserted the same name at once: the next attempt sees the winner's row.
-        raise TemporaryError(f"concurrent change in the database ({type(exc.orig).__name__})") from exc
-    except DBAPIError as exc:
-        # OperationalError: connection refused/lost, lock timeout, deadlock, serialisation failure.
-        if not isinstance(exc, OperationalError) and not exc.connection_invalidated:
-            raise
-        first = (str(exc.orig).strip().splitlines() or [""])[0] if exc.orig is not None else ""
+        raise TemporaryError(f"concurrent change in the database ({type(exc).__name__})") from exc
+    except psycopg.OperationalError as exc:
+        # connection refused/lost (and the pool's timeout), lock timeout, deadlock, serialisation failure
+        first = (str(exc).strip().splitlines() or [""])[0]
         raise TemporaryError(f"database unavailable: {first or type(exc).__name__}") from exc
 
 
-def _set_clause(changes: Mapping[str, Any], allowed: Iterable[str]) -> tuple[str, list[Any]]:
+def _json(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Parameters with the JSON columns' values wrapped for jsonb."""
+    return {c: Jsonb(v) if c in _JSON_COLUMNS else v for c, v in values.items()}
+
+
+def _set_clause(changes: Mapping[str, Any], allowed: Iterable[str]) -> str:
     allowed = set(allowed)
     unknown = set(changes) - allowed
     if unknown:
         raise ValueError(f"not a converged column: {', '.join(sorted(unknown))}")
-    cols = sorted(changes)
-    binds = [bindparam(c, type_=JSONB) if c in _JSON_COLUMNS else bindparam(c) for c in cols]
-    return ", ".join(f"{c} = :{c}" for c in cols), binds
+    return ", ".join(f"{c} = %({c})s" for c in sorted(changes))
+
+
+def _dict(conn: Connection, sql: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
+    return conn.cursor(row_factory=dict_row).execute(sql, params).fetchone()
 
 
 # ------------------------------------------------------------------------------------------------
 # tenants
 # ------------------------------------------------------------------------------------------------
 def tenant_by_name(conn: Connection, name: str, *, lock: bool = False) -> dict[str, Any] | None:
-    sql = ("SELECT id, name, display_name, hybrid_enabled, managed_by, settings FROM tenants WHERE name = :name"
+    sql = ("SELECT id, name, display_name, hybrid_enabled, managed_by, settings FROM tenants WHERE name = %(name)s"
            + (" FOR UPDATE" if lock else ""))
-    row = conn.execute(text(sql), {"name": name}).mappings().first()
-    return dict(row) if row else None
+    return _dict(conn, sql, {"name": name})
 
 
 def insert_tenant(conn: Connection, name: str, values: Mapping[str, Any]) -> uuid.UUID:
-    stmt = text("INSERT INTO tenants (name, display_name, hybrid_enabled, settings, managed_by) "
-                "VALUES (:name, :display_name, :hybrid_enabled, :settings, :managed_by) RETURNING id"
-                ).bindparams(bindparam("settings", type_=JSONB))
-    return conn.execute(stmt, {"name": name, **{c: values[c] for c in _TENANT_COLUMNS}}).scalar_one()
+    sql = ("INSERT INTO tenants (name, display_name, hybrid_enabled, settings, managed_by) "
+           "VALUES (%(name)s, %(display_name)s, %(hybrid_enabled)s, %(settings)s, %(managed_by)s) RETURNING id")
+    return conn.execute(sql, _json({"name": name, **{c: values[c] for c in _TENANT_COLUMNS}})).fetchone().id
 
 
 def update_tenant(conn: Connection, tenant_id: uuid.UUID, changes: Mapping[str, Any]) -> None:
     if not changes:
         return
-    clause, binds = _set_clause(changes, _TENANT_COLUMNS)
-    stmt = text(f"UPDATE tenants SET {clause}, updated_at = now() WHERE id = :id").bindparams(*binds)
-    conn.execute(stmt, {**changes, "id": tenant_id})
+    clause = _set_clause(changes, _TENANT_COLUMNS)
+    conn.execute(f"UPDATE tenants SET {clause}, updated_at = now() WHERE id = %(id)s", _json({**changes, "id": tenant_id}))
 
 
 def sync_inherited_hybrid(conn: Connection, tenant_id: uuid.UUID, hybrid: bool) -> int:
     """Operator sources that inherit the tenant's hybrid toggle follow it."""
-    return conn.execute(text("""
-        UPDATE sources SET hybrid_enabled = :h, updated_at = now()
-         WHERE tenant_id = :t AND managed_by = 'operator' AND config -> 'k8s' ->> 'hybrid' = 'inherit'
-           AND hybrid_enabled IS DISTINCT FROM :h"""), {"t": tenant_id, "h": hybrid}).rowcount
+    return conn.execute("""
+        UPDATE sources SET hybrid_enabled = %(h)s, updated_at = now()
+         WHERE tenant_id = %(t)s AND managed_by = 'operator' AND config -> 'k8s' ->> 'hybrid' = 'inherit'
+           AND hybrid_enabled IS DISTINCT FROM %(h)s""", {"t": tenant_id, "h": hybrid}).rowcount
 
 
 def tenant_counts(conn: Connection, tenant_id: uuid.UUID) -> dict[str, int]:
-    row = conn.execute(text("""
-        SELECT (SELECT count(*) FROM sources WHERE tenant_id = :t) AS sources,
-               (SELECT count(*) FROM files WHERE tenant_id = :t) AS files,
-               (SELECT coalesce(sum(chunk_count), 0) FROM files WHERE tenant_id = :t) AS chunks,
-               (SELECT count(*) FROM tokens WHERE tenant_id = :t AND revoked_at IS NULL
-                   AND (expires_at IS NULL OR expires_at > now())) AS active_tokens"""), {"t": tenant_id}).one()
+    row = conn.execute("""
+        SELECT (SELECT count(*) FROM sources WHERE tenant_id = %(t)s) AS sources,
+               (SELECT count(*) FROM files WHERE tenant_id = %(t)s) AS files,
+               (SELECT coalesce(sum(chunk_count), 0) FROM files WHERE tenant_id = %(t)s) AS chunks,
+               (SELECT count(*) FROM tokens WHERE tenant_id = %(t)s AND revoked_at IS NULL
+                   AND (expires_at IS NULL OR expires_at > now())) AS active_tokens""", {"t": tenant_id}).fetchone()
     return {"sources": int(row.sources), "files": int(row.files), "chunks": int(row.chunks),
             "activeTokens": int(row.active_tokens)}
 
@@ -108,67 +111,64 @@ def tenant_counts(conn: Connection, tenant_id: uuid.UUID) -> dict[str, int]:
 # ------------------------------------------------------------------------------------------------
 def source_by_name(conn: Connection, tenant_id: uuid.UUID, name: str, *, lock: bool = False) -> dict[str, Any] | None:
     sql = ("SELECT id, tenant_id, name, protocol, config, enabled, hybrid_enabled, acl_mode, schedule, managed_by "
-           "FROM sources WHERE tenant_id = :t AND name = :name" + (" FOR UPDATE" if lock else ""))
-    row = conn.execute(text(sql), {"t": tenant_id, "name": name}).mappings().first()
-    return dict(row) if row else None
+           "FROM sources WHERE tenant_id = %(t)s AND name = %(name)s" + (" FOR UPDATE" if lock else ""))
+    return _dict(conn, sql, {"t": tenant_id, "name": name})
 
 
 def source_by_owner(conn: Connection, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
     """The operator-managed source written for one Source resource (for deletion after a tenant rename)."""
-    row = conn.execute(text("""
+    return _dict(conn, """
         SELECT id, tenant_id, name, config, managed_by FROM sources
-         WHERE managed_by = 'operator' AND config -> 'k8s' -> 'owner' ->> 'kind' = :kind
-           AND coalesce(config -> 'k8s' -> 'owner' ->> 'namespace', '') = :ns
-           AND config -> 'k8s' -> 'owner' ->> 'name' = :name
-         ORDER BY created_at LIMIT 1"""), {"kind": kind, "ns": namespace, "name": name}).mappings().first()
-    return dict(row) if row else None
+         WHERE managed_by = 'operator' AND config -> 'k8s' -> 'owner' ->> 'kind' = %(kind)s
+           AND coalesce(config -> 'k8s' -> 'owner' ->> 'namespace', '') = %(ns)s
+           AND config -> 'k8s' -> 'owner' ->> 'name' = %(name)s
+         ORDER BY created_at LIMIT 1""", {"kind": kind, "ns": namespace, "name": name})
 
 
 def insert_source(conn: Connection, tenant_id: uuid.UUID, name: str, values: Mapping[str, Any]) -> uuid.UUID:
-    stmt = text("INSERT INTO sources (tenant_id, name, protocol, config, enabled, hybrid_enabled, acl_mode, "
-                "schedule, managed_by) VALUES (:t, :name, :protocol, :config, :enabled, :hybrid_enabled, "
-                ":acl_mode, :schedule, :managed_by) RETURNING id").bindparams(bindparam("config", type_=JSONB))
-    return conn.execute(stmt, {"t": tenant_id, "name": name, **{c: values[c] for c in _SOURCE_COLUMNS}}).scalar_one()
+    sql = ("INSERT INTO sources (tenant_id, name, protocol, config, enabled, hybrid_enabled, acl_mode, "
+           "schedule, managed_by) VALUES (%(t)s, %(name)s, %(protocol)s, %(config)s, %(enabled)s, %(hybrid_enabled)s, "
+           "%(acl_mode)s, %(schedule)s, %(managed_by)s) RETURNING id")
+    return conn.execute(sql, _json({"t": tenant_id, "name": name, **{c: values[c] for c in _SOURCE_COLUMNS}})).fetchone().id
 
 
 def rename_source(conn: Connection, source_id: uuid.UUID, name: str) -> None:
-    conn.execute(text("UPDATE sources SET name = :name, updated_at = now() WHERE id = :id"),
+    conn.execute("UPDATE sources SET name = %(name)s, updated_at = now() WHERE id = %(id)s",
                  {"id": source_id, "name": name})
 
 
 def update_source(conn: Connection, source_id: uuid.UUID, changes: Mapping[str, Any]) -> None:
     if not changes:
         return
-    clause, binds = _set_clause(changes, _SOURCE_COLUMNS)
-    stmt = text(f"UPDATE sources SET {clause}, updated_at = now() WHERE id = :id").bindparams(*binds)
-    conn.execute(stmt, {**changes, "id": source_id})
+    clause = _set_clause(changes, _SOURCE_COLUMNS)
+    conn.execute(f"UPDATE sources SET {clause}, updated_at = now() WHERE id = %(id)s", _json({**changes, "id": source_id}))
 
 
 def source_grants(conn: Connection, source_id: uuid.UUID) -> set[str]:
     """Whole-source grants (per-file grants are not the operator's business)."""
-    rows = conn.execute(text("SELECT subject FROM grants WHERE source_id = :s AND file_key IS NULL"), {"s": source_id})
-    return set(rows.scalars())
+    rows = conn.execute("SELECT subject FROM grants WHERE source_id = %(s)s AND file_key IS NULL", {"s": source_id})
+    return {r.subject for r in rows}
 
 
 def change_grants(conn: Connection, tenant_id: uuid.UUID, source_id: uuid.UUID, *, add: Iterable[str],
                   remove: Iterable[str]) -> None:
     add, remove = list(add), list(remove)
     if add:
-        conn.execute(text("INSERT INTO grants (tenant_id, source_id, file_key, subject) "
-                          "VALUES (:t, :s, NULL, :subject) ON CONFLICT DO NOTHING"),
-                     [{"t": tenant_id, "s": source_id, "subject": s} for s in add])
+        conn.cursor().executemany("INSERT INTO grants (tenant_id, source_id, file_key, subject) "
+                                  "VALUES (%(t)s, %(s)s, NULL, %(subject)s) ON CONFLICT DO NOTHING",
+                                  [{"t": tenant_id, "s": source_id, "subject": s} for s in add])
     if remove:
-        conn.execute(text("DELETE FROM grants WHERE source_id = :s AND file_key IS NULL AND subject = ANY(:subs)"),
+        conn.execute("DELETE FROM grants WHERE source_id = %(s)s AND file_key IS NULL AND subject = ANY(%(subs)s)",
                      {"s": source_id, "subs": remove})
 
 
 def source_counts(conn: Connection, source_id: uuid.UUID) -> dict[str, Any]:
-    row = conn.execute(text("""
-        SELECT (SELECT count(*) FROM files WHERE source_id = :s) AS files,
-               (SELECT count(*) FROM files WHERE source_id = :s AND status = 'failed') AS failed,
-               (SELECT count(*) FROM chunks WHERE source_id = :s) AS chunks,
-               (SELECT count(*) FROM chunks WHERE source_id = :s AND embedding IS NOT NULL) AS embedded,
-               (SELECT last_indexed_at FROM sources WHERE id = :s) AS last_indexed_at"""), {"s": source_id}).one()
+    row = conn.execute("""
+        SELECT (SELECT count(*) FROM files WHERE source_id = %(s)s) AS files,
+               (SELECT count(*) FROM files WHERE source_id = %(s)s AND status = 'failed') AS failed,
+               (SELECT count(*) FROM chunks WHERE source_id = %(s)s) AS chunks,
+               (SELECT count(*) FROM chunks WHERE source_id = %(s)s AND embedding IS NOT NULL) AS embedded,
+               (SELECT last_indexed_at FROM sources WHERE id = %(s)s) AS last_indexed_at""", {"s": source_id}).fetchone()
     return {"files": int(row.files), "failed_files": int(row.failed), "chunks": int(row.chunks),
             "embedded_chunks": int(row.embedded), "last_indexed_at": row.last_indexed_at}
 
@@ -177,27 +177,27 @@ def source_counts(conn: Connection, source_id: uuid.UUID) -> dict[str, Any]:
 # bootstrap tokens (only hashes: the plaintext lives in the Kubernetes Secret alone)
 # ------------------------------------------------------------------------------------------------
 def bootstrap_tokens(conn: Connection, tenant_id: uuid.UUID) -> list[dict[str, Any]]:
-    rows = conn.execute(text("""
+    rows = conn.cursor(row_factory=dict_row).execute("""
         SELECT id, lookup_id, subject, groups, scopes FROM tokens
-         WHERE tenant_id = :t AND managed_by = 'operator' AND name = :n AND revoked_at IS NULL
-         ORDER BY created_at"""), {"t": tenant_id, "n": BOOTSTRAP_TOKEN_NAME})
-    return [dict(r) for r in rows.mappings()]
+         WHERE tenant_id = %(t)s AND managed_by = 'operator' AND name = %(n)s AND revoked_at IS NULL
+         ORDER BY created_at""", {"t": tenant_id, "n": BOOTSTRAP_TOKEN_NAME})
+    return rows.fetchall()
 
 
 def insert_bootstrap_token(conn: Connection, tenant_id: uuid.UUID, *, lookup_id: str, token_hash: str,
                            fingerprint: bytes | None, subject: str, groups: list[str], scopes: list[str]) -> uuid.UUID:
-    return conn.execute(text("""
+    return conn.execute("""
         INSERT INTO tokens (lookup_id, tenant_id, kind, name, subject, groups, scopes, hash, fingerprint, managed_by)
-        VALUES (:lookup, :t, 'tenant', :n, :subject, :groups, :scopes, :hash, :fp, 'operator') RETURNING id"""),
+        VALUES (%(lookup)s, %(t)s, 'tenant', %(n)s, %(subject)s, %(groups)s, %(scopes)s, %(hash)s, %(fp)s, 'operator') RETURNING id""",
         {"lookup": lookup_id, "t": tenant_id, "n": BOOTSTRAP_TOKEN_NAME, "subject": subject, "groups": groups,
-         "scopes": scopes, "hash": token_hash, "fp": fingerprint}).scalar_one()
+         "scopes": scopes, "hash": token_hash, "fp": fingerprint}).fetchone().id
 
 
 def update_token_grants(conn: Connection, token_id: uuid.UUID, *, subject: str, groups: list[str],
                         scopes: list[str]) -> bool:
-    return conn.execute(text("""
-        UPDATE tokens SET subject = :subject, groups = :groups, scopes = :scopes
-         WHERE id = :id AND (subject, groups, scopes) IS DISTINCT FROM (:subject, :groups, :scopes)"""),
+    return conn.execute("""
+        UPDATE tokens SET subject = %(subject)s, groups = %(groups)s, scopes = %(scopes)s
+         WHERE id = %(id)s AND (subject, groups, scopes) IS DISTINCT FROM (%(subject)s, %(groups)s, %(scopes)s)""",
         {"id": token_id, "subject": subject, "groups": groups, "scopes": scopes}).rowcount > 0
 
 
@@ -205,10 +205,10 @@ def revoke_bootstrap_tokens(conn: Connection, tenant_id: uuid.UUID, lookup_ids: 
     ids = list(lookup_ids)
     if not ids:
         return 0
-    return conn.execute(text("""
+    return conn.execute("""
         UPDATE tokens SET revoked_at = now()
-         WHERE tenant_id = :t AND managed_by = 'operator' AND name = :n AND revoked_at IS NULL
-           AND lookup_id = ANY(:ids)"""), {"t": tenant_id, "n": BOOTSTRAP_TOKEN_NAME, "ids": ids}).rowcount
+         WHERE tenant_id = %(t)s AND managed_by = 'operator' AND name = %(n)s AND revoked_at IS NULL
+           AND lookup_id = ANY(%(ids)s)""", {"t": tenant_id, "n": BOOTSTRAP_TOKEN_NAME, "ids": ids}).rowcount
 
 
 # ------------------------------------------------------------------------------------------------
@@ -217,43 +217,42 @@ def revoke_bootstrap_tokens(conn: Connection, tenant_id: uuid.UUID, lookup_ids: 
 def delete_source_files(conn: Connection, tenant_id: uuid.UUID, source_id: uuid.UUID, limit: int) -> int:
     """Delete up to `limit` files of a source with their chunks and postings, keeping BM25 statistics exact."""
     # members go with their parent (content.delete_files)
-    keys = list(conn.execute(text("SELECT key FROM files WHERE source_id = :s AND parent_id IS NULL "
-                                  "ORDER BY id LIMIT :n"),
-                             {"s": source_id, "n": limit}).scalars())
+    keys = [r.key for r in conn.execute("SELECT key FROM files WHERE source_id = %(s)s AND parent_id IS NULL "
+                                        "ORDER BY id LIMIT %(n)s", {"s": source_id, "n": limit})]
     return content.delete_files(conn, tenant_id, source_id, keys) if keys else 0
 
 
 def remaining_files(conn: Connection, *, source_id: uuid.UUID | None = None, tenant_id: uuid.UUID | None = None) -> int:
     if source_id is not None:
-        return int(conn.execute(text("SELECT count(*) FROM files WHERE source_id = :s"), {"s": source_id}).scalar_one())
-    return int(conn.execute(text("SELECT count(*) FROM files WHERE tenant_id = :t"), {"t": tenant_id}).scalar_one())
+        return int(conn.execute("SELECT count(*) FROM files WHERE source_id = %(s)s", {"s": source_id}).fetchone()[0])
+    return int(conn.execute("SELECT count(*) FROM files WHERE tenant_id = %(t)s", {"t": tenant_id}).fetchone()[0])
 
 
 def delete_source(conn: Connection, source_id: uuid.UUID) -> None:
     """The source row itself (its grants cascade); call once its files are gone."""
-    conn.execute(text("DELETE FROM sources WHERE id = :s"), {"s": source_id})
+    conn.execute("DELETE FROM sources WHERE id = %(s)s", {"s": source_id})
 
 
 def delete_tenant_batch(conn: Connection, tenant_id: uuid.UUID, limit: int) -> int:
     """Delete up to `limit` rows of a tenant's bulk data (files with their chunks and postings, then term
     statistics, then audit rows). Statistics are not maintained: the whole tenant goes."""
-    ids = list(conn.execute(text("SELECT id FROM files WHERE tenant_id = :t ORDER BY id LIMIT :n"),
-                            {"t": tenant_id, "n": limit}).scalars())
+    ids = [r.id for r in conn.execute("SELECT id FROM files WHERE tenant_id = %(t)s ORDER BY id LIMIT %(n)s",
+                                      {"t": tenant_id, "n": limit})]
     if ids:
-        conn.execute(text("DELETE FROM postings WHERE tenant_id = :t AND file_id = ANY(:ids)"), {"t": tenant_id, "ids": ids})
-        conn.execute(text("DELETE FROM chunks WHERE file_id = ANY(:ids)"), {"ids": ids})
-        conn.execute(text("DELETE FROM files WHERE id = ANY(:ids)"), {"ids": ids})
+        conn.execute("DELETE FROM postings WHERE tenant_id = %(t)s AND file_id = ANY(%(ids)s)", {"t": tenant_id, "ids": ids})
+        conn.execute("DELETE FROM chunks WHERE file_id = ANY(%(ids)s)", {"ids": ids})
+        conn.execute("DELETE FROM files WHERE id = ANY(%(ids)s)", {"ids": ids})
         return len(ids)
-    n = conn.execute(text("""
-        DELETE FROM term_stats WHERE tenant_id = :t AND (term, shard) IN
-            (SELECT term, shard FROM term_stats WHERE tenant_id = :t LIMIT :n)"""),
+    n = conn.execute("""
+        DELETE FROM term_stats WHERE tenant_id = %(t)s AND (term, shard) IN
+            (SELECT term, shard FROM term_stats WHERE tenant_id = %(t)s LIMIT %(n)s)""",
         {"t": tenant_id, "n": limit}).rowcount
     if n:
         return n
-    return conn.execute(text("DELETE FROM audit WHERE id IN (SELECT id FROM audit WHERE tenant_id = :t LIMIT :n)"),
+    return conn.execute("DELETE FROM audit WHERE id IN (SELECT id FROM audit WHERE tenant_id = %(t)s LIMIT %(n)s)",
                         {"t": tenant_id, "n": limit}).rowcount
 
 
 def delete_tenant(conn: Connection, tenant_id: uuid.UUID) -> None:
     """The tenant row; sources, grants, tokens and the remaining statistics cascade."""
-    conn.execute(text("DELETE FROM tenants WHERE id = :t"), {"t": tenant_id})
+    conn.execute("DELETE FROM tenants WHERE id = %(t)s", {"t": tenant_id})

@@ -134,7 +134,7 @@ def _int(value: Any, where: str, *, low: int, high: int | None = None) -> int | 
 
 
 def _subject_part(value: str, where: str) -> str:
-    if "\x1f" in value:  # the separator of kdbl.subjects (kdbl_core.db.engine)
+    if "\x1f" in value:  # the separator of kdbl.subjects (kdbl_core.db.connect)
         raise InvalidSpec(INVALID_SPEC, f"{where}: a value contains a control character")
     return value
 

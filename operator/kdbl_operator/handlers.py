@@ -25,8 +25,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+from psycopg.rows import namedtuple_row
+from psycopg_pool import ConnectionPool
 from kdbl_core.auth import pat
-from kdbl_core.db.engine import sync_engine
+from kdbl_core.db.connect import CONNECT_TIMEOUT_S, Pool, conninfo
 from kdbl_core.errors import ConfigError, TemporaryError
 from kdbl_core.settings import Settings, get_settings, load_settings
 
@@ -62,7 +64,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     except ConfigError as exc:
         raise kopf_error_of(exc, delay=0) from None  # permanent: a configuration fault
     memo.cfg = cfg
-    memo.engine = sync_engine(url, pool_size=cfg.operator.db_pool_size)
+    memo.pool = _pool(url, cfg.operator.db_pool_size)
     # Database work runs on its own threads, so that shutdown can wait for what is in flight.
     memo.db_threads = ThreadPoolExecutor(max_workers=cfg.operator.db_pool_size * 2, thread_name_prefix="kdbl-db")
     memo.locks = defaultdict(asyncio.Lock)
@@ -73,10 +75,20 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     threads: ThreadPoolExecutor | None = getattr(memo, "db_threads", None)
     if threads is not None:  # a handler cancelled at shutdown may still finish its transaction
         await asyncio.to_thread(threads.shutdown, wait=True)
-    engine = getattr(memo, "engine", None)
-    if engine is not None:
-        engine.dispose()
+    pool: Pool | None = getattr(memo, "pool", None)
+    if pool is not None:
+        pool.close()
     k8s.close()
+
+
+def _pool(url: str, size: int) -> Pool:
+    """The operator's pool. Unlike connect.sync_pool it does not connect at start: the operator starts
+    while the database is unreachable and its reconciles fail as TemporaryError (retried) until it is
+    back. A connection is checked when taken (one that died with a database restart is replaced); a
+    reconcile waits at most 10 s for one (the lock timeout of its transaction, db_sync.transaction)."""
+    return ConnectionPool(conninfo(url), min_size=0, max_size=size, name="kdbl-operator", open=True,
+                          timeout=10.0, max_lifetime=1800.0, check=ConnectionPool.check_connection,
+                          kwargs={"row_factory": namedtuple_row, "connect_timeout": CONNECT_TIMEOUT_S})
 
 
 async def _db(memo: kopf.Memo, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -150,10 +162,10 @@ def _deleting(raw: dict[str, Any], patch: kopf.Patch, message: str) -> None:
 async def _bootstrap(raw: dict[str, Any], want: desired.DesiredTenant, tenant_id: Any,
                      memo: kopf.Memo) -> dict[str, Any]:
     """Keep exactly one live bootstrap token whose plaintext sits in the tenant's Secret."""
-    boot, engine = want.bootstrap, memo.engine
+    boot, pool = want.bootstrap, memo.pool
     status = dict(raw.get("status") or {})
     if not boot.enabled:
-        if await _db(memo, reconcile.revoke_all_bootstrap, engine, tenant_id):
+        if await _db(memo, reconcile.revoke_all_bootstrap, pool, tenant_id):
             k8s.event(raw, type="Normal", reason="BootstrapTokenRevoked",
                       message="spec.bootstrapToken.enabled is false")
         return {"bootstrapSecretRef": None, "bootstrapToken": None}
@@ -163,7 +175,7 @@ async def _bootstrap(raw: dict[str, Any], want: desired.DesiredTenant, tenant_id
                                or secret.labels.get(desired.LABEL_TENANT, want.name) != want.name):
         raise InvalidSpec(desired.NAME_CONFLICT, f"Secret {where} exists and is not this tenant's bootstrap Secret; "
                                                  "delete it or set spec.bootstrapToken.secretName")
-    active = [t["lookup_id"] for t in await _db(memo, reconcile.active_bootstrap_tokens, engine, tenant_id)]
+    active = [t["lookup_id"] for t in await _db(memo, reconcile.active_bootstrap_tokens, pool, tenant_id)]
     token_status = dict(status.get("bootstrapToken") or {})
     rotate_to = ((raw.get("metadata") or {}).get("annotations") or {}).get(desired.ANNOTATION_ROTATE) or None
     plan = desired.plan_bootstrap(
@@ -182,7 +194,7 @@ async def _bootstrap(raw: dict[str, Any], want: desired.DesiredTenant, tenant_id
             raise InvalidSpec(desired.NAMESPACE_NOT_FOUND, f"namespace '{boot.namespace}' for the bootstrap "
                                                            "Secret does not exist") from None
         del body
-        await _db(memo, reconcile.record_bootstrap, engine, tenant_id, boot, new=(new.lookup_id, new.hash, new.fingerprint),
+        await _db(memo, reconcile.record_bootstrap, pool, tenant_id, boot, new=(new.lookup_id, new.hash, new.fingerprint),
                   keep=None, revoke=plan.revoke)
         reason = "BootstrapTokenRotated" if plan.why == "rotation" else "BootstrapTokenIssued"
         k8s.event(raw, type="Normal", reason=reason,
@@ -191,7 +203,7 @@ async def _bootstrap(raw: dict[str, Any], want: desired.DesiredTenant, tenant_id
         token_status = {"lookupId": new.lookup_id, "issuedAt": _stamp(),
                         "rotation": rotate_to or token_status.get("rotation") or ""}
     else:
-        await _db(memo, reconcile.record_bootstrap, engine, tenant_id, boot, new=None,
+        await _db(memo, reconcile.record_bootstrap, pool, tenant_id, boot, new=None,
                   keep=plan.keep_lookup_id, revoke=plan.revoke)
         token_status["lookupId"] = plan.keep_lookup_id
     return {"bootstrapSecretRef": {"name": boot.secret_name, "namespace": boot.namespace},
@@ -205,7 +217,7 @@ async def _reconcile_tenant(body: Mapping[str, Any], patch: kopf.Patch, memo: ko
     async with _lock(memo, raw):
         try:
             want = desired.tenant(raw, operator_namespace=cfg.operator.namespace)
-            done = await _db(memo, reconcile.converge_tenant, memo.engine, want)
+            done = await _db(memo, reconcile.converge_tenant, memo.pool, want)
             new.update(tenantId=str(done.row_id), counts=done.counts)
             if done.action == "adopt":
                 k8s.event(raw, type="Normal", reason="Adopted",
@@ -250,7 +262,7 @@ async def tenant_deleted(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, re
     name = (raw.get("metadata") or {}).get("name") or ""
     async with _lock(memo, raw):
         try:
-            left = await _db(memo, reconcile.delete_tenant, memo.engine, name, desired.owner_marker(raw),
+            left = await _db(memo, reconcile.delete_tenant, memo.pool, name, desired.owner_marker(raw),
                                            batch=cfg.operator.delete_batch,
                                            max_batches=cfg.operator.delete_batches_per_pass)
         except TemporaryError as exc:
@@ -276,7 +288,7 @@ async def _reconcile_source(body: Mapping[str, Any], patch: kopf.Patch, memo: ko
                 if ref is not None:
                     info = await k8s.read_secret(ref.namespace, ref.name)
                     desired.check_secret(ref, info.keys if info is not None else None)
-            done = await _db(memo, reconcile.converge_source, memo.engine, want)
+            done = await _db(memo, reconcile.converge_source, memo.pool, want)
             counts = done.counts
             new.update(
                 sourceId=str(done.row_id), tenantId=str(done.tenant_id), files=counts["files"],
@@ -314,7 +326,7 @@ async def source_deleted(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, re
     raw, cfg = _plain(body), memo.cfg
     async with _lock(memo, raw):
         try:
-            left = await _db(memo, reconcile.delete_source, memo.engine, desired.owner_marker(raw),
+            left = await _db(memo, reconcile.delete_source, memo.pool, desired.owner_marker(raw),
                                            batch=cfg.operator.delete_batch,
                                            max_batches=cfg.operator.delete_batches_per_pass)
         except TemporaryError as exc:

@@ -1,5 +1,5 @@
 """Converging the database: one transaction per reconcile, decisions from `desired`, SQL from
-`kdbl_operator.db_sync`. Synchronous (SQLAlchemy); the handlers run these in worker threads.
+`kdbl_operator.db_sync`. Synchronous (a psycopg pool); the handlers run these in worker threads.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from kdbl_operator import db_sync as db
 from kdbl_operator import desired
-from kdbl_operator.db_sync import Engine
+from kdbl_operator.db_sync import Pool
 from kdbl_operator.desired import InvalidSpec
 
 
@@ -31,9 +31,9 @@ def _owner_of(row: Mapping[str, Any] | None, column: str, key: str) -> dict[str,
     return section.get("owner")
 
 
-def converge_tenant(engine: Engine, want: desired.DesiredTenant) -> Converged:
+def converge_tenant(pool: Pool, want: desired.DesiredTenant) -> Converged:
     mine = want.settings["operator"]["owner"]
-    with db.transaction(engine) as conn:
+    with db.transaction(pool) as conn:
         row = db.tenant_by_name(conn, want.name, lock=True)
         action = desired.claim(row, _owner_of(row, "settings", "operator"), mine, adopt=want.adopt,
                                what=f"tenant '{want.name}'")
@@ -51,9 +51,9 @@ def converge_tenant(engine: Engine, want: desired.DesiredTenant) -> Converged:
     return Converged(tenant_id, action, changed, counts, tenant_id)
 
 
-def converge_source(engine: Engine, want: desired.DesiredSource) -> Converged:
+def converge_source(pool: Pool, want: desired.DesiredSource) -> Converged:
     mine = want.config["k8s"]["owner"]
-    with db.transaction(engine) as conn:
+    with db.transaction(pool) as conn:
         tenant = db.tenant_by_name(conn, want.tenant)
         if tenant is None:
             raise InvalidSpec(desired.TENANT_NOT_FOUND, f"no tenant '{want.tenant}' (create its Tenant resource)")
@@ -94,17 +94,17 @@ def converge_source(engine: Engine, want: desired.DesiredSource) -> Converged:
 # ------------------------------------------------------------------------------------------------
 # bootstrap tokens
 # ------------------------------------------------------------------------------------------------
-def active_bootstrap_tokens(engine: Engine, tenant_id: uuid.UUID) -> list[dict[str, Any]]:
-    with db.transaction(engine) as conn:
+def active_bootstrap_tokens(pool: Pool, tenant_id: uuid.UUID) -> list[dict[str, Any]]:
+    with db.transaction(pool) as conn:
         return db.bootstrap_tokens(conn, tenant_id)
 
 
-def record_bootstrap(engine: Engine, tenant_id: uuid.UUID, boot: desired.BootstrapToken, *,
+def record_bootstrap(pool: Pool, tenant_id: uuid.UUID, boot: desired.BootstrapToken, *,
                      new: tuple[str, str, bytes] | None, keep: str | None, revoke: tuple[str, ...]) -> bool:
     """new: (lookup_id, hash, fingerprint) of a freshly written token; keep: the lookup id that stays. Returns whether
     a row changed."""
     changed = False
-    with db.transaction(engine) as conn:
+    with db.transaction(pool) as conn:
         if new is not None:
             db.insert_bootstrap_token(conn, tenant_id, lookup_id=new[0], token_hash=new[1], fingerprint=new[2],
                                       subject=boot.subject, groups=list(boot.groups), scopes=list(boot.scopes))
@@ -118,32 +118,32 @@ def record_bootstrap(engine: Engine, tenant_id: uuid.UUID, boot: desired.Bootstr
     return changed
 
 
-def revoke_all_bootstrap(engine: Engine, tenant_id: uuid.UUID) -> int:
-    with db.transaction(engine) as conn:
+def revoke_all_bootstrap(pool: Pool, tenant_id: uuid.UUID) -> int:
+    with db.transaction(pool) as conn:
         return db.revoke_bootstrap_tokens(conn, tenant_id, [t["lookup_id"] for t in db.bootstrap_tokens(conn, tenant_id)])
 
 
 # ------------------------------------------------------------------------------------------------
 # deletion (finalizers): bounded batches, resumable
 # ------------------------------------------------------------------------------------------------
-def delete_source(engine: Engine, owner: Mapping[str, Any], *, batch: int, max_batches: int) -> int:
+def delete_source(pool: Pool, owner: Mapping[str, Any], *, batch: int, max_batches: int) -> int:
     """Remove the source row written for this Source resource; returns the files still left (0 = done)."""
-    with db.transaction(engine) as conn:
+    with db.transaction(pool) as conn:
         row = db.source_by_owner(conn, owner["kind"], owner.get("namespace", ""), owner["name"])
     if row is None:
         return 0  # never registered, already gone, or someone else's row: nothing of ours to delete
     for _ in range(max_batches):
-        with db.transaction(engine) as conn:
+        with db.transaction(pool) as conn:
             if db.delete_source_files(conn, row["tenant_id"], row["id"], batch) == 0:
                 db.delete_source(conn, row["id"])
                 return 0
-    with db.transaction(engine) as conn:
+    with db.transaction(pool) as conn:
         return db.remaining_files(conn, source_id=row["id"]) or 1
 
 
-def delete_tenant(engine: Engine, name: str, owner: Mapping[str, Any], *, batch: int, max_batches: int) -> int:
+def delete_tenant(pool: Pool, name: str, owner: Mapping[str, Any], *, batch: int, max_batches: int) -> int:
     """Remove everything of the tenant this Tenant resource owns; returns rows still left (0 = done)."""
-    with db.transaction(engine) as conn:
+    with db.transaction(pool) as conn:
         row = db.tenant_by_name(conn, name)
     if row is None or row["managed_by"] != desired.MANAGED_BY:
         return 0  # never ours (e.g. a NameConflict with a kdbl-control tenant): leave it alone
@@ -151,9 +151,9 @@ def delete_tenant(engine: Engine, name: str, owner: Mapping[str, Any], *, batch:
     if marker is not None and not desired.same_owner(marker, owner):
         return 0
     for _ in range(max_batches):
-        with db.transaction(engine) as conn:
+        with db.transaction(pool) as conn:
             if db.delete_tenant_batch(conn, row["id"], batch) == 0:
                 db.delete_tenant(conn, row["id"])
                 return 0
-    with db.transaction(engine) as conn:
+    with db.transaction(pool) as conn:
         return db.remaining_files(conn, tenant_id=row["id"]) or 1

@@ -30,7 +30,6 @@ from kdbl_worker.pipeline import Indexer, load_sources
 # The real CLI / worker entry point, with the COMMIT of one file's transaction held up on the server.
 HELD_COMMIT = """
 import sys
-from sqlalchemy import text
 from kdbl_core.db import content
 
 HELD = sys.argv.pop(1)
@@ -39,7 +38,7 @@ _run = content.FileWriter.run
 
 def _held(self, statements):
     if any(isinstance(p, dict) and p.get("key") == HELD for _, p in statements):
-        statements = [*statements, (text("SELECT pg_sleep(3600) /* held commit */"), {})]
+        statements = [*statements, ("SELECT pg_sleep(3600) /* held commit */", {})]
     return _run(self, statements)
 
 content.FileWriter.run = _held
@@ -145,8 +144,8 @@ def test_sigint_ends_a_crawl_mid_commit_within_seconds_and_progress_is_logged_wi
     assert _held_sessions(owner_engine) == 0  # the held transaction was ended, not left behind
     _no_half_file(owner_engine, source.id)
     # the next crawl finishes the run and the file is indexed whole
-    [row] = load_sources(worker_engine, source_id=source.id)
-    stats = Indexer(worker_engine, Settings()).crawl(row)
+    [row] = load_sources(db_of(worker_engine), source_id=source.id)
+    stats = Indexer(db_of(worker_engine), Settings()).crawl(row)
     assert not stats.stopped
     with owner_engine.connect() as conn:
         n = conn.execute(text("SELECT chunk_count FROM files WHERE source_id = :s AND key = 'novel.txt'"),
@@ -166,7 +165,7 @@ def test_sigterm_ends_a_worker_mid_commit_within_seconds(owner_url, owner_engine
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     err = _Lines(proc.stderr)
     try:
-        with worker_engine.begin() as conn:
+        with db_of(worker_engine).connection() as conn:
             job_id = jobs.enqueue(conn, source.id)
         _wait(lambda: _held_sessions(owner_engine), 120, "the novel's commit to be under way")
         proc.send_signal(signal.SIGTERM)

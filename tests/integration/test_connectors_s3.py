@@ -467,10 +467,10 @@ def test_crawl_an_s3_source_end_to_end(owner_engine, worker_engine, unique, endp
            "credentials": {"env": ENV}}
     source = admin.add_source(db_of(owner_engine), tenant.name, protocol="s3", config=cfg,
                               name=f"bucket-{unique}")
-    indexer = Indexer(worker_engine, Settings())
+    indexer = Indexer(db_of(worker_engine), Settings())
 
     def crawl():
-        [row] = load_sources(worker_engine, source_id=source.id)
+        [row] = load_sources(db_of(worker_engine), source_id=source.id)
         return indexer.crawl(row)
 
     def rows():

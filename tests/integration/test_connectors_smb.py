@@ -433,10 +433,10 @@ def test_crawl_an_smb_source_end_to_end(owner_engine, worker_engine, unique, sam
     source = admin.add_source(db_of(owner_engine), tenant, protocol="smb", name=f"smb-{unique}", config={
         "server": "127.0.0.1", "port": samba.port, "share": "docs", "path": f"e2e-{unique}",
         "credentials": {"env": ENV}, "exclude": ["*.tmp"]})
-    indexer = Indexer(worker_engine, Settings())
+    indexer = Indexer(db_of(worker_engine), Settings())
 
     def crawl():
-        [row] = load_sources(worker_engine, source_id=source.id)
+        [row] = load_sources(db_of(worker_engine), source_id=source.id)
         return indexer.crawl(row)
 
     def rows():

@@ -316,10 +316,10 @@ def test_crawl_a_webdav_source_end_to_end(owner_engine, worker_engine, unique, d
     admin.create_tenant(db_of(owner_engine), tenant)
     source = admin.add_source(db_of(owner_engine), tenant, protocol="webdav", name=f"dav-{unique}",
                               config={"url": f"{url}e2e-{unique}/", "credentials": {"env": ENV}})
-    indexer = Indexer(worker_engine, Settings())
+    indexer = Indexer(db_of(worker_engine), Settings())
 
     def crawl():
-        [row] = load_sources(worker_engine, source_id=source.id)
+        [row] = load_sources(db_of(worker_engine), source_id=source.id)
         return indexer.crawl(row)
 
     def rows():

@@ -115,8 +115,8 @@ async def test_a_short_hit_carries_whole_neighbours_and_is_not_truncated(owner_e
     (root / "three.txt").write_text("\n\n".join(f"Paragraph {w} " + "word " * 40 for w in ("alpha", "narwhal", "omega")))
     source = admin.add_source(db_of(owner_engine), "contract", protocol="fs", config={"root": str(root)},
                               name="small")
-    [loaded] = load_sources(worker_engine, source_id=source.id)
-    Indexer(worker_engine, Settings(chunk_target_chars=100, chunk_max_chars=300)).crawl(loaded)
+    [loaded] = load_sources(db_of(worker_engine), source_id=source.id)
+    Indexer(db_of(worker_engine), Settings(chunk_target_chars=100, chunk_max_chars=300)).crawl(loaded)
     [hit] = (await call(world, "search_content", {"query": "narwhal", "source_id": str(source.id)}))["hits"]
     assert hit["truncated"] is False and hit["seq"] == 1
     assert hit["text"].startswith("Paragraph alpha") and hit["text"].rstrip().endswith("word")

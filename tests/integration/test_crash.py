@@ -67,7 +67,7 @@ def test_kill_9_mid_crawl_then_another_worker_takes_over(owner_url, owner_engine
     a = start_worker(owner_url, f"a-{unique}", tenant, tmp_path, sleep=0.02, args=lease)
     try:
         wait_connected(owner_engine, f"a-{unique}", a)
-        with worker_engine.begin() as conn:
+        with db_of(worker_engine).connection() as conn:
             job_id = jobs.enqueue(conn, source.id)
         wait_until(lambda: item_states(owner_engine, job_id).get("done", 0) >= 40, 60,
                    "40 files written by A")

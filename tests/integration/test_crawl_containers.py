@@ -95,8 +95,8 @@ LISTED = {"bundle.zip", "mail.eml", "logs.tar.gz", "plain.md", "data!/real.md"}
 
 
 def _crawl(worker_engine, corpus: Corpus, settings: Settings | None = None):
-    [source] = load_sources(worker_engine, source_id=corpus.source_id)
-    return Indexer(worker_engine, settings or Settings()).crawl(source)
+    [source] = load_sources(db_of(worker_engine), source_id=corpus.source_id)
+    return Indexer(db_of(worker_engine), settings or Settings()).crawl(source)
 
 
 def _rows(owner_engine, corpus: Corpus) -> dict[str, dict]:
@@ -385,7 +385,7 @@ def test_deleting_a_source_in_batches_takes_each_container_with_its_members(
     assert len(_rows(owner_engine, corpus)) == 3 + 4 + 2  # listed, zip members (inner.zip's too), attachments
     batches = []
     while True:
-        with owner_engine.begin() as conn:
+        with db_of(owner_engine).connection() as conn:
             batches.append(operator_sync.delete_source_files(conn, corpus.tenant_id, corpus.source_id, 1))
         if batches[-1] == 0:
             break

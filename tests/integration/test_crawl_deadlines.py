@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from helpers import db_of, make_corpus
-from sqlalchemy import create_engine, text
+import psycopg
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from test_queue import (
     assert_statistics_exact,
@@ -29,6 +30,7 @@ from test_queue import (
 )
 
 from kdbl_control import admin
+from kdbl_core.db.connect import conninfo
 from kdbl_core.db.urls import for_role
 from kdbl_core.settings import Settings
 from kdbl_worker import jobs
@@ -39,7 +41,6 @@ from kdbl_worker.pipeline import Indexer, load_sources
 # anything (a stand-in for any stall: the lease, the heartbeat and the queue are the real ones).
 FROZEN_WORKER = """
 import sys
-from sqlalchemy import text
 from kdbl_core.db import content
 
 FROZEN = sys.argv.pop(1)
@@ -47,7 +48,7 @@ _run = content.FileWriter.run
 
 def _frozen(self, statements):
     if any(isinstance(p, dict) and p.get("key") == FROZEN for _, p in statements):
-        statements = [statements[0], (text("SELECT pg_sleep(3600) /* frozen */"), {}), *statements[1:]]
+        statements = [statements[0], ("SELECT pg_sleep(3600) /* frozen */", {}), *statements[1:]]
     return _run(self, statements)
 
 content.FileWriter.run = _frozen
@@ -57,7 +58,7 @@ main(sys.argv[1:])
 
 
 def _crawl_in_thread(indexer: Indexer, source_id, worker_engine, timeout: float):
-    [row] = load_sources(worker_engine, source_id=source_id)
+    [row] = load_sources(db_of(worker_engine), source_id=source_id)
     result: list = []
     thread = threading.Thread(target=lambda: result.append(indexer.crawl(row)), daemon=True)
     thread.start()
@@ -83,7 +84,7 @@ def test_a_write_blocked_by_a_lock_fails_at_its_deadline_and_the_crawl_goes_on(o
         locker.execute(text("INSERT INTO term_stats (tenant_id, term, shard, df" + (", source_id" if per_source else "")
                             + ") SELECT :t, 'zanzibar', s, 0" + (", CAST(:s AS uuid)" if per_source else "")
                             + " FROM generate_series(0, 15) s"), {"t": corpus.tenant_id, "s": corpus.source_id})
-        indexer = Indexer(worker_engine, Settings(file_deadline_s=2))
+        indexer = Indexer(db_of(worker_engine), Settings(file_deadline_s=2))
         started = time.monotonic()
         stats = _crawl_in_thread(indexer, corpus.source_id, worker_engine, timeout=60)
         took = time.monotonic() - started
@@ -102,28 +103,27 @@ def test_a_write_blocked_by_a_lock_fails_at_its_deadline_and_the_crawl_goes_on(o
     assert all(r.status == "ok" and r.chunk_count > 0 for k, r in rows.items() if k != blocked)
     assert_statistics_exact(owner_engine, corpus.tenant_id)  # nothing half-written
     # the lock is gone: the next crawl tries the file again (a deadline may have been a passing overload)
-    again = _crawl_in_thread(Indexer(worker_engine, Settings()), corpus.source_id, worker_engine, timeout=60)
+    again = _crawl_in_thread(Indexer(db_of(worker_engine), Settings()), corpus.source_id, worker_engine, timeout=60)
     assert (again.indexed, again.unchanged, again.failed) == (1, 5, 0)
     assert_statistics_exact(owner_engine, corpus.tenant_id)
 
 
 def test_the_watchdog_terminates_a_write_past_its_deadline_from_the_client_side(owner_url, worker_engine):
-    url = for_role(owner_url, "kdbl_worker")
-    engine = create_engine(url, pool_size=1)  # no server-side timeouts: only the watchdog can end it
+    # no server-side timeouts on this connection: only the watchdog can end its statement
+    conn = psycopg.connect(conninfo(for_role(owner_url, "kdbl_worker")))
     overdue: list[int] = []
-    watchdog = Watchdog(worker_engine, deadline_s=0.5, grace_s=0.5, on_deadline=overdue.append)
-    watchdog.attach(engine)
+    watchdog = Watchdog(db_of(worker_engine), deadline_s=0.5, grace_s=0.5, on_deadline=overdue.append)
+    watchdog.track(conn)  # what content.FileWriter's on_checkout does for a writer thread
     try:
-        pooled = engine.raw_connection()
         started = time.monotonic()
         with watchdog.watch(1) as ticket, pytest.raises(Exception, match="terminat"):
-            pooled.driver_connection.execute("SELECT pg_sleep(60)")
+            conn.execute("SELECT pg_sleep(60)")
         assert ticket.fired == "deadline" and time.monotonic() - started < 10
         assert overdue == [1]  # the heartbeat stops renewing that item's lease
-        pooled.invalidate()
+        assert conn.broken
     finally:
         watchdog.close()
-        engine.dispose()
+        conn.close()
 
 
 def _start_frozen(owner_url: str, name: str, tenant: str, log_dir: Path, frozen: str,
@@ -163,7 +163,7 @@ def test_a_stalled_worker_loses_its_lease_and_a_file_that_broke_two_workers_is_f
         a = _start_frozen(owner_url, f"pa-{unique}", tenant, tmp_path, "poison.md", args)
         procs.append(a)
         wait_connected(owner_engine, f"pa-{unique}", a)
-        with worker_engine.begin() as conn:
+        with db_of(worker_engine).connection() as conn:
             job_id = jobs.enqueue(conn, source.id)
 
         # A writes the other files, then sits on poison.md: alive and beating, but its lease runs out
@@ -204,8 +204,9 @@ def test_a_stalled_worker_loses_its_lease_and_a_file_that_broke_two_workers_is_f
     item = _item(owner_engine, job_id, "poison.md")
     assert (item.state, item.attempts, item.breaks) == ("failed", 2, 2)
     assert item.last_error.startswith("poison file:")
-    with owner_engine.connect() as conn:
+    with db_of(owner_engine).connection() as conn:
         status = jobs.job_status(conn, [job_id])[job_id]
+    with owner_engine.connect() as conn:
         row = conn.execute(text("SELECT status, status_reason FROM files WHERE source_id = :s AND key = 'poison.md'"),
                            {"s": source.id}).one()
     assert (status.indexed, status.failed) == (10, 1)

@@ -129,8 +129,8 @@ def test_a_configured_transcriber_that_is_missing_skips_with_its_path(owner_engi
     source = admin.add_source(db_of(owner_engine), tenant, protocol="fs", config={"root": str(root)},
                               name=root.name)
     model = tmp_path / "models" / "faster-whisper-small"
-    [row] = load_sources(worker_engine, source_id=source.id)
-    Indexer(worker_engine, Settings(transcriber_model=str(model), extract_processes=1)).crawl(row)
+    [row] = load_sources(db_of(worker_engine), source_id=source.id)
+    Indexer(db_of(worker_engine), Settings(transcriber_model=str(model), extract_processes=1)).crawl(row)
     files = _files(owner_engine, source.id)
     assert files["memo.wav"]["status"] == "skipped"
     assert files["memo.wav"]["status_reason"] == \
@@ -142,8 +142,8 @@ def test_media_skipped_for_want_of_a_transcriber_is_retried_once_one_is_configur
                                                                                   corpus, tmp_path):
     assert _files(owner_engine, corpus.source_id)["lecture.mp4"]["status_reason"].startswith("no transcriber")
     model = tmp_path / "models" / "whisper"  # configured but absent: the retry is visible in the new reason
-    [row] = load_sources(worker_engine, source_id=corpus.source_id)
-    indexer = Indexer(worker_engine, Settings(transcriber_model=str(model), extract_processes=1))
+    [row] = load_sources(db_of(worker_engine), source_id=corpus.source_id)
+    indexer = Indexer(db_of(worker_engine), Settings(transcriber_model=str(model), extract_processes=1))
     assert indexer.crawl(row).indexed == 1  # only lecture.mp4: the media with sidecars did not wait for one
     lecture = _files(owner_engine, corpus.source_id)["lecture.mp4"]
     assert lecture["status_reason"] == f"transcriber model folder {model} not found (KDBL_TRANSCRIBER_MODEL)"
@@ -190,8 +190,8 @@ def test_sidecars_work_over_a_remote_connector_without_downloading_the_media(own
     source = admin.add_source(db_of(owner_engine), tenant, protocol="http",
                               config={"url": url, "base_delay": 0.01},
                               name=f"mweb-{unique}")
-    [row] = load_sources(worker_engine, source_id=source.id)
-    Indexer(worker_engine, Settings()).crawl(row)
+    [row] = load_sources(db_of(worker_engine), source_id=source.id)
+    Indexer(db_of(worker_engine), Settings()).crawl(row)
     files = _files(owner_engine, source.id)
     assert files["talks/quokka.wav"]["status"] == "ok" and files["talks/quokka.wav"]["chunks"][0][1] == 1000
     assert files["clips/wombat.mkv"]["status"] == "ok"

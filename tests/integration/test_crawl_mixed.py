@@ -11,7 +11,7 @@ import shutil
 from email.message import EmailMessage
 from pathlib import Path
 
-from helpers import make_corpus, make_pdf, pdf_text_page
+from helpers import db_of, make_corpus, make_pdf, pdf_text_page
 from sqlalchemy import text
 
 from kdbl_core.db.connect import rls_transaction
@@ -76,8 +76,8 @@ async def test_a_mixed_real_world_collection_crawls_to_the_end_with_a_status_for
     (corpus.root / "office").mkdir()
     for sample in office:
         shutil.copy(sample, corpus.root / "office" / sample.name)
-    [source] = load_sources(worker_engine, source_id=corpus.source_id)
-    stats = Indexer(worker_engine, Settings()).crawl(source)
+    [source] = load_sources(db_of(worker_engine), source_id=corpus.source_id)
+    stats = Indexer(db_of(worker_engine), Settings()).crawl(source)
     assert stats.indexed == len(office) and stats.unchanged == len(files)
 
     with owner_engine.connect() as conn:

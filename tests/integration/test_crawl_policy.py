@@ -43,13 +43,13 @@ def _empty_corpus(owner_engine, tmp_path, tenant: str, files: dict[str, str]) ->
 def test_a_disabled_tenant_is_not_crawled_and_enabling_it_again_resumes(owner_engine, worker_engine, tmp_path,
                                                                         unique):
     corpus = _empty_corpus(owner_engine, tmp_path, f"off-{unique}", corpus_files(5))
-    with worker_engine.begin() as conn:
+    with db_of(worker_engine).connection() as conn:
         job_id = jobs.enqueue(conn, corpus.source_id)  # queued while enabled
     admin.update_tenant(db_of(owner_engine), corpus.tenant, enabled=False)
 
     with pytest.raises(jobs.TenantDisabled, match="is disabled"):  # an on-demand crawl says why
         crawl(worker_engine, corpus)
-    runner = QueueRunner(worker_engine, Indexer(worker_engine, Settings()),
+    runner = QueueRunner(db_of(worker_engine), Indexer(db_of(worker_engine), Settings()),
                          options=QueueOptions(tenants=(corpus.tenant,)))
     try:
         assert runner.schedule_due() == []  # the schedule is due, but not for a disabled tenant
@@ -123,5 +123,5 @@ def test_a_source_past_the_source_quota_is_not_crawled_and_keeps_its_files(owner
     assert len(_files(owner_engine, second.source_id)) == 2
     rows = {r["id"]: r for r in admin.list_sources(db_of(owner_engine), tenant)}
     assert rows[second.source_id]["last_run"].startswith("failed: quota: the tenant has 2 sources")
-    [source] = load_sources(worker_engine, source_id=first.source_id)
+    [source] = load_sources(db_of(worker_engine), source_id=first.source_id)
     assert source.enabled

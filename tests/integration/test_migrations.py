@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-from sqlalchemy import text
+from psycopg.rows import tuple_row
 
 from kdbl_core.db import migrate
+from kdbl_core.db.connect import sync_pool
 from kdbl_core.db.embedded import EmbeddedDatabase
-from kdbl_core.db.engine import sync_engine
 
 
 def _progress_body(url: str) -> str | None:
-    engine = sync_engine(url)
-    try:
-        with engine.connect() as conn:
-            return conn.execute(text(
-                "SELECT pg_get_functiondef(p.oid) FROM pg_proc p WHERE p.proname = 'kdbl_embedding_progress'"
-            )).scalar()
-    finally:
-        engine.dispose()
+    with sync_pool(url, size=1) as pool, pool.connection() as conn:
+        row = conn.execute(
+            "SELECT pg_get_functiondef(p.oid) FROM pg_proc p WHERE p.proname = 'kdbl_embedding_progress'"
+        ).fetchone()
+    return row[0] if row else None
 
 
 def test_down_to_the_first_migration_and_up_again(pg_dir) -> None:
@@ -39,19 +36,16 @@ def test_down_to_the_first_migration_and_up_again(pg_dir) -> None:
 def _stats(url: str, per_source: bool) -> tuple[set, set]:
     """(term_stats, corpus_stats) summed to (tenant[, source], term) / (tenant[, source]) rows."""
     key = "tenant_id, source_id" if per_source else "tenant_id"
-    engine = sync_engine(url)
-    try:
-        with engine.connect() as conn:
-            terms = set(conn.execute(text(
-                f"SELECT {key}, term, sum(df) FROM term_stats GROUP BY {key}, term HAVING sum(df) <> 0")))
-            corpus = set(conn.execute(text(
-                f"SELECT {key}, sum(n_chunks), sum(total_len) FROM corpus_stats GROUP BY {key}")))
-            truth_terms = set(conn.execute(text(
-                f"SELECT {key}, term, count(*) FROM postings GROUP BY {key}, term")))
-            truth_corpus = set(conn.execute(text(
-                f"SELECT {key}, count(*), sum(token_count) FROM chunks GROUP BY {key}")))
-    finally:
-        engine.dispose()
+    with sync_pool(url, size=1) as pool, pool.connection() as db:
+        conn = db.cursor(row_factory=tuple_row)  # plain tuples: two `sum` columns
+        terms = set(map(tuple, conn.execute(
+            f"SELECT {key}, term, sum(df) FROM term_stats GROUP BY {key}, term HAVING sum(df) <> 0")))
+        corpus = set(map(tuple, conn.execute(
+            f"SELECT {key}, sum(n_chunks), sum(total_len) FROM corpus_stats GROUP BY {key}")))
+        truth_terms = set(map(tuple, conn.execute(
+            f"SELECT {key}, term, count(*) FROM postings GROUP BY {key}, term")))
+        truth_corpus = set(map(tuple, conn.execute(
+            f"SELECT {key}, count(*), sum(token_count) FROM chunks GROUP BY {key}")))
     assert terms == truth_terms and corpus == truth_corpus
     return terms, corpus
 
@@ -59,29 +53,24 @@ def _stats(url: str, per_source: bool) -> tuple[set, set]:
 def test_per_source_statistics_are_backfilled_and_summed_back_on_downgrade(pg_dir) -> None:
     from kdbl_control import admin
     from kdbl_core.db import content
-    from kdbl_core.db.connect import sync_pool
-    from kdbl_core.db.engine import tenant_transaction
+    from kdbl_core.db.connect import tenant_transaction
 
     with EmbeddedDatabase(pg_dir) as db:
         url = db.owner_url
-        engine = sync_engine(url)
-        try:
-            with sync_pool(url) as owner:
-                tenant = admin.create_tenant(owner, "mig")
-                sources = [admin.add_source(owner, "mig", protocol="fs", config={"root": str(pg_dir)}, name=name)
-                           for name in ("one", "two")]
+        with sync_pool(url) as owner:
+            tenant = admin.create_tenant(owner, "mig")
+            sources = [admin.add_source(owner, "mig", protocol="fs", config={"root": str(pg_dir)}, name=name)
+                       for name in ("one", "two")]
             for source, words in zip(sources, ("alpha beta", "alpha gamma"), strict=True):
                 name = source.name
                 for i in range(3):
                     body = f"{words} number {i}"
-                    with tenant_transaction(engine, tenant.id) as conn:
+                    with tenant_transaction(owner, tenant.id) as conn:
                         content.write_file(conn, tenant_id=tenant.id, source_id=source.id,
                                            meta=content.FileMeta(key=f"{name}{i}.txt"), status="ok",
                                            status_reason=None, title=None, text_chars=len(body),
                                            ts_config="english",
                                            chunks=[content.ChunkRow(0, body, 0, len(body))])
-        finally:
-            engine.dispose()
         per_source, _ = _stats(url, per_source=True)
         assert {(row[2], row[3]) for row in per_source if row[2] == "alpha"} == {("alpha", 3)}  # 3 per source
         migrate.downgrade(url, "0006")

@@ -34,14 +34,13 @@ from kdbl_worker.sandbox import Limits, Sandbox, Task
 # slow enough to be shared, stopped or killed half-way; nothing else is changed).
 SLOW_WORKER = """
 import sys
-from sqlalchemy import text
 from kdbl_core.db import content
 
 _write = content.FileWriter.write
 SLEEP = float(sys.argv.pop(1))
 
 def _slow(self, *, then=(), **kw):
-    return _write(self, then=[(text("SELECT pg_sleep(:s)"), {"s": SLEEP}), *then], **kw)
+    return _write(self, then=[("SELECT pg_sleep(%(s)s)", {"s": SLEEP}), *then], **kw)
 
 content.FileWriter.write = _slow
 from kdbl_worker.main import main
@@ -159,15 +158,15 @@ def empty_source(owner_engine, tmp_path, unique):
 
 
 def _listed_job(worker_engine, source, n_items: int, lease_s: float = 60) -> jobs.JobClaim:
-    with worker_engine.begin() as conn:
+    with db_of(worker_engine).connection() as conn:
         jobs.enqueue(conn, source.id)
-    with worker_engine.begin() as conn:
+    with db_of(worker_engine).connection() as conn:
         job = jobs.claim_job(conn, "lister", lease_s=lease_s, max_attempts=5, source_id=source.id)
     assert job is not None and job.lease.attempt == 1
-    with worker_engine.begin() as conn:
+    with db_of(worker_engine).connection() as conn:
         jobs.add_items(conn, job.id, job.lease, [jobs.ItemRow(f"f{i}.txt", 10) for i in range(n_items)])
         jobs.add_items(conn, job.id, job.lease, [jobs.ItemRow("f0.txt", 10)])  # a re-listing adds no twin
-    with worker_engine.begin() as conn:
+    with db_of(worker_engine).connection() as conn:
         jobs.lock_listing(conn, job.id, job.lease)
         jobs.finish_listing(conn, job.id, job.lease, listed=n_items, excluded=0, unchanged=0, deleted=0,
                             problems=[])
@@ -176,16 +175,13 @@ def _listed_job(worker_engine, source, n_items: int, lease_s: float = 60) -> job
 
 def test_concurrent_claims_skip_each_others_rows(worker_engine, empty_source):
     job = _listed_job(worker_engine, empty_source, 30)
-    with worker_engine.connect() as a, worker_engine.connect() as b:
-        a.begin()
+    with db_of(worker_engine).connection() as a, db_of(worker_engine).connection() as b:
         first = jobs.claim_items(a, "a", n=20, lease_s=60, max_attempts=5, source_id=empty_source.id)
-        b.begin()  # a has not committed: its 20 rows are locked and skipped, not waited for
+        # a has not committed: its 20 rows are locked and skipped, not waited for
         second = jobs.claim_items(b, "b", n=20, lease_s=60, max_attempts=5, source_id=empty_source.id)
-        a.commit()
-        b.commit()
     assert (len(first), len(second)) == (20, 10)
     assert not {i.key for i in first} & {i.key for i in second}
-    with worker_engine.begin() as conn:
+    with db_of(worker_engine).connection() as conn:
         assert jobs.claim_items(conn, "c", n=5, lease_s=60, max_attempts=5, source_id=empty_source.id) == []
         assert jobs.finalize(conn, empty_source.id) == []  # 30 items still running
     assert job_state(worker_engine, job.id) == "running"
@@ -194,20 +190,20 @@ def test_concurrent_claims_skip_each_others_rows(worker_engine, empty_source):
 def test_an_expired_lease_is_taken_over_and_the_old_holder_is_fenced_off(owner_engine, worker_engine,
                                                                          empty_source):
     job = _listed_job(worker_engine, empty_source, 1, lease_s=60)
-    with worker_engine.begin() as conn:
+    with db_of(worker_engine).connection() as conn:
         [mine] = jobs.claim_items(conn, "crashed", n=5, lease_s=60, max_attempts=5, source_id=empty_source.id)
-    with worker_engine.begin() as conn:  # a live lease is not claimable
+    with db_of(worker_engine).connection() as conn:  # a live lease is not claimable
         assert not jobs.claim_items(conn, "other", n=5, lease_s=60, max_attempts=5, source_id=empty_source.id)
     with owner_engine.begin() as conn:  # time passes: the holder stopped renewing
         conn.execute(text("UPDATE crawl_items SET lease_expires_at = now() - interval '1 second' "
                           "WHERE id = :i"), {"i": mine.id})
-    with worker_engine.begin() as conn:
+    with db_of(worker_engine).connection() as conn:
         assert jobs.heartbeat(conn, "other", lease_s=60) == 0
         [taken] = jobs.claim_items(conn, "other", n=5, lease_s=60, max_attempts=5, source_id=empty_source.id)
     assert (taken.id, taken.lease.attempt) == (mine.id, 2)
-    with worker_engine.begin() as conn, pytest.raises(jobs.LeaseLost):
+    with db_of(worker_engine).connection() as conn, pytest.raises(jobs.LeaseLost):
         jobs.complete_item(conn, mine.id, mine.lease, status="ok", chunks=1)  # the old holder cannot commit
-    with worker_engine.begin() as conn:
+    with db_of(worker_engine).connection() as conn:
         jobs.complete_item(conn, taken.id, taken.lease, status="ok", chunks=1)
         assert jobs.finalize(conn, empty_source.id) == [job.id]
     assert job_state(worker_engine, job.id) == "done"
@@ -216,14 +212,14 @@ def test_an_expired_lease_is_taken_over_and_the_old_holder_is_fenced_off(owner_e
 def test_a_pipelined_file_write_commits_only_with_its_lease(owner_engine, worker_engine, empty_source):
     """The file transaction is sent with its COMMIT in one round trip: a lost lease must still veto it."""
     job = _listed_job(worker_engine, empty_source, 1)
-    with worker_engine.begin() as conn:
+    with db_of(worker_engine).connection() as conn:
         [mine] = jobs.claim_items(conn, "slow", n=1, lease_s=60, max_attempts=5, source_id=empty_source.id)
     with owner_engine.begin() as conn:
         conn.execute(text("UPDATE crawl_items SET lease_expires_at = now() - interval '1 second' "
                           "WHERE id = :i"), {"i": mine.id})
-    with worker_engine.begin() as conn:
+    with db_of(worker_engine).connection() as conn:
         [taken] = jobs.claim_items(conn, "fast", n=1, lease_s=60, max_attempts=5, source_id=empty_source.id)
-    writer = content.FileWriter(worker_engine)
+    writer = content.FileWriter(db_of(worker_engine))
     chunks = [content.ChunkRow(0, "alpha beta gamma", 0, 16)]
 
     def write(claim: jobs.ItemClaim, body: list[content.ChunkRow], replace: bool) -> None:
@@ -242,11 +238,11 @@ def test_a_pipelined_file_write_commits_only_with_its_lease(owner_engine, worker
                                 {"s": empty_source.id}).scalar() == 0
         write(taken, chunks, replace=False)
         # a wrong "new file" hint on a file that has content costs a retry, never correctness
-        with worker_engine.begin() as conn:
+        with db_of(worker_engine).connection() as conn:
             jobs.release_item(conn, taken.id, taken.lease)  # (reuse the item: queue it again)
         with owner_engine.begin() as conn:
             conn.execute(text("UPDATE crawl_items SET state = 'queued' WHERE id = :i"), {"i": taken.id})
-        with worker_engine.begin() as conn:
+        with db_of(worker_engine).connection() as conn:
             [again] = jobs.claim_items(conn, "fast", n=1, lease_s=60, max_attempts=5,
                                        source_id=empty_source.id)
         write(again, [content.ChunkRow(0, "delta", 0, 5), content.ChunkRow(1, "epsilon", 7, 14)],
@@ -266,18 +262,18 @@ def test_a_pipelined_file_write_commits_only_with_its_lease(owner_engine, worker
 def test_leases_expiring_too_often_give_up(owner_engine, worker_engine, empty_source):
     job = _listed_job(worker_engine, empty_source, 1)
     for attempt in range(1, 3):
-        with worker_engine.begin() as conn:
+        with db_of(worker_engine).connection() as conn:
             [item] = jobs.claim_items(conn, f"w{attempt}", n=1, lease_s=60, max_attempts=2,
                                       source_id=empty_source.id)
         assert item.lease.attempt == attempt
         with owner_engine.begin() as conn:
             conn.execute(text("UPDATE crawl_items SET lease_expires_at = now() - interval '1 second'"
                               " WHERE job_id = :j"), {"j": job.id})
-    with worker_engine.begin() as conn:
+    with db_of(worker_engine).connection() as conn:
         assert jobs.claim_items(conn, "w3", n=1, lease_s=60, max_attempts=2, source_id=empty_source.id) == []
         assert [g.key for g in jobs.sweep(conn, max_attempts=2)] == ["f0.txt"]
         assert jobs.finalize(conn, empty_source.id) == [job.id]
-    with worker_engine.connect() as conn:
+    with db_of(worker_engine).connection() as conn:
         status = jobs.job_status(conn, [job.id])[job.id]
     assert (status.state, status.failed, status.indexed) == ("done", 1, 0)
 
@@ -285,7 +281,7 @@ def test_leases_expiring_too_often_give_up(owner_engine, worker_engine, empty_so
 def test_the_heartbeat_renews_only_progressing_work_and_a_file_that_broke_two_holders_is_given_up(
         owner_engine, worker_engine, empty_source):
     job = _listed_job(worker_engine, empty_source, 3)
-    with worker_engine.begin() as conn:
+    with db_of(worker_engine).connection() as conn:
         first, second, third = jobs.claim_items(conn, "w", n=3, lease_s=60, max_attempts=5,
                                                 source_id=empty_source.id)
 
@@ -301,21 +297,21 @@ def test_the_heartbeat_renews_only_progressing_work_and_a_file_that_broke_two_ho
                 "FROM crawl_items WHERE job_id = :j"), {"j": job.id})}
 
     expire(1)
-    with worker_engine.begin() as conn:  # progress: all renewed but the overdue one; the one in hand stamped
+    with db_of(worker_engine).connection() as conn:  # progress: all renewed but the overdue one; the one in hand stamped
         assert jobs.heartbeat(conn, "w", lease_s=60, started=[first.id], overdue=[second.id]) == 2
     assert rows() == {first.key: (0, True, True), second.key: (0, False, False), third.key: (0, False, True)}
     expire(1)
-    with worker_engine.begin() as conn:  # no progress: nothing renewed
+    with db_of(worker_engine).connection() as conn:  # no progress: nothing renewed
         assert jobs.heartbeat(conn, "w", lease_s=60, renew=False, started=[first.id]) == 0
     expire()
-    with worker_engine.begin() as conn:  # taken over: the started item counts a break, the others do not
+    with db_of(worker_engine).connection() as conn:  # taken over: the started item counts a break, the others do not
         taken = jobs.claim_items(conn, "x", n=3, lease_s=60, max_attempts=5, source_id=empty_source.id)
         assert [t.lease.attempt for t in taken] == [2, 2, 2]
         jobs.heartbeat(conn, "x", lease_s=60, started=[first.id])
     assert {k: v[:2] for k, v in rows().items()} == {first.key: (1, True), second.key: (0, False),
                                                     third.key: (0, False)}
     expire()
-    with worker_engine.begin() as conn:  # the second break: not claimed again, given up as a poison file
+    with db_of(worker_engine).connection() as conn:  # the second break: not claimed again, given up as a poison file
         assert {t.key for t in jobs.claim_items(conn, "y", n=3, lease_s=60, max_attempts=5,
                                                 source_id=empty_source.id)} == {second.key, third.key}
         [given_up] = jobs.sweep(conn, max_attempts=5)
@@ -324,15 +320,15 @@ def test_the_heartbeat_renews_only_progressing_work_and_a_file_that_broke_two_ho
 
 def test_enqueue_joins_a_queued_run_and_queues_behind_an_active_one(worker_engine, empty_source):
     with pytest.raises(TimeoutError, match="still open"):  # nobody serves the queue in this test
-        queue.wait_for(worker_engine, queue.enqueue(worker_engine, [empty_source.id]), timeout_s=0.1,
+        queue.wait_for(db_of(worker_engine), queue.enqueue(db_of(worker_engine), [empty_source.id]), timeout_s=0.1,
                        poll_s=0.05)
-    with worker_engine.begin() as conn:
+    with db_of(worker_engine).connection() as conn:
         first = jobs.enqueue(conn, empty_source.id)
         assert jobs.enqueue(conn, empty_source.id) == first
-    with worker_engine.begin() as conn:
+    with db_of(worker_engine).connection() as conn:
         claim = jobs.claim_job(conn, "a", lease_s=60, max_attempts=5, source_id=empty_source.id)
         assert claim.id == first
-    with worker_engine.begin() as conn:
+    with db_of(worker_engine).connection() as conn:
         second = jobs.enqueue(conn, empty_source.id)
         assert second != first
         # one run per source at a time: the queued one waits for the listing one
@@ -341,7 +337,7 @@ def test_enqueue_joins_a_queued_run_and_queues_behind_an_active_one(worker_engin
 
 def test_the_worker_role_sees_only_the_tenant_of_its_transaction(owner_engine, worker_engine, tmp_path,
                                                                   unique):
-    from kdbl_core.db.engine import tenant_transaction
+    from kdbl_core.db.connect import tenant_transaction
 
     sources = []
     for name in ("a", "b"):
@@ -355,11 +351,11 @@ def test_the_worker_role_sees_only_the_tenant_of_its_transaction(owner_engine, w
         seen = conn.execute(text("SELECT count(*) FROM crawl_items WHERE source_id = ANY(:s)"),
                             {"s": [s.id for s in sources]}).scalar()
     assert seen == 4
-    with tenant_transaction(worker_engine, sources[0].tenant_id) as conn:
-        rows = conn.execute(text("SELECT DISTINCT source_id FROM crawl_items WHERE source_id = ANY(:s)"),
-                            {"s": [s.id for s in sources]}).scalars().all()
-        assert rows == [sources[0].id]
-        changed = conn.execute(text("UPDATE crawl_items SET last_error = 'x' WHERE source_id = :s"),
+    with tenant_transaction(db_of(worker_engine), sources[0].tenant_id) as conn:
+        rows = conn.execute("SELECT DISTINCT source_id FROM crawl_items WHERE source_id = ANY(%(s)s)",
+                            {"s": [s.id for s in sources]}).fetchall()
+        assert [r.source_id for r in rows] == [sources[0].id]
+        changed = conn.execute("UPDATE crawl_items SET last_error = 'x' WHERE source_id = %(s)s",
                                {"s": sources[1].id}).rowcount
         assert changed == 0
 
@@ -374,9 +370,9 @@ def test_schedules_queue_one_run_per_slot(owner_engine, worker_engine, tmp_path,
         root.mkdir()
         made[name] = admin.add_source(db_of(owner_engine), tenant, protocol="fs", config={"root": str(root)},
                                       name=name, schedule=schedule)
-    with worker_engine.begin() as conn:  # an on-demand run made after today's slot serves the daily one
+    with db_of(worker_engine).connection() as conn:  # an on-demand run made after today's slot serves the daily one
         jobs.enqueue(conn, made["daily"].id)
-    runners = [QueueRunner(worker_engine, Indexer(worker_engine, Settings()),
+    runners = [QueueRunner(db_of(worker_engine), Indexer(db_of(worker_engine), Settings()),
                            options=QueueOptions(tenants=(tenant,))) for _ in range(2)]
     with owner_engine.connect() as conn:
         now = conn.execute(text("SELECT now()")).scalar()
@@ -442,8 +438,8 @@ def test_extraction_is_killed_after_its_time_limit(owner_engine, worker_engine, 
         corpus = make_corpus(owner_engine, worker_engine, tmp_path / f"t-{unique}", {}, tenant=f"t-{unique}")
         for name, body in files.items():
             (corpus.root / name).write_text(body)
-        [source] = load_sources(worker_engine, source_id=corpus.source_id)
-        stats = Indexer(worker_engine, Settings(), box=box).crawl(source)
+        [source] = load_sources(db_of(worker_engine), source_id=corpus.source_id)
+        stats = Indexer(db_of(worker_engine), Settings(), box=box).crawl(source)
     finally:
         box.close()
     with owner_engine.connect() as conn:
@@ -502,9 +498,9 @@ def test_two_worker_processes_share_one_source(owner_url, owner_engine, worker_e
         for name, proc in zip(names, procs, strict=True):
             wait_connected(owner_engine, name, proc)
         # as `kdbl-control crawl --queue --wait` would (owner role): queue, then wait for the workers
-        [job_id] = queue.enqueue(owner_engine, [source.id])
+        [job_id] = queue.enqueue(db_of(owner_engine), [source.id])
         seen: list[int] = []
-        statuses = queue.wait_for(owner_engine, [job_id], timeout_s=60, poll_s=0.05,
+        statuses = queue.wait_for(db_of(owner_engine), [job_id], timeout_s=60, poll_s=0.05,
                                   on_progress=lambda st: seen.append(st[job_id].indexed))
         assert statuses[job_id].state == "done" and statuses[job_id].indexed == 200
     finally:
@@ -533,7 +529,7 @@ def test_sigterm_finishes_the_current_file_and_hands_back_the_rest(owner_url, ow
     proc = start_worker(owner_url, name, tenant, tmp_path, sleep=0.05, args=("--batch", "8"))
     try:
         wait_connected(owner_engine, name, proc)
-        with worker_engine.begin() as conn:
+        with db_of(worker_engine).connection() as conn:
             job_id = jobs.enqueue(conn, source.id)
         wait_until(lambda: item_states(owner_engine, job_id).get("done", 0) >= 5, 60, "5 files written")
     finally:
@@ -545,8 +541,8 @@ def test_sigterm_finishes_the_current_file_and_hands_back_the_rest(owner_url, ow
         assert conn.execute(text("SELECT max(attempts) FROM crawl_items "
                                  "WHERE job_id = :j AND state = 'queued'"), {"j": job_id}).scalar() == 0
     # another worker (here: an on-demand crawl of the source) finishes the run, then its own
-    [row] = load_sources(worker_engine, source_id=source.id)
-    stats = Indexer(worker_engine, Settings()).crawl(row)
+    [row] = load_sources(db_of(worker_engine), source_id=source.id)
+    stats = Indexer(db_of(worker_engine), Settings()).crawl(row)
     assert (stats.listed, stats.unchanged) == (60, 60)
     assert job_state(owner_engine, job_id) == "done"
     assert_indexed_exactly_once(owner_engine, source.id, 60)

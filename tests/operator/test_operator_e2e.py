@@ -11,7 +11,7 @@ import pytest
 from helpers import db_of
 from kdbl_core.auth import pat
 from kdbl_core.db import content
-from kdbl_core.db.engine import tenant_transaction
+from kdbl_core.db.connect import tenant_transaction
 from operator_helpers import secret, source, tenant
 from sqlalchemy import text
 
@@ -93,7 +93,7 @@ async def test_a_tenant_resource_creates_updates_and_deletes_its_tenant_row_and_
 def _write_files(owner_engine: Any, tenant_id: uuid.UUID, source_id: uuid.UUID, n: int) -> None:
     """Index n small files as the worker would (chunks, postings, BM25 statistics)."""
     for i in range(n):
-        with tenant_transaction(owner_engine, tenant_id) as conn:
+        with tenant_transaction(db_of(owner_engine), tenant_id) as conn:
             body = f"quarterly report number {i} about revenue and costs"
             content.write_file(conn, tenant_id=tenant_id, source_id=source_id, meta=content.FileMeta(key=f"doc{i}.txt"),
                                status="ok", status_reason=None, title=None, text_chars=len(body), ts_config="english",

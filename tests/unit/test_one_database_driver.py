@@ -18,14 +18,7 @@ MIGRATIONS = "services/core/kdbl_core/db/migrations/"
 
 # Run-time modules still on SQLAlchemy (issue 15, one database path): moved to psycopg step by step.
 NOT_YET_MOVED = {
-    "operator/kdbl_operator/db_sync.py",
-    "services/core/kdbl_core/db/content.py",
     "services/core/kdbl_core/db/engine.py",
-    "services/worker/kdbl_worker/bench_crawl.py",
-    "services/worker/kdbl_worker/deadlines.py",
-    "services/worker/kdbl_worker/jobs.py",
-    "services/worker/kdbl_worker/pipeline.py",
-    "services/worker/kdbl_worker/queue.py",
 }
 
 
@@ -69,3 +62,12 @@ def test_eval_benchmarks_urls_and_the_cli_run_on_psycopg() -> None:
     moved = {f"services/control/kdbl_control/{name}.py"
              for name in ("evaluate", "beir", "bench", "bench_scale", "smoke", "proctime", "cli")}
     assert not (moved | {"services/core/kdbl_core/db/urls.py"}) & _importers()
+
+
+def test_the_worker_write_path_the_crawl_queue_and_the_operator_run_on_psycopg() -> None:
+    moved = {"services/core/kdbl_core/db/content.py", "services/worker/kdbl_worker/jobs.py",
+             "services/worker/kdbl_worker/queue.py", "services/worker/kdbl_worker/pipeline.py",
+             "services/worker/kdbl_worker/deadlines.py", "services/worker/kdbl_worker/bench_crawl.py",
+             "services/worker/kdbl_worker/main.py", "operator/kdbl_operator/db_sync.py",
+             "operator/kdbl_operator/handlers.py", "operator/kdbl_operator/reconcile.py"}
+    assert not moved & _importers()

@@ -16,7 +16,6 @@ import psycopg
 
 from kdbl_control import admin, compose
 from kdbl_core.db.connect import conninfo, sync_pool
-from kdbl_core.db.engine import sync_engine
 from kdbl_core.db.urls import for_role
 from kdbl_core.errors import ConfigError
 from kdbl_core.settings import get_settings
@@ -110,7 +109,7 @@ def ensure_indexed(owner_url: str, docs: Path, tenant: str = "bench-search", *,
     """Create `tenant` with one fs source over `docs` (idempotent), crawl it, count its chunks.
 
     Returns tenant_id, source_id, chunks, crawl stats and, when `token_name` is given, a fresh PAT."""
-    worker = sync_engine(for_role(owner_url, "kdbl_worker"))
+    worker = sync_pool(for_role(owner_url, "kdbl_worker"), size=6, name="kdbl-beir-crawl")
     try:
         with sync_pool(owner_url, size=1) as db:
             row = admin.create_tenant(db, tenant, exist_ok=True)
@@ -120,7 +119,7 @@ def ensure_indexed(owner_url: str, docs: Path, tenant: str = "bench-search", *,
         [loaded] = compose.load_sources(worker, source_id=source.id)
         stats = compose.indexer(worker, get_settings()).crawl(loaded)
     finally:
-        worker.dispose()
+        worker.close()
     with psycopg.connect(conninfo(owner_url), autocommit=True) as conn:
         if stats.indexed:
             # What autovacuum does a minute or two after a bulk load (statistics, visibility map for

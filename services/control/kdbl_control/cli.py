@@ -303,7 +303,6 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     from kdbl_control import admin
     from kdbl_control.target import owner_url
     from kdbl_core.db.connect import sync_pool
-    from kdbl_core.db.engine import sync_engine
 
     with owner_url(settings, args.data_dir) as url:
         if args.command == "db":
@@ -314,12 +313,9 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
                                        "kdbl_worker": named_env(args.worker_password_env)})
             print(f"migrated to revision {migrate.current_revision(url)}")
             return 0
-        if args.command == "crawl":
-            engine = sync_engine(url)
-            try:
-                return _crawl(args, settings, engine)
-            finally:
-                engine.dispose()
+        if args.command == "crawl":  # the queue loop, heartbeat, deadline watchdog, writers' bookkeeping
+            with sync_pool(url, size=6, name="kdbl-control-crawl") as crawl_db:
+                return _crawl(args, settings, crawl_db)
         with sync_pool(url, size=2, name="kdbl-control") as db:
             return _dispatch(args, settings, db, admin)
 
@@ -404,23 +400,23 @@ def source_schedule(args: argparse.Namespace) -> str | None:
     return None if args.schedule is None else parse_schedule(args.schedule).text
 
 
-def _crawl(args: argparse.Namespace, settings: Settings, engine: Any) -> int:
+def _crawl(args: argparse.Namespace, settings: Settings, db: Any) -> int:
     from kdbl_control import compose
 
-    sources = compose.load_sources(engine, tenant=args.tenant, source_id=args.source)
+    sources = compose.load_sources(db, tenant=args.tenant, source_id=args.source)
     if not sources:
         raise ConfigError("no matching source")
     from kdbl_control.progress import queue_progress
     from kdbl_control.signals import stop_on_signals
 
     if args.queue:
-        ids = compose.enqueue(engine, [s.id for s in sources])
+        ids = compose.enqueue(db, [s.id for s in sources])
         print(" ".join(map(str, ids)), flush=True)  # at once: a script may read them while this waits
         if args.no_wait:
             return 0
         try:
             with stop_on_signals() as stop:
-                statuses = compose.wait_for(engine, ids, timeout_s=args.timeout, poll_s=1.0, stop=stop,
+                statuses = compose.wait_for(db, ids, timeout_s=args.timeout, poll_s=1.0, stop=stop,
                                             on_progress=queue_progress(settings.progress_interval_s))
         except TimeoutError as exc:
             print(f"kdbl-control: {exc}", file=sys.stderr)
@@ -435,7 +431,7 @@ def _crawl(args: argparse.Namespace, settings: Settings, engine: Any) -> int:
         return 1 if any(st.state == "failed" for st in statuses.values()) else 0
     from kdbl_control.progress import crawl_with_progress
 
-    indexer = compose.indexer(engine, settings)
+    indexer = compose.indexer(db, settings)
     try:
         with stop_on_signals() as stop:
             for source in sources:

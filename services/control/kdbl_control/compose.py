@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only; the modules load on first call below
+    from kdbl_core.db.connect import Pool
     from kdbl_core.embed import Embedder
     from kdbl_core.settings import Settings
     from kdbl_worker.jobs import JobStatus
@@ -29,17 +30,17 @@ __all__ = ["CrawlStats", "Indexer", "SourceRow", "create_api_app", "create_fetch
 
 # --- the worker ---
 
-def indexer(engine: Any, settings: Settings) -> Indexer:
-    """The worker's crawl pipeline for `crawl`, `up` and the BEIR loader."""
+def indexer(pool: Pool, settings: Settings) -> Indexer:
+    """The worker's crawl pipeline for `crawl`, `up` and the BEIR loader (`pool`: the worker role's)."""
     from kdbl_worker.pipeline import Indexer
 
-    return Indexer(engine, settings)
+    return Indexer(pool, settings)
 
 
-def load_sources(engine: Any, **where: Any) -> list[SourceRow]:
+def load_sources(pool: Pool, **where: Any) -> list[SourceRow]:
     from kdbl_worker.pipeline import load_sources
 
-    return load_sources(engine, **where)
+    return load_sources(pool, **where)
 
 
 def crawl_stats() -> CrawlStats:
@@ -49,17 +50,17 @@ def crawl_stats() -> CrawlStats:
     return CrawlStats(source_id=None)  # type: ignore[arg-type]
 
 
-def enqueue(engine: Any, source_ids: list[Any]) -> list[int]:
+def enqueue(pool: Pool, source_ids: list[Any]) -> list[int]:
     """Queue crawl runs for the workers (`crawl --queue`)."""
     from kdbl_worker.queue import enqueue
 
-    return enqueue(engine, source_ids)
+    return enqueue(pool, source_ids)
 
 
-def wait_for(engine: Any, ids: list[int], **options: Any) -> dict[int, JobStatus]:
+def wait_for(pool: Pool, ids: list[int], **options: Any) -> dict[int, JobStatus]:
     from kdbl_worker.queue import wait_for
 
-    return wait_for(engine, ids, **options)
+    return wait_for(pool, ids, **options)
 
 
 def embed_pending(engine: Any, embedder: Embedder, **options: Any) -> int:

@@ -28,7 +28,6 @@ from kdbl_control.progress import crawl_with_progress
 from kdbl_core.auth import pat
 from kdbl_core.db.connect import Pool, sync_pool
 from kdbl_core.db.embedded import EmbeddedDatabase
-from kdbl_core.db.engine import async_engine, sync_engine
 from kdbl_core.db.urls import for_role
 from kdbl_core.embed import Embedder, default_model_path
 from kdbl_core.errors import ConfigError
@@ -207,7 +206,8 @@ def _run_up(folders: list[Path], data_dir: Path, port: int, host: str, env: Sett
         for folder in folders:
             admin.add_source(owner, DEMO_TENANT, protocol="fs", config={"root": str(folder)},
                              name=_source_name(owner, folder), exist_ok=True)
-        worker = sync_engine(for_role(db.owner_url, "kdbl_worker"))
+        # the crawl's queue loop, heartbeat, deadline watchdog and writers' bookkeeping
+        worker = sync_pool(for_role(db.owner_url, "kdbl_worker"), size=6, name="kdbl-up-crawl")
         worker_pool = sync_pool(for_role(db.owner_url, "kdbl_worker"), size=2, name="kdbl-up-worker")
         indexer = compose.indexer(worker, settings)
         token = _demo_token(owner, data_dir)
@@ -239,7 +239,7 @@ def _run_up(folders: list[Path], data_dir: Path, port: int, host: str, env: Sett
                 background.join(timeout=30)
             if embedder is not None:
                 embedder.close()
-            worker.dispose()
+            worker.close()
             worker_pool.close()
             owner.close()
     print("kdbl: stopped.", file=sys.stderr)
@@ -283,7 +283,7 @@ def _source_name(owner: Pool, folder: Path) -> str:
     return candidate
 
 
-def _background(indexer: compose.Indexer, worker, worker_pool: Pool, embedder: Embedder | None,
+def _background(indexer: compose.Indexer, worker: Pool, worker_pool: Pool, embedder: Embedder | None,
                 stop: threading.Event) -> None:
     """Crawl every source (lexical first: search works meanwhile), embed what it wrote, then pick up
     edits: re-crawl every RESCAN_SECONDS (unchanged files cost a stat) and embed the changes."""

@@ -40,9 +40,6 @@ import time
 import uuid
 from pathlib import Path
 
-from sqlalchemy import text
-from sqlalchemy.engine import make_url
-
 from kdbl_core.settings import child_env
 
 CATEGORIES = {
@@ -114,9 +111,9 @@ def _postgres_cpu(pgdata: Path | None) -> float | None:
 
 
 def _connected(owner, names: list[str]) -> int:
-    with owner.connect() as conn:
-        return conn.execute(text("SELECT count(DISTINCT application_name) FROM pg_stat_activity "
-                                 "WHERE application_name = ANY(:n)"), {"n": names}).scalar()
+    with owner.connection() as conn:
+        return conn.execute("SELECT count(DISTINCT application_name) FROM pg_stat_activity "
+                            "WHERE application_name = ANY(%(n)s)", {"n": names}).fetchone()[0]
 
 
 def _wait(predicate, timeout: float, procs: list[subprocess.Popen]) -> None:
@@ -155,16 +152,15 @@ def run_one(owner_url: str, folders: list[Path], category: str, workers: int, ar
     from psycopg.types.json import Jsonb
 
     from kdbl_core.db.connect import sync_pool
-    from kdbl_core.db.engine import sync_engine
     from kdbl_core.db.urls import for_role
     from kdbl_worker.queue import enqueue
 
-    owner = sync_engine(owner_url)
+    owner = sync_pool(owner_url, size=2, name="kdbl-bench-crawl")
     tenant = f"bench-{uuid.uuid4().hex[:8]}"
     patterns = ["*.txt"] if category == BIG_TEXT else CATEGORIES[category]
     # the tenant and its fs sources in SQL of its own: a worker tool imports no other service (the
     # import-linter contracts in pyproject.toml), and a bench folder needs none of kdbl-control's checks
-    with sync_pool(owner_url, size=1) as db, db.connection() as conn:
+    with owner.connection() as conn:
         tenant_id = conn.execute("INSERT INTO tenants (name) VALUES (%s) RETURNING id",
                                  (tenant,)).fetchone()[0]
         sources = [conn.execute("INSERT INTO sources (tenant_id, name, protocol, config) "
@@ -172,15 +168,14 @@ def run_one(owner_url: str, folders: list[Path], category: str, workers: int, ar
                                 (tenant_id, f"s{i}", Jsonb({"root": str(f.resolve()), "include": patterns}))
                                 ).fetchone()[0]
                    for i, f in enumerate(folders)]
-    url = make_url(for_role(owner_url, "kdbl_worker"))
+    url = for_role(owner_url, "kdbl_worker")
     names = [f"{tenant}-w{i}" for i in range(workers)]
     command = [sys.executable, "-m", "kdbl_worker.main", "--tenant", tenant, "--no-fetch", "--no-scheduler",
                "--idle-poll", "0.1"]
     if args.extract_processes is not None:
         command += ["--extract-processes", str(args.extract_processes)]
-    def env(name: str) -> dict[str, str]:
-        named = url.update_query_dict({"application_name": name})
-        return child_env({"KDBL_LOG_LEVEL": "WARNING", "KDBL_DATABASE_URL": named.render_as_string(hide_password=False)})
+    def env(name: str) -> dict[str, str]:  # libpq takes the application_name from PGAPPNAME
+        return child_env({"KDBL_LOG_LEVEL": "WARNING", "KDBL_DATABASE_URL": url, "PGAPPNAME": name})
 
     procs = [subprocess.Popen(command, env=env(name)) for name in names]
     try:
@@ -198,9 +193,9 @@ def run_one(owner_url: str, folders: list[Path], category: str, workers: int, ar
                 tree = _tree(proc.pid)
                 peak_tree[i] = max(peak_tree[i], sum(rss for _, rss in tree.values()))
                 cpu[i] = max(cpu[i], sum(c for c, _ in tree.values()))
-            with owner.connect() as conn:
-                return bool(conn.execute(text("SELECT bool_and(state IN ('done', 'failed')) FROM crawl_jobs "
-                                              "WHERE id = ANY(:ids)"), {"ids": job_ids}).scalar())
+            with owner.connection() as conn:
+                return bool(conn.execute("SELECT bool_and(state IN ('done', 'failed')) FROM crawl_jobs "
+                                         "WHERE id = ANY(%(ids)s)", {"ids": job_ids}).fetchone()[0])
 
         _wait(finished, args.timeout, procs)
     finally:
@@ -213,16 +208,16 @@ def run_one(owner_url: str, folders: list[Path], category: str, workers: int, ar
                 proc.kill()
     last_cpu = [c - c0 for c, c0 in zip(cpu, cpu0, strict=True)]
     pg_after = _postgres_cpu(pgdata)
-    with owner.connect() as conn:
-        row = conn.execute(text(
+    with owner.connection() as conn:
+        row = conn.execute(
             "SELECT min(started_at) AS t0, max(finished_at) AS t1, sum(indexed) AS files, "
             "sum(bytes) AS bytes, "
             "sum(failed) AS failed, sum(chunks) AS chunks, bool_and(state = 'done') AS ok "
-            "FROM crawl_jobs WHERE id = ANY(:ids)"), {"ids": job_ids}).one()
-        runs = conn.execute(text(
-            "SELECT count(*) FROM files f WHERE f.tenant_id = (SELECT id FROM tenants WHERE name = :t) "
-            "AND f.index_runs <> 1"), {"t": tenant}).scalar()
-    owner.dispose()
+            "FROM crawl_jobs WHERE id = ANY(%(ids)s)", {"ids": job_ids}).fetchone()
+        runs = conn.execute(
+            "SELECT count(*) FROM files f WHERE f.tenant_id = (SELECT id FROM tenants WHERE name = %(t)s) "
+            "AND f.index_runs <> 1", {"t": tenant}).fetchone()[0]
+    owner.close()
     seconds = (row.t1 - row.t0).total_seconds() if row.t0 and row.t1 else float("nan")
     files, size = int(row.files or 0), int(row.bytes or 0)
     return {

@@ -3,7 +3,7 @@
 A file write that never ends (a lock that is never released, the libpq pipeline deadlock of issue 12,
 a network that drops packets silently) used to hold its worker, its lease and the crawl for good. Now:
 
-- Server side (`write_engine`): the write connections run with `statement_timeout`,
+- Server side (`write_pool`): the write connections run with `statement_timeout`,
   `idle_in_transaction_session_timeout` and (PostgreSQL >= 17) `transaction_timeout` set to the
   deadline, so Postgres itself ends a write blocked on a lock or a transaction left open by a stuck
   client; TCP keepalives and `tcp_user_timeout` end a TCP connection whose peer vanished.
@@ -30,7 +30,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, create_engine, event, text
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool
 
 log = logging.getLogger(__name__)
 
@@ -41,20 +43,24 @@ DEFAULT_STOP_GRACE_S = 2.0
 POLL_S = 0.2  # how soon a stop is noticed
 
 
-def write_engine(engine: Engine, deadline_s: float, pool_size: int) -> Engine:
-    """An engine on `engine`'s database whose connections carry the per-file deadline (see above)."""
+def write_pool(pool: ConnectionPool, deadline_s: float, size: int) -> ConnectionPool:
+    """A pool on `pool`'s database whose connections carry the per-file deadline (see above).
+
+    Connections are checked when taken (`check_connection`: one would otherwise be found dead by the
+    file's transaction after a database restart)."""
     ms = max(1, int(deadline_s * 1000))
-    with engine.connect() as conn:
-        version = int(conn.execute(text("SHOW server_version_num")).scalar_one())
+    with pool.connection() as conn:
+        version = conn.info.server_version
     options = [f"-c statement_timeout={ms}", f"-c idle_in_transaction_session_timeout={ms}"]
     if version >= 170000:
         options.append(f"-c transaction_timeout={ms}")
-    given = engine.url.query.get("options")
-    connect_args = {"options": " ".join([*([given] if isinstance(given, str) else []), *options]),
-                    "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
-                    "tcp_user_timeout": ms}
-    return create_engine(engine.url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True,
-                         connect_args=connect_args)
+    given = conninfo_to_dict(pool.conninfo).get("options")
+    kwargs = {**(pool.kwargs or {}), "options": " ".join([*([given] if isinstance(given, str) else []), *options]),
+              "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
+              "tcp_user_timeout": ms}
+    return ConnectionPool(pool.conninfo, min_size=1, max_size=2 * size, name=f"{pool.name}-write", open=True,
+                          timeout=30.0, max_lifetime=1800.0, check=ConnectionPool.check_connection,
+                          kwargs=kwargs)
 
 
 @dataclass(slots=True)
@@ -72,12 +78,13 @@ class Ticket:
 
 class Watchdog:
     """Terminates the backend of a write past its deadline (+ `grace_s`) or, once `stop` is set, past
-    `stop_grace_s`. `attach` it to the write engine: it learns each writer thread's backend pid."""
+    `stop_grace_s`. `track` each writer thread's connection as it is taken (content.FileWriter's
+    `on_checkout`): the watchdog learns the backend pid to terminate."""
 
-    def __init__(self, engine: Engine, deadline_s: float, *, grace_s: float = DEFAULT_GRACE_S,
+    def __init__(self, pool: ConnectionPool, deadline_s: float, *, grace_s: float = DEFAULT_GRACE_S,
                  stop_grace_s: float = DEFAULT_STOP_GRACE_S,
                  on_deadline: Callable[[int], None] | None = None) -> None:
-        self.engine, self.on_deadline = engine, on_deadline
+        self.pool, self.on_deadline = pool, on_deadline
         self.deadline_s, self.grace_s, self.stop_grace_s = deadline_s, grace_s, stop_grace_s
         self._pids: dict[int, int] = {}
         self._tickets: dict[int, Ticket] = {}
@@ -87,11 +94,9 @@ class Watchdog:
         self._thread: threading.Thread | None = None
         self._closed = False
 
-    def attach(self, write_engine: Engine) -> None:
-        event.listen(write_engine, "checkout", self._checkout)
-
-    def _checkout(self, dbapi_connection, _record, _proxy) -> None:
-        self._pids[threading.get_ident()] = dbapi_connection.info.backend_pid
+    def track(self, conn: psycopg.Connection) -> None:
+        """The calling writer thread writes on `conn` now."""
+        self._pids[threading.get_ident()] = conn.info.backend_pid
 
     def stop_on(self, stop: threading.Event | None) -> None:
         """Abort writes `stop_grace_s` after `stop` is set."""
@@ -157,8 +162,7 @@ class Watchdog:
         if pid is None:
             return
         try:
-            with self.engine.connect() as conn:
-                conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
-                conn.commit()
+            with self.pool.connection() as conn:
+                conn.execute("SELECT pg_terminate_backend(%(pid)s)", {"pid": pid})
         except Exception as exc:  # noqa: BLE001 - the server-side timeouts still end the write
             log.warning("could not abort a file write", extra={"pid": pid, "error": repr(exc)[:300]})

@@ -24,9 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, TextClause, text
-
-from kdbl_core.db.content import FenceLost
+from kdbl_core.db.connect import Connection
+from kdbl_core.db.content import FenceLost, Statement
 from kdbl_core.errors import PermanentError
 
 MAX_BREAKS = 2
@@ -139,17 +138,17 @@ def _lease_secs(seconds: float) -> float:
 # ---------------------------------------------------------------------------------------------
 # Enqueue
 # ---------------------------------------------------------------------------------------------
-_ENQUEUE = text("""
+_ENQUEUE = """
 INSERT INTO crawl_jobs (tenant_id, source_id, reason)
-SELECT s.tenant_id, s.id, 'manual' FROM sources s WHERE s.id = :sid
+SELECT s.tenant_id, s.id, 'manual' FROM sources s WHERE s.id = %(sid)s
 ON CONFLICT DO NOTHING
 RETURNING id
-""")
-_QUEUED_FOR = text("SELECT id FROM crawl_jobs WHERE source_id = :sid AND state = 'queued'")
-_TENANT_OF = text("""
+"""
+_QUEUED_FOR = "SELECT id FROM crawl_jobs WHERE source_id = %(sid)s AND state = 'queued'"
+_TENANT_OF = """
 SELECT t.name, t.settings -> 'enabled' = 'false'::jsonb AS disabled
-  FROM sources s JOIN tenants t ON t.id = s.tenant_id WHERE s.id = :sid
-""")
+  FROM sources s JOIN tenants t ON t.id = s.tenant_id WHERE s.id = %(sid)s
+"""
 
 
 def enqueue(conn: Connection, source_id: uuid.UUID) -> int:
@@ -158,48 +157,48 @@ def enqueue(conn: Connection, source_id: uuid.UUID) -> int:
     A run that is already listing or running may have missed recent changes, so a new one is queued
     behind it. Returns the job id. TenantDisabled when the source's tenant is disabled.
     """
-    tenant = conn.execute(_TENANT_OF, {"sid": source_id}).first()
+    tenant = conn.execute(_TENANT_OF, {"sid": source_id}).fetchone()
     if tenant is not None and tenant.disabled:
         raise TenantDisabled(f"tenant {tenant.name} is disabled: its sources are not crawled "
                              f"(enable it with `kdbl-control tenant update {tenant.name} --enabled true`)")
     for _ in range(5):
-        job_id = conn.execute(_ENQUEUE, {"sid": source_id}).scalar()
-        if job_id is None:
-            job_id = conn.execute(_QUEUED_FOR, {"sid": source_id}).scalar()
-        if job_id is not None:
-            return job_id
-        if conn.execute(text("SELECT 1 FROM sources WHERE id = :sid"), {"sid": source_id}).first() is None:
+        row = conn.execute(_ENQUEUE, {"sid": source_id}).fetchone()
+        if row is None:
+            row = conn.execute(_QUEUED_FOR, {"sid": source_id}).fetchone()
+        if row is not None:
+            return row.id
+        if conn.execute("SELECT 1 FROM sources WHERE id = %(sid)s", {"sid": source_id}).fetchone() is None:
             raise LookupError(f"no source {source_id}")
     raise RuntimeError(f"could not queue a crawl of source {source_id}")  # pragma: no cover - a claim race
 
 
-_SCHEDULE_INPUT = text(f"""
+_SCHEDULE_INPUT = f"""
 SELECT now() AS now, s.id, s.schedule FROM sources s
  WHERE s.enabled AND {_TENANT_ON.format(col="s.tenant_id")}
-   AND (CAST(:tenants AS text[]) IS NULL
+   AND (CAST(%(tenants)s AS text[]) IS NULL
                       OR s.tenant_id IN (SELECT t.id FROM tenants t
-                                          WHERE t.name = ANY (CAST(:tenants AS text[]))))
-""")
+                                          WHERE t.name = ANY (CAST(%(tenants)s AS text[]))))
+"""
 
 # One run per schedule slot and source. A run created at or after the slot (an on-demand one too)
 # already serves it; the unique index on (source_id, scheduled_for) settles two schedulers racing.
-_ENQUEUE_DUE = text(f"""
+_ENQUEUE_DUE = f"""
 INSERT INTO crawl_jobs (tenant_id, source_id, reason, scheduled_for)
 SELECT s.tenant_id, s.id, 'schedule', d.slot
-  FROM unnest(CAST(:sids AS uuid[]), CAST(:slots AS timestamptz[])) AS d(sid, slot)
+  FROM unnest(CAST(%(sids)s AS uuid[]), CAST(%(slots)s AS timestamptz[])) AS d(sid, slot)
   JOIN sources s ON s.id = d.sid AND s.enabled AND {_TENANT_ON.format(col="s.tenant_id")}
  WHERE NOT EXISTS (SELECT 1 FROM crawl_jobs j
                     WHERE j.source_id = d.sid AND (j.created_at >= d.slot OR j.scheduled_for >= d.slot))
 ON CONFLICT DO NOTHING
 RETURNING id
-""")
+"""
 
 
 def schedule_input(conn: Connection, tenants: Sequence[str] | None = None) -> tuple[datetime, list[tuple]]:
     """(database time, [(source id, schedule text)]) for the enabled sources (optionally of some tenants)."""
-    rows = conn.execute(_SCHEDULE_INPUT, {"tenants": list(tenants) if tenants else None}).all()
+    rows = conn.execute(_SCHEDULE_INPUT, {"tenants": list(tenants) if tenants else None}).fetchall()
     if not rows:
-        return conn.execute(text("SELECT now()")).scalar_one(), []
+        return conn.execute("SELECT now()").fetchone()[0], []
     return rows[0].now, [(r.id, r.schedule) for r in rows]
 
 
@@ -208,15 +207,15 @@ def enqueue_due(conn: Connection, slots: Sequence[tuple[uuid.UUID, datetime]]) -
     if not slots:
         return []
     params = {"sids": [s for s, _ in slots], "slots": [t for _, t in slots]}
-    return list(conn.execute(_ENQUEUE_DUE, params).scalars())
+    return [r.id for r in conn.execute(_ENQUEUE_DUE, params)]
 
 
 # ---------------------------------------------------------------------------------------------
 # Jobs: claim the listing, finish it, fail it
 # ---------------------------------------------------------------------------------------------
-_CLAIM_JOB = text(f"""
+_CLAIM_JOB = f"""
 UPDATE crawl_jobs j
-   SET state = 'listing', leased_by = :holder, lease_expires_at = now() + make_interval(secs => :lease),
+   SET state = 'listing', leased_by = %(holder)s, lease_expires_at = now() + make_interval(secs => %(lease)s),
        attempts = j.attempts + 1, started_at = coalesce(j.started_at, now())
  WHERE j.id = (
        SELECT c.id FROM crawl_jobs c
@@ -224,16 +223,16 @@ UPDATE crawl_jobs j
           AND ((c.state = 'queued' AND c.run_after <= now()
                 AND NOT EXISTS (SELECT 1 FROM crawl_jobs a
                                  WHERE a.source_id = c.source_id AND a.state IN ('listing', 'running')))
-               OR (c.state = 'listing' AND c.lease_expires_at < now() AND c.attempts < :max_attempts))
-          AND (CAST(:source AS uuid) IS NULL OR c.source_id = CAST(:source AS uuid))
-          AND (CAST(:tenants AS text[]) IS NULL
-               OR c.tenant_id IN (SELECT t.id FROM tenants t WHERE t.name = ANY (CAST(:tenants AS text[]))))
+               OR (c.state = 'listing' AND c.lease_expires_at < now() AND c.attempts < %(max_attempts)s))
+          AND (CAST(%(source)s AS uuid) IS NULL OR c.source_id = CAST(%(source)s AS uuid))
+          AND (CAST(%(tenants)s AS text[]) IS NULL
+               OR c.tenant_id IN (SELECT t.id FROM tenants t WHERE t.name = ANY (CAST(%(tenants)s AS text[]))))
           AND {_TENANT_ON.format(col="c.tenant_id")}
         ORDER BY c.run_after, c.id
         LIMIT 1
         FOR UPDATE SKIP LOCKED)
 RETURNING j.id, j.tenant_id, j.source_id, j.reason, j.attempts
-""")
+"""
 
 
 def claim_job(conn: Connection, holder: str, *, lease_s: float, max_attempts: int,
@@ -242,33 +241,33 @@ def claim_job(conn: Connection, holder: str, *, lease_s: float, max_attempts: in
     row = conn.execute(_CLAIM_JOB, {
         "holder": holder, "lease": _lease_secs(lease_s), "max_attempts": max_attempts, "source": source_id,
         "tenants": list(tenants) if tenants else None,
-    }).first()
+    }).fetchone()
     if row is None:
         return None
     return JobClaim(row.id, row.tenant_id, row.source_id, row.reason, Lease(holder, row.attempts))
 
 
-_FENCE_JOB = "id = :id AND state = 'listing' AND leased_by = :holder AND attempts = :attempt"
+_FENCE_JOB = "id = %(id)s AND state = 'listing' AND leased_by = %(holder)s AND attempts = %(attempt)s"
 
-_INSERT_ITEMS = text("""
+_INSERT_ITEMS = """
 INSERT INTO crawl_items (job_id, tenant_id, source_id, key, size, mtime, etag, storage_class, owner, mode,
                          uid, gid, had_file, sidecar_key)
 SELECT j.id, j.tenant_id, j.source_id, u.key, u.size, u.mtime, u.etag, u.storage_class, u.owner, u.mode,
        u.uid, u.gid, u.had_file, u.sidecar_key
   FROM crawl_jobs j,
-       unnest(CAST(:keys AS text[]), CAST(:sizes AS bigint[]), CAST(:mtimes AS timestamptz[]),
-              CAST(:etags AS text[]), CAST(:classes AS text[]), CAST(:owners AS text[]),
-              CAST(:modes AS int[]), CAST(:uids AS int[]), CAST(:gids AS int[]), CAST(:had AS boolean[]),
-              CAST(:sidecars AS text[]))
+       unnest(CAST(%(keys)s AS text[]), CAST(%(sizes)s AS bigint[]), CAST(%(mtimes)s AS timestamptz[]),
+              CAST(%(etags)s AS text[]), CAST(%(classes)s AS text[]), CAST(%(owners)s AS text[]),
+              CAST(%(modes)s AS int[]), CAST(%(uids)s AS int[]), CAST(%(gids)s AS int[]), CAST(%(had)s AS boolean[]),
+              CAST(%(sidecars)s AS text[]))
          AS u(key, size, mtime, etag, storage_class, owner, mode, uid, gid, had_file, sidecar_key)
- WHERE j.id = :id AND j.state = 'listing' AND j.leased_by = :holder AND j.attempts = :attempt
+ WHERE j.id = %(id)s AND j.state = 'listing' AND j.leased_by = %(holder)s AND j.attempts = %(attempt)s
 ON CONFLICT (job_id, key) DO NOTHING
-""")
+"""
 
 
 def _fence_ok(conn: Connection, job_id: int, lease: Lease) -> bool:
-    return conn.execute(text(f"SELECT 1 FROM crawl_jobs WHERE {_FENCE_JOB}"),
-                        {"id": job_id, "holder": lease.holder, "attempt": lease.attempt}).first() is not None
+    return conn.execute(f"SELECT 1 FROM crawl_jobs WHERE {_FENCE_JOB}",
+                        {"id": job_id, "holder": lease.holder, "attempt": lease.attempt}).fetchone() is not None
 
 
 def add_items(conn: Connection, job_id: int, lease: Lease, items: Sequence[ItemRow]) -> int:
@@ -288,21 +287,21 @@ def add_items(conn: Connection, job_id: int, lease: Lease, items: Sequence[ItemR
     return result.rowcount
 
 
-_FINISH_LISTING = text(f"""
+_FINISH_LISTING = f"""
 UPDATE crawl_jobs
    SET state = 'running', listed_at = now(), leased_by = NULL, lease_expires_at = NULL, last_error = NULL,
-       listed = :listed, excluded = :excluded, unchanged = :unchanged, deleted = :deleted,
-       queued_files = (SELECT count(*) FROM crawl_items WHERE job_id = :id),
-       problems = CAST(:problems AS jsonb)
+       listed = %(listed)s, excluded = %(excluded)s, unchanged = %(unchanged)s, deleted = %(deleted)s,
+       queued_files = (SELECT count(*) FROM crawl_items WHERE job_id = %(id)s),
+       problems = CAST(%(problems)s AS jsonb)
  WHERE {_FENCE_JOB}
 RETURNING id
-""")
+"""
 
 
 def lock_listing(conn: Connection, job_id: int, lease: Lease) -> None:
     """Lock the job row for the transaction that ends its listing; LeaseLost if it is no longer ours."""
-    row = conn.execute(text(f"SELECT id FROM crawl_jobs WHERE {_FENCE_JOB} FOR UPDATE"),
-                       {"id": job_id, "holder": lease.holder, "attempt": lease.attempt}).first()
+    row = conn.execute(f"SELECT id FROM crawl_jobs WHERE {_FENCE_JOB} FOR UPDATE",
+                       {"id": job_id, "holder": lease.holder, "attempt": lease.attempt}).fetchone()
     if row is None:
         raise LeaseLost(f"job {job_id}: listing lease lost")
 
@@ -314,21 +313,21 @@ def finish_listing(conn: Connection, job_id: int, lease: Lease, *, listed: int, 
         "id": job_id, "holder": lease.holder, "attempt": lease.attempt, "listed": listed,
         "excluded": excluded, "unchanged": unchanged, "deleted": deleted,
         "problems": json.dumps([list(p) for p in problems[:1000]]),
-    }).first()
+    }).fetchone()
     if row is None:
         raise LeaseLost(f"job {job_id}: listing lease lost")
 
 
-_FAIL_JOB = text(f"""
+_FAIL_JOB = f"""
 WITH j AS (
     UPDATE crawl_jobs SET state = 'failed', finished_at = now(), leased_by = NULL, lease_expires_at = NULL,
-                          last_error = :error, problems = CAST(:problems AS jsonb)
+                          last_error = %(error)s, problems = CAST(%(problems)s AS jsonb)
      WHERE {_FENCE_JOB}
     RETURNING id
 )
-UPDATE crawl_items SET state = 'failed', last_error = 'crawl aborted: ' || :error, finished_at = now()
+UPDATE crawl_items SET state = 'failed', last_error = 'crawl aborted: ' || %(error)s, finished_at = now()
  WHERE job_id IN (SELECT id FROM j) AND state = 'queued'
-""")
+"""
 
 
 def fail_listing(conn: Connection, job_id: int, lease: Lease, error: str,
@@ -339,8 +338,7 @@ def fail_listing(conn: Connection, job_id: int, lease: Lease, error: str,
                              "error": error[:2000], "problems": problems_json})
 
 
-_RELEASE_LISTING = text(
-    f"UPDATE crawl_jobs SET lease_expires_at = now() - interval '1 second' WHERE {_FENCE_JOB}")
+_RELEASE_LISTING = f"UPDATE crawl_jobs SET lease_expires_at = now() - interval '1 second' WHERE {_FENCE_JOB}"
 
 
 def release_listing(conn: Connection, job_id: int, lease: Lease) -> None:
@@ -355,28 +353,28 @@ def release_listing(conn: Connection, job_id: int, lease: Lease) -> None:
 # inner side of a nested loop and re-run it per row, each run locking and returning up to :n more rows.
 # Taking over an expired lease on a started item counts a break; an item at its last break is left to
 # `sweep` (given up), never claimed.
-_CLAIM_ITEMS = text(f"""
+_CLAIM_ITEMS = f"""
 WITH picked AS MATERIALIZED (
     SELECT c.id FROM crawl_items c
      WHERE c.state IN ('queued', 'running')
-       AND (c.state = 'queued' OR (c.lease_expires_at < now() AND c.attempts < :max_attempts
-                                   AND (c.started_at IS NULL OR c.breaks + 1 < :max_breaks)))
-       AND (CAST(:source AS uuid) IS NULL OR c.source_id = CAST(:source AS uuid))
-       AND (CAST(:tenants AS text[]) IS NULL
-            OR c.tenant_id IN (SELECT t.id FROM tenants t WHERE t.name = ANY (CAST(:tenants AS text[]))))
+       AND (c.state = 'queued' OR (c.lease_expires_at < now() AND c.attempts < %(max_attempts)s
+                                   AND (c.started_at IS NULL OR c.breaks + 1 < %(max_breaks)s)))
+       AND (CAST(%(source)s AS uuid) IS NULL OR c.source_id = CAST(%(source)s AS uuid))
+       AND (CAST(%(tenants)s AS text[]) IS NULL
+            OR c.tenant_id IN (SELECT t.id FROM tenants t WHERE t.name = ANY (CAST(%(tenants)s AS text[]))))
        AND {_TENANT_ON.format(col="c.tenant_id")}
      ORDER BY c.id
-     LIMIT :n
+     LIMIT %(n)s
      FOR UPDATE SKIP LOCKED)
 UPDATE crawl_items i
-   SET state = 'running', leased_by = :holder, lease_expires_at = now() + make_interval(secs => :lease),
+   SET state = 'running', leased_by = %(holder)s, lease_expires_at = now() + make_interval(secs => %(lease)s),
        attempts = i.attempts + 1, started_at = NULL,
        breaks = i.breaks + CASE WHEN i.state = 'running' AND i.started_at IS NOT NULL THEN 1 ELSE 0 END
   FROM picked
  WHERE i.id = picked.id
 RETURNING i.id, i.job_id, i.tenant_id, i.source_id, i.key, i.size, i.mtime, i.etag, i.storage_class, i.owner,
           i.mode, i.uid, i.gid, i.had_file, i.attempts, i.sidecar_key
-""")
+"""
 
 
 def claim_items(conn: Connection, holder: str, *, n: int, lease_s: float, max_attempts: int,
@@ -386,20 +384,20 @@ def claim_items(conn: Connection, holder: str, *, n: int, lease_s: float, max_at
         "holder": holder, "lease": _lease_secs(lease_s), "max_attempts": max_attempts, "n": n,
         "max_breaks": max_breaks,
         "source": source_id, "tenants": list(tenants) if tenants else None,
-    }).all()
+    }).fetchall()
     return sorted((ItemClaim(r.id, r.job_id, r.tenant_id, r.source_id, r.key, r.size, r.mtime, r.etag,
                              r.storage_class, r.owner, r.mode, r.uid, r.gid, r.had_file,
                              Lease(holder, r.attempts), r.sidecar_key)
                    for r in rows), key=lambda c: c.id)
 
 
-_FENCE_ITEM = "id = :id AND state = 'running' AND leased_by = :holder AND attempts = :attempt"
+_FENCE_ITEM = "id = %(id)s AND state = 'running' AND leased_by = %(holder)s AND attempts = %(attempt)s"
 
-_COMPLETE_ITEM = text(f"""
+_COMPLETE_ITEM = f"""
 UPDATE crawl_items SET state = 'done', finished_at = now(), lease_expires_at = NULL, last_error = NULL,
-                       file_status = :status, chunk_count = :chunks
+                       file_status = %(status)s, chunk_count = %(chunks)s
  WHERE {_FENCE_ITEM}
-""")
+"""
 
 
 def complete_item(conn: Connection, item_id: int, lease: Lease, *, status: str, chunks: int) -> None:
@@ -412,32 +410,32 @@ def complete_item(conn: Connection, item_id: int, lease: Lease, *, status: str, 
 
 # The same, as a statement that aborts its transaction (SQLSTATE KL001) when the fence does not hold:
 # for a pipelined file transaction whose COMMIT is sent before this result is read.
-_COMPLETE_ITEM_CHECKED = text(f"""
+_COMPLETE_ITEM_CHECKED = f"""
 WITH done AS (
     UPDATE crawl_items SET state = 'done', finished_at = now(), lease_expires_at = NULL, last_error = NULL,
-                           file_status = :status, chunk_count = :chunks
+                           file_status = %(status)s, chunk_count = %(chunks)s
      WHERE {_FENCE_ITEM}
     RETURNING 1
 )
-SELECT kdbl_check((SELECT count(*) FROM done) = 1, 'KL001', 'lease lost on queue item ' || :id)
-""")
+SELECT kdbl_check((SELECT count(*) FROM done) = 1, 'KL001', 'lease lost on queue item ' || %(id)s)
+"""
 
 
 def complete_item_statement(item_id: int, lease: Lease, *, status: str,
-                            chunks: int) -> tuple[TextClause, dict]:
+                            chunks: int) -> Statement:
     """`complete_item` for `content.FileWriter.write(then=...)`: a lost lease raises FenceLost there."""
     return _COMPLETE_ITEM_CHECKED, {"id": item_id, "holder": lease.holder, "attempt": lease.attempt,
                                     "status": status, "chunks": chunks}
 
 
-_RELEASE_ITEM = text(f"""
+_RELEASE_ITEM = f"""
 UPDATE crawl_items
-   SET state = CASE WHEN :give_up THEN 'failed' ELSE 'queued' END, leased_by = NULL, lease_expires_at = NULL,
-       attempts = attempts - CASE WHEN :unstarted THEN 1 ELSE 0 END, started_at = NULL,
-       last_error = coalesce(:error, last_error),
-       finished_at = CASE WHEN :give_up THEN now() END
+   SET state = CASE WHEN %(give_up)s THEN 'failed' ELSE 'queued' END, leased_by = NULL, lease_expires_at = NULL,
+       attempts = attempts - CASE WHEN %(unstarted)s THEN 1 ELSE 0 END, started_at = NULL,
+       last_error = coalesce(%(error)s, last_error),
+       finished_at = CASE WHEN %(give_up)s THEN now() END
  WHERE {_FENCE_ITEM}
-""")
+"""
 
 
 def release_item(conn: Connection, item_id: int, lease: Lease, *, error: str | None = None,
@@ -449,12 +447,12 @@ def release_item(conn: Connection, item_id: int, lease: Lease, *, error: str | N
                                  "unstarted": unstarted}).rowcount
 
 
-_RELEASE_UNSTARTED = text("""
+_RELEASE_UNSTARTED = """
 UPDATE crawl_items SET state = 'queued', leased_by = NULL, lease_expires_at = NULL, attempts = attempts - 1,
                        started_at = NULL
- WHERE state = 'running' AND leased_by = :holder
-   AND (id, attempts) IN (SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS int[])))
-""")
+ WHERE state = 'running' AND leased_by = %(holder)s
+   AND (id, attempts) IN (SELECT * FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(attempts)s AS int[])))
+"""
 
 
 def release_unstarted(conn: Connection, claims: Sequence[ItemClaim]) -> None:
@@ -469,24 +467,24 @@ def release_unstarted(conn: Connection, claims: Sequence[ItemClaim]) -> None:
 # ---------------------------------------------------------------------------------------------
 # SKIP LOCKED: a row locked by its holder's own file transaction is being completed right now; the
 # heartbeat must never wait behind it (or behind anything).
-_HEARTBEAT = text("""
+_HEARTBEAT = """
 WITH items AS (
     UPDATE crawl_items
-       SET lease_expires_at = CASE WHEN :renew AND NOT (id = ANY (CAST(:overdue AS bigint[])))
-                                   THEN now() + make_interval(secs => :lease) ELSE lease_expires_at END,
-           started_at = CASE WHEN id = ANY (CAST(:started AS bigint[])) THEN coalesce(started_at, now())
+       SET lease_expires_at = CASE WHEN %(renew)s AND NOT (id = ANY (CAST(%(overdue)s AS bigint[])))
+                                   THEN now() + make_interval(secs => %(lease)s) ELSE lease_expires_at END,
+           started_at = CASE WHEN id = ANY (CAST(%(started)s AS bigint[])) THEN coalesce(started_at, now())
                              ELSE started_at END
-     WHERE id IN (SELECT id FROM crawl_items WHERE state = 'running' AND leased_by = :holder
+     WHERE id IN (SELECT id FROM crawl_items WHERE state = 'running' AND leased_by = %(holder)s
                   FOR UPDATE SKIP LOCKED)
-    RETURNING lease_expires_at > now() + make_interval(secs => :lease / 2) AS renewed
+    RETURNING lease_expires_at > now() + make_interval(secs => %(lease)s / 2) AS renewed
 ), jobs AS (
-    UPDATE crawl_jobs SET lease_expires_at = now() + make_interval(secs => :lease)
-     WHERE :renew AND id IN (SELECT id FROM crawl_jobs WHERE state = 'listing' AND leased_by = :holder
+    UPDATE crawl_jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s)
+     WHERE %(renew)s AND id IN (SELECT id FROM crawl_jobs WHERE state = 'listing' AND leased_by = %(holder)s
                              FOR UPDATE SKIP LOCKED)
     RETURNING 1
 )
 SELECT (SELECT count(*) FILTER (WHERE renewed) FROM items) + (SELECT count(*) FROM jobs)
-""")
+"""
 
 
 def heartbeat(conn: Connection, holder: str, *, lease_s: float, renew: bool = True,
@@ -494,14 +492,14 @@ def heartbeat(conn: Connection, holder: str, *, lease_s: float, renew: bool = Tr
     """Extend the leases `holder` has (all, when `renew`, except `overdue` items) and stamp `started`
     items as in progress; returns how many leases it renewed."""
     return conn.execute(_HEARTBEAT, {"holder": holder, "lease": _lease_secs(lease_s), "renew": renew,
-                                     "started": list(started), "overdue": list(overdue)}).scalar_one()
+                                     "started": list(started), "overdue": list(overdue)}).fetchone()[0]
 
 
-_FINALIZE = text("""
+_FINALIZE = """
 WITH cand AS (
     SELECT j.id FROM crawl_jobs j
      WHERE j.state = 'running'
-       AND (CAST(:source AS uuid) IS NULL OR j.source_id = CAST(:source AS uuid))
+       AND (CAST(%(source)s AS uuid) IS NULL OR j.source_id = CAST(%(source)s AS uuid))
        AND NOT EXISTS (SELECT 1 FROM crawl_items i WHERE i.job_id = j.id AND i.state IN ('queued', 'running'))
      FOR UPDATE SKIP LOCKED
 ), agg AS (
@@ -530,26 +528,26 @@ WITH cand AS (
     UPDATE sources SET last_indexed_at = now() WHERE id IN (SELECT source_id FROM done) RETURNING id
 )
 SELECT id FROM done
-""")
+"""
 
 
 def finalize(conn: Connection, source_id: uuid.UUID | None = None) -> list[int]:
     """Close every running job whose items are all finished (and stamp its source's last_indexed_at)."""
-    return list(conn.execute(_FINALIZE, {"source": source_id}).scalars())
+    return [r.id for r in conn.execute(_FINALIZE, {"source": source_id})]
 
 
-_SWEEP = text("""
+_SWEEP = """
 WITH items AS (
     UPDATE crawl_items
        SET state = 'failed', finished_at = now(), leased_by = NULL, lease_expires_at = NULL,
            breaks = breaks + CASE WHEN started_at IS NOT NULL THEN 1 ELSE 0 END,
-           last_error = CASE WHEN started_at IS NOT NULL AND breaks + 1 >= :max_breaks
+           last_error = CASE WHEN started_at IS NOT NULL AND breaks + 1 >= %(max_breaks)s
                              THEN 'poison file: a worker died or stopped making progress while indexing it, '
                                   || (breaks + 1) || ' times; not retried until it changes'
                              ELSE coalesce(last_error || '; ', '') || 'gave up after ' || attempts
                                   || ' expired leases' END
      WHERE id IN (SELECT id FROM crawl_items WHERE state = 'running' AND lease_expires_at < now()
-                     AND (attempts >= :max_attempts OR (started_at IS NOT NULL AND breaks + 1 >= :max_breaks))
+                     AND (attempts >= %(max_attempts)s OR (started_at IS NOT NULL AND breaks + 1 >= %(max_breaks)s))
                    FOR UPDATE SKIP LOCKED)
     RETURNING id, tenant_id, source_id, key, size, mtime, etag, last_error
 ), jobs AS (
@@ -558,7 +556,7 @@ WITH items AS (
            last_error = coalesce(last_error || '; ', '')
                         || 'listing abandoned after ' || attempts || ' attempts'
      WHERE id IN (SELECT id FROM crawl_jobs WHERE state = 'listing' AND lease_expires_at < now()
-                     AND attempts >= :max_attempts FOR UPDATE SKIP LOCKED)
+                     AND attempts >= %(max_attempts)s FOR UPDATE SKIP LOCKED)
     RETURNING id
 ), dropped AS (
     UPDATE crawl_items SET state = 'failed', finished_at = now(), last_error = 'crawl aborted'
@@ -568,20 +566,20 @@ WITH items AS (
 SELECT 'item' AS kind, id, tenant_id, source_id, key, size, mtime, etag, last_error FROM items
 UNION ALL
 SELECT 'job', id, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM jobs
-""")
+"""
 
 
 def sweep(conn: Connection, *, max_attempts: int, max_breaks: int = MAX_BREAKS) -> list[GivenUp]:
     """Give up on items whose lease expired `max_attempts` times or on `max_breaks` started ones (poison
     files), and on listings that expired `max_attempts` times; returns the items given up."""
-    rows = conn.execute(_SWEEP, {"max_attempts": max_attempts, "max_breaks": max_breaks}).all()
+    rows = conn.execute(_SWEEP, {"max_attempts": max_attempts, "max_breaks": max_breaks}).fetchall()
     return [GivenUp(r.id, r.tenant_id, r.source_id, r.key, r.size, r.mtime, r.etag, r.last_error)
             for r in rows if r.kind == "item"]
 
 
 # Finished runs are kept for `days` (their items for a day), but never a source's newest run: it is
 # what tells the scheduler that the current slot is served.
-_PRUNE = text("""
+_PRUNE = """
 WITH old_items AS (
     DELETE FROM crawl_items WHERE id IN (
         SELECT i.id FROM crawl_items i JOIN crawl_jobs j ON j.id = i.job_id
@@ -590,48 +588,48 @@ WITH old_items AS (
 ), old_jobs AS (
     DELETE FROM crawl_jobs j WHERE j.id IN (
         SELECT o.id FROM crawl_jobs o
-         WHERE o.state IN ('done', 'failed') AND o.finished_at < now() - make_interval(days => :days)
+         WHERE o.state IN ('done', 'failed') AND o.finished_at < now() - make_interval(days => %(days)s)
            AND EXISTS (SELECT 1 FROM crawl_jobs n
                         WHERE n.source_id = o.source_id AND n.created_at > o.created_at)
          LIMIT 1000)
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM old_items) + (SELECT count(*) FROM old_jobs)
-""")
+"""
 
 
 def prune(conn: Connection, *, days: int = 7) -> int:
-    return conn.execute(_PRUNE, {"days": days}).scalar_one()
+    return conn.execute(_PRUNE, {"days": days}).fetchone()[0]
 
 
-_OPEN_RUNS = text(f"""
+_OPEN_RUNS = f"""
 SELECT EXISTS (SELECT 1 FROM crawl_jobs c WHERE c.state IN ('queued', 'listing', 'running')
                   AND {_TENANT_ON.format(col="c.tenant_id")}
-                  AND (CAST(:tenants AS text[]) IS NULL
+                  AND (CAST(%(tenants)s AS text[]) IS NULL
                        OR c.tenant_id IN (SELECT t.id FROM tenants t
-                                           WHERE t.name = ANY (CAST(:tenants AS text[])))))
-""")
+                                           WHERE t.name = ANY (CAST(%(tenants)s AS text[])))))
+"""
 
 
 def has_open_runs(conn: Connection, tenants: Sequence[str] | None = None) -> bool:
-    return bool(conn.execute(_OPEN_RUNS, {"tenants": list(tenants) if tenants else None}).scalar())
+    return bool(conn.execute(_OPEN_RUNS, {"tenants": list(tenants) if tenants else None}).fetchone()[0])
 
 
 # ---------------------------------------------------------------------------------------------
 # Reading a job (kdbl-control crawl waits on it)
 # ---------------------------------------------------------------------------------------------
-_STATUS = text(f"""
+_STATUS = f"""
 SELECT j.id, j.source_id, j.state, j.attempts, j.last_error, j.listed, j.excluded, j.unchanged, j.deleted,
        j.queued_files, j.indexed, j.failed, j.chunks, j.bytes, j.problems,
        (SELECT count(*) FROM crawl_items i
          WHERE i.job_id = j.id AND i.state IN ('queued', 'running')) AS pending,
        {_TENANT_ON.format(col="j.tenant_id")} AS tenant_enabled
-  FROM crawl_jobs j WHERE j.id = ANY (CAST(:ids AS bigint[]))
-""")
+  FROM crawl_jobs j WHERE j.id = ANY (CAST(%(ids)s AS bigint[]))
+"""
 
 
 def job_status(conn: Connection, job_ids: Sequence[int]) -> dict[int, JobStatus]:
-    rows = conn.execute(_STATUS, {"ids": list(job_ids)}).all()
+    rows = conn.execute(_STATUS, {"ids": list(job_ids)}).fetchall()
     return {r.id: JobStatus(r.id, r.source_id, r.state, r.attempts, r.last_error, r.listed, r.excluded,
                             r.unchanged, r.deleted, r.queued_files, r.indexed, r.failed, r.chunks, r.bytes,
                             [tuple(p) for p in r.problems], r.pending, r.tenant_enabled) for r in rows}

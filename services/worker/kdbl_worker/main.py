@@ -23,8 +23,7 @@ import threading
 import uvicorn
 
 from kdbl_core import logging_setup
-from kdbl_core.db.connect import sync_pool
-from kdbl_core.db.engine import assert_runtime_role_sync, sync_engine
+from kdbl_core.db.connect import assert_runtime_role_sync, sync_pool
 from kdbl_core.errors import ConfigError
 from kdbl_core.settings import Settings, load_settings
 from kdbl_worker import sandbox
@@ -61,18 +60,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_forever(settings: Settings, stop: threading.Event, args: argparse.Namespace | None = None) -> None:
     args = args or build_parser().parse_args([])
-    engine = sync_engine(settings.require_database_url())
-    assert_runtime_role_sync(engine, allow_privileged=settings.allow_privileged_db_role)
+    # the queue loop, the heartbeat, the deadline watchdog and each writer thread's bookkeeping (the
+    # file writes themselves run on a pool of their own: kdbl_worker.deadlines.write_pool)
+    writers = max(1, int(getattr(settings, "write_connections", 2)))
+    pool = sync_pool(settings.require_database_url(), size=3 + writers, name="kdbl-worker")
+    assert_runtime_role_sync(pool, allow_privileged=settings.allow_privileged_db_role)
     processes = args.extract_processes if args.extract_processes is not None else \
         getattr(settings, "extract_processes", None)
     box = sandbox.Sandbox(processes, limits_from(settings))
     box.start()
-    indexer = Indexer(engine, settings, box=box, lease_s=args.lease_seconds, stall_s=args.stall_seconds)
+    indexer = Indexer(pool, settings, box=box, lease_s=args.lease_seconds, stall_s=args.stall_seconds)
     options = QueueOptions(lease_s=indexer.lease_s, stall_s=indexer.stall_s, batch=max(1, args.batch),
                            idle_poll_s=args.idle_poll,
                            scheduler=not args.no_scheduler,
                            tenants=tuple(args.tenants) if args.tenants else None)
-    runner = QueueRunner(engine, indexer, holder=make_holder(), options=options)
+    runner = QueueRunner(pool, indexer, holder=make_holder(), options=options)
     log.info("worker started", extra={"holder": runner.holder, "lease_s": options.lease_s,
                                       "extract_processes": box.processes})
     embedding = None
@@ -87,7 +89,7 @@ def run_forever(settings: Settings, stop: threading.Event, args: argparse.Namesp
             embedding.join(timeout=30)
         indexer.close()
         box.close()
-        engine.dispose()
+        pool.close()
         log.info("worker stopped", extra={"holder": runner.holder})
 
 

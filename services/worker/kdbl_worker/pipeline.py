@@ -39,11 +39,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import closing
 from dataclasses import dataclass, field
 
-from sqlalchemy import Engine, text
-
 from kdbl_core import policy
 from kdbl_core.db import content
-from kdbl_core.db.engine import tenant_transaction
+from kdbl_core.db.connect import Pool, tenant_transaction
 from kdbl_core.errors import PermanentError
 from kdbl_core.settings import Settings
 from kdbl_worker import deadlines, extract, jobs, sandbox
@@ -98,19 +96,19 @@ class SourceRow:
     enabled: bool
 
 
-def load_sources(engine: Engine, *, tenant: str | None = None,
+def load_sources(pool: Pool, *, tenant: str | None = None,
                  source_id: uuid.UUID | None = None) -> list[SourceRow]:
     sql = ("SELECT s.id, s.tenant_id, s.protocol, s.config, s.enabled FROM sources s "
            "JOIN tenants t ON t.id = s.tenant_id WHERE true")
     params: dict = {}
     if tenant is not None:
-        sql += " AND t.name = :tenant"
+        sql += " AND t.name = %(tenant)s"
         params["tenant"] = tenant
     if source_id is not None:
-        sql += " AND s.id = :sid"
+        sql += " AND s.id = %(sid)s"
         params["sid"] = source_id
-    with engine.connect() as conn:
-        rows = conn.execute(text(sql + " ORDER BY t.name, s.name"), params).all()
+    with pool.connection() as conn:
+        rows = conn.execute(sql + " ORDER BY t.name, s.name", params).fetchall()
     return [SourceRow(r.id, r.tenant_id, r.protocol, r.config, r.enabled) for r in rows]
 
 
@@ -166,10 +164,10 @@ class _SourceContext:
 class Indexer:
     """Lists sources into queue items and turns items into rows, one transaction per file."""
 
-    def __init__(self, engine: Engine, settings: Settings, *, box: sandbox.Sandbox | None = None,
+    def __init__(self, pool: Pool, settings: Settings, *, box: sandbox.Sandbox | None = None,
                  durable_commits: bool | None = None, lease_s: float | None = None,
                  writers: int | None = None, stall_s: float | None = None) -> None:
-        self.engine = engine
+        self.pool = pool
         self.settings = settings
         self.box = box or sandbox.shared(getattr(settings, "extract_processes", None), limits_from(settings))
         # See content.FileWriter.write: per-file commits need not wait for the WAL flush.
@@ -185,8 +183,8 @@ class Indexer:
         self.stall_s = float(stall_s) if stall_s is not None else (
             max(self.box.limits.timeout_s, self.file_deadline_s) + deadlines.DEFAULT_GRACE_S + self.lease_s)
         self.activity = Activity()
-        self.watchdog = deadlines.Watchdog(engine, self.file_deadline_s, on_deadline=self.activity.overdue)
-        self._write_engine: Engine | None = None
+        self.watchdog = deadlines.Watchdog(pool, self.file_deadline_s, on_deadline=self.activity.overdue)
+        self._write_pool: Pool | None = None
         self._lock = threading.Lock()
         self._stop: threading.Event | None = None  # process_items' stop, for files still waiting to be written
         self._writer_pool: ThreadPoolExecutor | None = None
@@ -203,9 +201,9 @@ class Indexer:
 
         TenantDisabled when the source's tenant is disabled."""
         started = time.monotonic()
-        with self.engine.begin() as conn:
+        with self.pool.connection() as conn:
             job_id = jobs.enqueue(conn, source.id)
-        runner = QueueRunner(self.engine, self, holder=make_holder("crawl"), options=QueueOptions(
+        runner = QueueRunner(self.pool, self, holder=make_holder("crawl"), options=QueueOptions(
             lease_s=self.lease_s, stall_s=self.stall_s, scheduler=False, source_id=source.id))
         self._progress, self._local = progress, CrawlStats(source_id=source.id)
         try:
@@ -242,7 +240,7 @@ class Indexer:
 
     # -- listing ----------------------------------------------------------------------------------------
     def list_job(self, job: jobs.JobClaim, stop: threading.Event) -> None:
-        [source] = load_sources(self.engine, source_id=job.source_id) or [None]
+        [source] = load_sources(self.pool, source_id=job.source_id) or [None]
         connector = None
         try:
             if source is None:
@@ -252,7 +250,7 @@ class Indexer:
             connector = connector_for(source.protocol, source.config)
             selection = Selection.from_config(source.config)
             ocr_on = ocr_enabled(source.config)
-            with tenant_transaction(self.engine, job.tenant_id) as conn:
+            with tenant_transaction(self.pool, job.tenant_id) as conn:
                 known = content.load_file_states(conn, job.source_id)
                 quota = _Quota.load(conn, job.tenant_id, job.source_id)
             quota.check_sources()
@@ -280,7 +278,7 @@ class Indexer:
             for remote in connector.walk():
                 self.activity.progressed(remote.key)
                 if stop.is_set():
-                    with self.engine.begin() as conn:
+                    with self.pool.connection() as conn:
                         jobs.release_listing(conn, job.id, job.lease)
                     return
                 if not selection(remote.key):
@@ -304,7 +302,7 @@ class Indexer:
                          and not (transcriber and _waits_for_transcriber(state)))
                 add(remote, fresh, sidecars.sidecar_for(remote.key))
             self._queue(job, batch)
-            with tenant_transaction(self.engine, job.tenant_id) as conn:
+            with tenant_transaction(self.pool, job.tenant_id) as conn:
                 jobs.lock_listing(conn, job.id, job.lease)
                 deleted = content.delete_files(conn, job.tenant_id, job.source_id, gone) if gone else 0
                 jobs.finish_listing(conn, job.id, job.lease, listed=len(listed), excluded=excluded,
@@ -316,13 +314,13 @@ class Indexer:
         except Exception as exc:
             message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
             problems = list(connector.problems.items) if connector is not None else []
-            with self.engine.begin() as conn:
+            with self.pool.connection() as conn:
                 jobs.fail_listing(conn, job.id, job.lease, message, problems)
             raise
 
     def _queue(self, job: jobs.JobClaim, batch: list[jobs.ItemRow]) -> None:
         if batch:
-            with self.engine.begin() as conn:
+            with self.pool.connection() as conn:
                 jobs.add_items(conn, job.id, job.lease, batch)
             batch.clear()
 
@@ -421,12 +419,12 @@ class Indexer:
                     self.activity.end(item.id)
             for item, error in errors:
                 finished.add(item.id)
-                with self.engine.begin() as conn:
+                with self.pool.connection() as conn:
                     jobs.release_item(conn, item.id, item.lease, error=error,
                                       give_up=item.lease.attempt >= self.max_attempts)
             left = [i for i in items if i.id not in finished]
             if left:
-                with self.engine.begin() as conn:
+                with self.pool.connection() as conn:
                     jobs.release_unstarted(conn, left)
 
     def _pool(self) -> ThreadPoolExecutor:
@@ -439,10 +437,10 @@ class Indexer:
         writer = getattr(self._thread_writer, "writer", None)
         if writer is None:
             with self._lock:  # writer threads start together
-                if self._write_engine is None:
-                    self._write_engine = deadlines.write_engine(self.engine, self.file_deadline_s, self.writers)
-                    self.watchdog.attach(self._write_engine)
-            writer = self._thread_writer.writer = content.FileWriter(self._write_engine)
+                if self._write_pool is None:
+                    self._write_pool = deadlines.write_pool(self.pool, self.file_deadline_s, self.writers)
+            writer = self._thread_writer.writer = content.FileWriter(self._write_pool,
+                                                                     on_checkout=self.watchdog.track)
             self._file_writers.append(writer)
         return writer
 
@@ -456,13 +454,13 @@ class Indexer:
         self._file_writers.clear()
         self._thread_writer = threading.local()
         self.watchdog.close()
-        if self._write_engine is not None:
-            self._write_engine.dispose()
-            self._write_engine = None
+        if self._write_pool is not None:
+            self._write_pool.close()
+            self._write_pool = None
 
     def _context(self, item: jobs.ItemClaim, contexts: dict) -> _SourceContext | None:
         if item.source_id not in contexts:
-            rows = load_sources(self.engine, source_id=item.source_id)
+            rows = load_sources(self.pool, source_id=item.source_id)
             if not rows:
                 contexts[item.source_id] = None
             else:
@@ -531,7 +529,7 @@ class Indexer:
         rows = [content.ChunkRow(*c) for c in outcome.chunks]
         members = member_files(item.key, item.mtime, outcome.children)
         if self._stop is not None and self._stop.is_set():  # stopped before its turn: hand it back
-            with self.engine.begin() as conn:
+            with self.pool.connection() as conn:
                 jobs.release_unstarted(conn, [item])
             return None
         self.activity.begin(item.id, item.key)
@@ -556,7 +554,7 @@ class Indexer:
             else:
                 return len(rows) + sum(len(m.chunks) for m in members), 1 if outcome.status == "failed" else 0
         if ticket.fired == "stop":  # rolled back by the stop: handed back, the attempt does not count
-            with self.engine.begin() as conn:
+            with self.pool.connection() as conn:
                 jobs.release_unstarted(conn, [item])
             return None
         if (ticket.fired == "deadline" or getattr(error, "sqlstate", None) in deadlines.TIMEOUT_STATES
@@ -567,7 +565,7 @@ class Indexer:
             self._record_failed(item, outcome.content_type, reason, retry=True)
             return 0, 1
         log.warning("writing a file failed", extra={"key": item.key, "error": repr(error)[:500]})
-        with self.engine.begin() as conn:  # retried (another attempt, maybe elsewhere)
+        with self.pool.connection() as conn:  # retried (another attempt, maybe elsewhere)
             jobs.release_item(conn, item.id, item.lease, error=repr(error)[:2000],
                               give_up=item.lease.attempt >= self.max_attempts)
         return None
@@ -581,9 +579,9 @@ class Indexer:
                                 etag=None if retry else item.etag,
                                 content_type=content_type or extract.detect(item.key)[0])
         try:
-            with tenant_transaction(self.engine, item.tenant_id) as conn:
+            with tenant_transaction(self.pool, item.tenant_id) as conn:
                 timeout_ms = int(min(RECORD_TIMEOUT_MS, self.file_deadline_s * 1000))
-                conn.execute(text(f"SET LOCAL statement_timeout = {timeout_ms}"))
+                conn.execute(f"SET LOCAL statement_timeout = {timeout_ms}")
                 if isinstance(item, jobs.ItemClaim) and not jobs.release_item(conn, item.id, item.lease,
                                                                               error=reason, give_up=True):
                     return  # another worker holds it now
@@ -594,7 +592,7 @@ class Indexer:
         except Exception as exc:  # noqa: BLE001 - e.g. the lock that stopped the write is still held
             log.warning("could not record a failed file", extra={"key": item.key, "error": repr(exc)[:300]})
             if isinstance(item, jobs.ItemClaim):
-                with self.engine.begin() as conn:
+                with self.pool.connection() as conn:
                     jobs.release_item(conn, item.id, item.lease, error=reason, give_up=True)
 
     def record_given_up(self, items: list[jobs.GivenUp]) -> None:
@@ -641,18 +639,18 @@ class _Quota:
 
     @classmethod
     def load(cls, conn, tenant_id: uuid.UUID, source_id: uuid.UUID) -> _Quota:
-        row = conn.execute(text("""
+        row = conn.execute("""
             SELECT t.settings,
                    (SELECT count(*) FROM sources s WHERE s.tenant_id = t.id) AS sources,
-                   (SELECT count(*) FROM sources s, sources me WHERE me.id = :s AND s.tenant_id = t.id
+                   (SELECT count(*) FROM sources s, sources me WHERE me.id = %(s)s AND s.tenant_id = t.id
                        AND (s.created_at, s.id) <= (me.created_at, me.id)) AS rank
-              FROM tenants t WHERE t.id = :t"""), {"t": tenant_id, "s": source_id}).one()
+              FROM tenants t WHERE t.id = %(t)s""", {"t": tenant_id, "s": source_id}).fetchone()
         quotas = policy.parse(row.settings).quotas
         files = size = 0
         if "max_files" in quotas or "max_bytes" in quotas:
-            files, size = conn.execute(text("SELECT count(*), coalesce(sum(size), 0) FROM files "
-                                            "WHERE tenant_id = :t AND parent_id IS NULL"),  # listed files
-                                       {"t": tenant_id}).one()
+            files, size = conn.execute("SELECT count(*), coalesce(sum(size), 0) FROM files "
+                                       "WHERE tenant_id = %(t)s AND parent_id IS NULL",  # listed files
+                                       {"t": tenant_id}).fetchone()
         return cls(dict(quotas), int(files), int(size), int(row.sources), int(row.rank))
 
     def check_sources(self) -> None:

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from sqlalchemy import Engine
-from sqlalchemy.exc import IntegrityError, OperationalError
+from psycopg import IntegrityError, OperationalError
 
+from kdbl_core.db.connect import Pool
 from kdbl_core.errors import TemporaryError
 from kdbl_worker import jobs, schedule
 
@@ -116,9 +116,9 @@ class Heartbeat:
     """Every `lease_s / 3` seconds, on its own connection: renews the leases of `holder` while `activity`
     shows progress within `stall_s`, and stamps the items in hand as started."""
 
-    def __init__(self, engine: Engine, holder: str, lease_s: float, activity: Activity | None = None,
+    def __init__(self, pool: Pool, holder: str, lease_s: float, activity: Activity | None = None,
                  stall_s: float | None = None) -> None:
-        self.engine, self.holder, self.lease_s = engine, holder, lease_s
+        self.pool, self.holder, self.lease_s = pool, holder, lease_s
         self.activity, self.stall_s = activity or Activity(), stall_s
         self._stalled = False
         self._stop = threading.Event()
@@ -146,7 +146,7 @@ class Heartbeat:
                     log.info("progress again; leases renewed", extra={"holder": self.holder})
             started, overdue = self.activity.in_hand()
             try:
-                with self.engine.begin() as conn:
+                with self.pool.connection() as conn:
                     jobs.heartbeat(conn, self.holder, lease_s=self.lease_s, renew=renew, started=started,
                                    overdue=overdue)
             except Exception as exc:  # noqa: BLE001 - keep beating; the next beat may reach the database
@@ -154,9 +154,9 @@ class Heartbeat:
 
 
 class QueueRunner:
-    def __init__(self, engine: Engine, work: Work, *, holder: str | None = None,
+    def __init__(self, pool: Pool, work: Work, *, holder: str | None = None,
                  options: QueueOptions | None = None) -> None:
-        self.engine = engine
+        self.pool = pool
         self.work = work
         self.holder = holder or make_holder()
         self.options = options or QueueOptions()
@@ -199,7 +199,7 @@ class QueueRunner:
 
     def _claim_items(self) -> list[jobs.ItemClaim]:
         opts = self.options
-        with self.engine.begin() as conn:
+        with self.pool.connection() as conn:
             items = jobs.claim_items(conn, self.holder, n=opts.batch, lease_s=opts.lease_s,
                                      max_attempts=opts.max_attempts, source_id=opts.source_id,
                                      tenants=opts.tenants, max_breaks=opts.max_breaks)
@@ -216,14 +216,14 @@ class QueueRunner:
     def _claim_job(self) -> jobs.JobClaim | None:
         opts = self.options
         try:
-            with self.engine.begin() as conn:
+            with self.pool.connection() as conn:
                 return jobs.claim_job(conn, self.holder, lease_s=opts.lease_s, max_attempts=opts.max_attempts,
                                       source_id=opts.source_id, tenants=opts.tenants)
         except IntegrityError:  # a run of that source became active meanwhile; try again next round
             return None
 
     def _finalize(self) -> list[int]:
-        with self.engine.begin() as conn:
+        with self.pool.connection() as conn:
             done = jobs.finalize(conn, self.options.source_id)
         for job_id in done:
             log.info("crawl run finished", extra={"job_id": job_id})
@@ -232,7 +232,7 @@ class QueueRunner:
     # -- scheduling and housekeeping ----------------------------------------------------------------
     def schedule_due(self, now: datetime | None = None) -> list[int]:
         """Queue a run for every enabled source whose latest schedule slot no run serves yet."""
-        with self.engine.begin() as conn:
+        with self.pool.connection() as conn:
             db_now, sources = jobs.schedule_input(conn, self.options.tenants)
             slots = []
             for source_id, expr in sources:
@@ -253,7 +253,7 @@ class QueueRunner:
 
     def sweep(self) -> list[jobs.GivenUp]:
         """Give up on items that broke workers (or expired too often); the work records their files."""
-        with self.engine.begin() as conn:
+        with self.pool.connection() as conn:
             given_up = jobs.sweep(conn, max_attempts=self.options.max_attempts,
                                   max_breaks=self.options.max_breaks)
         if given_up:
@@ -265,7 +265,7 @@ class QueueRunner:
 
     def housekeeping(self) -> None:
         self.sweep()
-        with self.engine.begin() as conn:
+        with self.pool.connection() as conn:
             jobs.prune(conn)
 
     # -- loops ---------------------------------------------------------------------------------------
@@ -299,7 +299,7 @@ class QueueRunner:
         with self._heartbeat():
             while True:
                 busy = False if stop.is_set() else self.step(stop, raise_for_job=job_id)
-                with self.engine.begin() as conn:
+                with self.pool.connection() as conn:
                     status = jobs.job_status(conn, [job_id]).get(job_id)
                 if status is None:
                     raise TemporaryError(f"crawl run {job_id} disappeared (its source was deleted?)")
@@ -317,23 +317,23 @@ class QueueRunner:
                     idle = min(idle * 2, 0.5)
 
     def _heartbeat(self) -> Heartbeat:
-        return Heartbeat(self.engine, self.holder, self.options.lease_s, self.activity, self.options.stall_s)
+        return Heartbeat(self.pool, self.holder, self.options.lease_s, self.activity, self.options.stall_s)
 
     def _open_work(self) -> bool:
-        with self.engine.begin() as conn:
+        with self.pool.connection() as conn:
             return jobs.has_open_runs(conn, self.options.tenants)
 
 
 # ---------------------------------------------------------------------------------------------
 # For kdbl-control: enqueue and wait for the workers
 # ---------------------------------------------------------------------------------------------
-def enqueue(engine: Engine, source_ids: Sequence[uuid.UUID]) -> list[int]:
+def enqueue(pool: Pool, source_ids: Sequence[uuid.UUID]) -> list[int]:
     """Queue an on-demand run per source (joining one already queued); returns the job ids."""
-    with engine.begin() as conn:
+    with pool.connection() as conn:
         return [jobs.enqueue(conn, sid) for sid in source_ids]
 
 
-def wait_for(engine: Engine, job_ids: Sequence[int], *, timeout_s: float | None = None, poll_s: float = 1.0,
+def wait_for(pool: Pool, job_ids: Sequence[int], *, timeout_s: float | None = None, poll_s: float = 1.0,
              on_progress: Callable[[dict[int, jobs.JobStatus]], None] | None = None,
              stop: threading.Event | None = None) -> dict[int, jobs.JobStatus]:
     """Poll until every run is done or failed (or the timeout passes, or `stop` is set); returns the
@@ -341,7 +341,7 @@ def wait_for(engine: Engine, job_ids: Sequence[int], *, timeout_s: float | None 
     stop = stop or threading.Event()
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
-        with engine.begin() as conn:
+        with pool.connection() as conn:
             statuses = jobs.job_status(conn, job_ids)
         if on_progress is not None:
             on_progress(statuses)

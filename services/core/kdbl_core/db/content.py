@@ -14,18 +14,21 @@ from __future__ import annotations
 
 import selectors
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
-from sqlalchemy import Connection, Engine, TextClause, text
-from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
+from psycopg.rows import tuple_row
+from psycopg_pool import ConnectionPool
 
 from kdbl_core.errors import Conflict
 
+Connection = psycopg.Connection
+Statement = tuple[str, dict]  # SQL with psycopg's %(name)s placeholders, and its parameters
+
 # Statistics counters are sharded by backend so concurrent writers rarely touch the same row.
-_SHARD = "(pg_backend_pid() % 16)::smallint"
+_SHARD = "(pg_backend_pid() %% 16)::smallint"  # %% : a literal % in psycopg's %(name)s SQL
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,12 +87,12 @@ gone_chunks AS (DELETE FROM chunks WHERE file_id IN (SELECT id FROM old) RETURNI
 gone AS (DELETE FROM postings WHERE file_id IN (SELECT id FROM old) RETURNING source_id, term),
 df AS (
     INSERT INTO term_stats (tenant_id, term, source_id, shard, df)
-    SELECT :tenant_id, term, source_id, {_SHARD}, -count(*) FROM gone GROUP BY term, source_id
+    SELECT %(tenant_id)s, term, source_id, {_SHARD}, -count(*) FROM gone GROUP BY term, source_id
      ORDER BY term, source_id
     ON CONFLICT (tenant_id, term, source_id, shard) DO UPDATE SET df = term_stats.df + EXCLUDED.df
 ), cs AS (
     INSERT INTO corpus_stats (tenant_id, source_id, shard, n_chunks, total_len)
-    SELECT :tenant_id, source_id, {_SHARD}, -count(*), -coalesce(sum(token_count), 0)
+    SELECT %(tenant_id)s, source_id, {_SHARD}, -count(*), -coalesce(sum(token_count), 0)
       FROM gone_chunks GROUP BY source_id ORDER BY source_id
     ON CONFLICT (tenant_id, source_id, shard) DO UPDATE SET
         n_chunks = corpus_stats.n_chunks + EXCLUDED.n_chunks,
@@ -97,15 +100,15 @@ df AS (
 )
 SELECT count(*) FROM gone_chunks
 """
-_DROP_BY_KEY = text(_DROP_TEMPLATE.format(
-    old="SELECT id FROM files WHERE source_id = :source_id AND key = :key"))
-_DROP_BY_IDS = text(_DROP_TEMPLATE.format(old="SELECT unnest(CAST(:ids AS bigint[])) AS id"))
+_DROP_BY_KEY = _DROP_TEMPLATE.format(
+    old="SELECT id FROM files WHERE source_id = %(source_id)s AND key = %(key)s")
+_DROP_BY_IDS = _DROP_TEMPLATE.format(old="SELECT unnest(CAST(%(ids)s AS bigint[])) AS id")
 # A container's members (children by parent_id, never by '!/' in the key) go before it is written again.
-_DROP_MEMBERS = text(_DROP_TEMPLATE.format(
-    old="SELECT c.id FROM files c JOIN files p ON p.id = c.parent_id WHERE p.source_id = :source_id "
-        "AND p.key = :key AND p.parent_id IS NULL"))
-_DELETE_MEMBERS = text("DELETE FROM files WHERE parent_id IN (SELECT id FROM files "
-                       "WHERE source_id = :source_id AND key = :key AND parent_id IS NULL)")
+_DROP_MEMBERS = _DROP_TEMPLATE.format(
+    old="SELECT c.id FROM files c JOIN files p ON p.id = c.parent_id WHERE p.source_id = %(source_id)s "
+        "AND p.key = %(key)s AND p.parent_id IS NULL")
+_DELETE_MEMBERS = ("DELETE FROM files WHERE parent_id IN (SELECT id FROM files "
+                   "WHERE source_id = %(source_id)s AND key = %(key)s AND parent_id IS NULL)")
 
 # Writing a file, in one statement: upsert its row, insert its chunks, tokenise them in Postgres (the
 # same text-search configuration the query side uses), write one posting per (term, chunk) with tf and
@@ -114,13 +117,13 @@ _DELETE_MEMBERS = text("DELETE FROM files WHERE parent_id IN (SELECT id FROM fil
 # them first and runs it again. So it is correct whatever the caller believed about the file.
 _FILE_UPSERT = """old AS (
     SELECT count(*) AS n FROM chunks c JOIN files f ON f.id = c.file_id
-     WHERE f.source_id = :source_id AND f.key = :key
+     WHERE f.source_id = %(source_id)s AND f.key = %(key)s
 ), f AS (
     INSERT INTO files (tenant_id, source_id, key, size, mtime, etag, content_type, storage_class, owner,
                        mode, uid, gid, status, status_reason, title, chunk_count, text_chars, index_runs,
                        indexed_at, seen_at)
-    SELECT :tenant_id, :source_id, :key, :size, :mtime, :etag, :content_type, :storage_class, :owner,
-           :mode, :uid, :gid, :status, :status_reason, :title, :chunk_count, :text_chars, 1, now(), now()
+    SELECT %(tenant_id)s, %(source_id)s, %(key)s, %(size)s, %(mtime)s, %(etag)s, %(content_type)s, %(storage_class)s, %(owner)s,
+           %(mode)s, %(uid)s, %(gid)s, %(status)s, %(status_reason)s, %(title)s, %(chunk_count)s, %(text_chars)s, 1, now(), now()
       FROM old WHERE old.n = 0
     ON CONFLICT (source_id, key) DO UPDATE SET
         size = EXCLUDED.size, mtime = EXCLUDED.mtime, etag = EXCLUDED.etag,
@@ -137,10 +140,10 @@ _MEMBER_INSERT = """old AS (SELECT 0 AS n), f AS (
     INSERT INTO files (tenant_id, source_id, key, size, mtime, etag, content_type, storage_class, owner,
                        mode, uid, gid, status, status_reason, title, chunk_count, text_chars, index_runs,
                        indexed_at, seen_at, parent_id)
-    SELECT :tenant_id, :source_id, :key, :size, :mtime, :etag, :content_type, :storage_class, :owner,
-           :mode, :uid, :gid, :status, :status_reason, :title, :chunk_count, :text_chars, 1, now(), now(),
+    SELECT %(tenant_id)s, %(source_id)s, %(key)s, %(size)s, %(mtime)s, %(etag)s, %(content_type)s, %(storage_class)s, %(owner)s,
+           %(mode)s, %(uid)s, %(gid)s, %(status)s, %(status_reason)s, %(title)s, %(chunk_count)s, %(text_chars)s, 1, now(), now(),
            p.id
-      FROM files p WHERE p.source_id = :source_id AND p.key = :parent_key AND p.parent_id IS NULL
+      FROM files p WHERE p.source_id = %(source_id)s AND p.key = %(parent_key)s AND p.parent_id IS NULL
     ON CONFLICT (source_id, key) DO NOTHING
     RETURNING id
 )"""
@@ -149,44 +152,44 @@ WITH {{file}}, input AS (
     {{input}}
 ), lex AS (
     SELECT i.seq, t.lexeme AS term, coalesce(array_length(t.positions, 1), 1) AS tf
-      FROM input i, unnest(to_tsvector(CAST(:cfg AS regconfig), i.body)) AS t
+      FROM input i, unnest(to_tsvector(CAST(%(cfg)s AS regconfig), i.body)) AS t
 ), dl AS (
     SELECT seq, sum(tf)::int AS dl FROM lex GROUP BY seq
 ), ch AS (
     INSERT INTO chunks (tenant_id, source_id, file_id, seq, text, page_no, char_start, char_end,
                         ts_start_ms, ts_end_ms, token_count)
-    SELECT :tenant_id, :source_id, f.id, i.seq, i.body, i.page_no, i.char_start, i.char_end,
+    SELECT %(tenant_id)s, %(source_id)s, f.id, i.seq, i.body, i.page_no, i.char_start, i.char_end,
            i.ts_start_ms, i.ts_end_ms, coalesce(dl.dl, 0)
       FROM f CROSS JOIN input i LEFT JOIN dl ON dl.seq = i.seq
     RETURNING id, seq, file_id, token_count
 ), ins AS (
     INSERT INTO postings (tenant_id, term, chunk_id, source_id, file_id, tf, dl)
-    SELECT :tenant_id, lex.term, ch.id, :source_id, ch.file_id, least(lex.tf, 32767), ch.token_count
+    SELECT %(tenant_id)s, lex.term, ch.id, %(source_id)s, ch.file_id, least(lex.tf, 32767), ch.token_count
       FROM lex JOIN ch ON ch.seq = lex.seq
     RETURNING term
 ), df AS (
     INSERT INTO term_stats (tenant_id, term, source_id, shard, df)
-    SELECT :tenant_id, term, :source_id, {_SHARD}, count(*) FROM ins GROUP BY term ORDER BY term
+    SELECT %(tenant_id)s, term, %(source_id)s, {_SHARD}, count(*) FROM ins GROUP BY term ORDER BY term
     ON CONFLICT (tenant_id, term, source_id, shard) DO UPDATE SET df = term_stats.df + EXCLUDED.df
 ), cs AS (
     INSERT INTO corpus_stats (tenant_id, source_id, shard, n_chunks, total_len)
-    SELECT :tenant_id, :source_id, {_SHARD}, count(*), coalesce(sum(token_count), 0) FROM ch HAVING count(*) > 0
+    SELECT %(tenant_id)s, %(source_id)s, {_SHARD}, count(*), coalesce(sum(token_count), 0) FROM ch HAVING count(*) > 0
     ON CONFLICT (tenant_id, source_id, shard) DO UPDATE SET
         n_chunks = corpus_stats.n_chunks + EXCLUDED.n_chunks,
         total_len = corpus_stats.total_len + EXCLUDED.total_len
 )
 SELECT (SELECT id FROM f) AS file_id, (SELECT n FROM old) AS old_chunks{{check}}
 """
-_ARRAY_INPUT = """SELECT * FROM unnest(CAST(:seqs AS int[]), CAST(:bodies AS text[]), CAST(:pages AS int[]),
-                         CAST(:starts AS int[]), CAST(:ends AS int[]), CAST(:ts_starts AS bigint[]),
-                         CAST(:ts_ends AS bigint[]))
+_ARRAY_INPUT = """SELECT * FROM unnest(CAST(%(seqs)s AS int[]), CAST(%(bodies)s AS text[]), CAST(%(pages)s AS int[]),
+                         CAST(%(starts)s AS int[]), CAST(%(ends)s AS int[]), CAST(%(ts_starts)s AS bigint[]),
+                         CAST(%(ts_ends)s AS bigint[]))
                 AS u(seq, body, page_no, char_start, char_end, ts_start_ms, ts_end_ms)"""
-_WRITE = text(_WRITE_TEMPLATE.format(file=_FILE_UPSERT, input=_ARRAY_INPUT, check=""))
+_WRITE = _WRITE_TEMPLATE.format(file=_FILE_UPSERT, input=_ARRAY_INPUT, check="")
 # For a pipeline (the COMMIT is already on its way): a file that still has content aborts the transaction.
-_WRITE_CHECKED = text(_WRITE_TEMPLATE.format(
+_WRITE_CHECKED = _WRITE_TEMPLATE.format(
     file=_FILE_UPSERT, input=_ARRAY_INPUT,
-    check=",\n       kdbl_check((SELECT n FROM old) = 0, 'KL002', 'the file still has indexed content')"))
-_WRITE_MEMBER = text(_WRITE_TEMPLATE.format(file=_MEMBER_INSERT, input=_ARRAY_INPUT, check=""))
+    check=",\n       kdbl_check((SELECT n FROM old) = 0, 'KL002', 'the file still has indexed content')")
+_WRITE_MEMBER = _WRITE_TEMPLATE.format(file=_MEMBER_INSERT, input=_ARRAY_INPUT, check="")
 
 
 HAS_CONTENT = "KL002"
@@ -199,22 +202,10 @@ class FenceLost(Conflict):
 
 
 # Principal and commit mode of a file transaction, in one round trip.
-_FILE_TX = text(
-    "SELECT set_config('kdbl.tenant_id', :tenant, true), set_config('kdbl.subjects', '', true), "
-    "set_config('synchronous_commit', :sync, true)"
+_FILE_TX = (
+    "SELECT set_config('kdbl.tenant_id', %(tenant)s, true), set_config('kdbl.subjects', '', true), "
+    "set_config('synchronous_commit', %(sync)s, true)"
 )
-
-
-_DIALECT = psycopg_dialect.dialect()
-_NATIVE: dict[int, tuple[TextClause, str]] = {}
-
-
-def native_sql(stmt: TextClause) -> str:
-    """The statement in the driver's own paramstyle (`%(name)s`), compiled once."""
-    hit = _NATIVE.get(id(stmt))
-    if hit is None or hit[0] is not stmt:
-        hit = _NATIVE[id(stmt)] = (stmt, str(stmt.compile(dialect=_DIALECT)))
-    return hit[1]
 
 
 def _drain(conn: psycopg.Connection) -> None:
@@ -242,41 +233,45 @@ def _drain(conn: psycopg.Connection) -> None:
 class FileWriter:
     """File transactions over one connection, held across files (one per writer thread).
 
-    Holding it saves the pool's checkout and liveness ping per file and keeps psycopg's prepared
-    statements warm. A broken connection is thrown away and the next call takes a fresh one. The
-    connection comes from `engine` (its connect options and events apply: the worker's per-file
-    deadlines are set there, kdbl_worker.deadlines).
+    Holding it saves the pool's checkout per file and keeps psycopg's prepared statements warm. A
+    broken connection goes back to the pool (which discards it) and the next call takes a fresh one.
+    The connection comes from `pool` (its connect options apply: the worker's per-file deadlines are
+    set there, kdbl_worker.deadlines); `on_checkout(conn)` is told of each connection taken (the
+    worker's deadline watchdog learns the backend pid it may have to terminate).
     """
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self._pooled = None
+    def __init__(self, pool: ConnectionPool,
+                 on_checkout: Callable[[psycopg.Connection], None] | None = None) -> None:
+        self.pool, self.on_checkout = pool, on_checkout
+        self._conn: psycopg.Connection | None = None
 
     def close(self) -> None:
-        if self._pooled is not None:
-            self._pooled.close()
-            self._pooled = None
+        if self._conn is not None:
+            self.pool.putconn(self._conn)
+            self._conn = None
 
-    def run(self, statements: Sequence[tuple[TextClause, dict]]) -> None:
+    def run(self, statements: Sequence[Statement]) -> None:
         """Run statements and COMMIT as one transaction in ONE round trip (psycopg pipeline mode).
 
         Each statement is drained (`_drain`) before the next goes out, so the pipeline never waits for
         results while part of a message is still unsent. A statement that fails (kdbl_check included)
         aborts the transaction: the COMMIT becomes a rollback.
         """
-        if self._pooled is None:
-            self._pooled = self.engine.raw_connection()
-        raw = self._pooled.driver_connection
+        if self._conn is None:
+            self._conn = self.pool.getconn()
+            if self.on_checkout is not None:
+                self.on_checkout(self._conn)
+        raw = self._conn
         try:
-            with raw.pipeline(), raw.cursor() as cur:
-                for stmt, params in statements:
-                    cur.execute(native_sql(stmt), params)
+            # plain tuples: the pool's named-tuple rows refuse _FILE_TX's three set_config columns
+            with raw.pipeline(), raw.cursor(row_factory=tuple_row) as cur:
+                for sql, params in statements:
+                    cur.execute(sql, params)
                     _drain(raw)
                 raw.commit()
         except BaseException:
             if raw.closed or raw.broken:
-                self._pooled.invalidate()
-                self._pooled = None
+                self.close()  # the pool discards a closed connection
             else:
                 raw.rollback()
             raise
@@ -295,7 +290,7 @@ class FileWriter:
         ts_config: str,
         replace: bool = True,
         durable: bool = True,
-        then: Sequence[tuple[TextClause, dict]] = (),
+        then: Sequence[Statement] = (),
         members: Sequence[MemberFile] = (),
         container: bool = False,
     ) -> None:
@@ -350,7 +345,7 @@ def _file_params(tenant_id: uuid.UUID, source_id: uuid.UUID, meta: FileMeta, sta
 
 
 def _member_statements(tenant_id: uuid.UUID, source_id: uuid.UUID, parent_key: str,
-                       members: Sequence[MemberFile], ts_config: str) -> list[tuple[TextClause, dict]]:
+                       members: Sequence[MemberFile], ts_config: str) -> list[Statement]:
     out = []
     for m in members:
         params = _file_params(tenant_id, source_id, m.meta, m.status, m.status_reason, m.title, m.chunks,
@@ -363,8 +358,8 @@ def _member_statements(tenant_id: uuid.UUID, source_id: uuid.UUID, parent_key: s
 def load_file_states(conn: Connection, source_id: uuid.UUID) -> dict[str, FileState]:
     """The listed files of a source (not their members: those come and go with their parent)."""
     rows = conn.execute(
-        text("SELECT key, size, mtime, etag, status, status_reason FROM files "
-             "WHERE source_id = :s AND parent_id IS NULL"),
+        "SELECT key, size, mtime, etag, status, status_reason FROM files "
+        "WHERE source_id = %(s)s AND parent_id IS NULL",
         {"s": source_id},
     )
     return {r.key: FileState(r.size, r.mtime, r.etag, r.status, r.status_reason) for r in rows}
@@ -403,12 +398,12 @@ def write_file(
     if replace and (container or members):
         conn.execute(_DROP_MEMBERS, params)
         conn.execute(_DELETE_MEMBERS, params)
-    row = conn.execute(_WRITE, params).one()
+    row = conn.execute(_WRITE, params).fetchone()
     if row.file_id is None:  # it had content after all: drop it, then write
         conn.execute(_DROP_BY_KEY, params)
         conn.execute(_DROP_MEMBERS, params)
         conn.execute(_DELETE_MEMBERS, params)
-        row = conn.execute(_WRITE, params).one()
+        row = conn.execute(_WRITE, params).fetchone()
     for stmt, member_params in _member_statements(tenant_id, source_id, meta.key, members, ts_config):
         conn.execute(stmt, member_params)
     return row.file_id
@@ -417,14 +412,14 @@ def write_file(
 def delete_files(conn: Connection, tenant_id: uuid.UUID, source_id: uuid.UUID, keys: Iterable[str]) -> int:
     """Remove listed files that vanished from the source, with their members (and the chunks, postings and
     statistics of all of them). Returns how many listed files went."""
-    ids = list(conn.execute(
-        text("SELECT id FROM files WHERE source_id = :s AND key = ANY(:keys) AND parent_id IS NULL"),
+    ids = [r.id for r in conn.execute(
+        "SELECT id FROM files WHERE source_id = %(s)s AND key = ANY(%(keys)s) AND parent_id IS NULL",
         {"s": source_id, "keys": list(keys)},
-    ).scalars())
+    )]
     if not ids:
         return 0
-    members = list(conn.execute(text("SELECT id FROM files WHERE parent_id = ANY(:ids)"),
-                                {"ids": ids}).scalars())
+    members = [r.id for r in conn.execute("SELECT id FROM files WHERE parent_id = ANY(%(ids)s)",
+                                          {"ids": ids})]
     _drop_content(conn, tenant_id, ids + members)
-    conn.execute(text("DELETE FROM files WHERE id = ANY(:ids)"), {"ids": ids + members})
+    conn.execute("DELETE FROM files WHERE id = ANY(%(ids)s)", {"ids": ids + members})
     return len(ids)
