@@ -31,7 +31,7 @@ from mcp.shared.exceptions import MCPError
 from sqlalchemy import text
 
 from kdbl_control import admin
-from kdbl_core.db.engine import principal_params
+from kdbl_core.db.connect import principal_params
 from kdbl_core.principal import Principal
 from kdbl_core.settings import Settings
 from kdbl_core.uris import file_uri, parse_file_uri

@@ -17,9 +17,7 @@ SCHEMA = {"services/core/kdbl_core/db/schema.py", "services/core/kdbl_core/db/mi
 MIGRATIONS = "services/core/kdbl_core/db/migrations/"
 
 # Run-time modules still on SQLAlchemy (issue 15, one database path): moved to psycopg step by step.
-NOT_YET_MOVED = {
-    "services/core/kdbl_core/db/engine.py",
-}
+NOT_YET_MOVED: set[str] = set()
 
 
 def _imports_sqlalchemy(path: Path) -> bool:
@@ -71,3 +69,13 @@ def test_the_worker_write_path_the_crawl_queue_and_the_operator_run_on_psycopg()
              "services/worker/kdbl_worker/main.py", "operator/kdbl_operator/db_sync.py",
              "operator/kdbl_operator/handlers.py", "operator/kdbl_operator/reconcile.py"}
     assert not moved & _importers()
+
+
+def test_the_request_path_runs_on_psycopg_without_an_adapter_layer() -> None:
+    api = {p.relative_to(REPO).as_posix() for p in (REPO / "services/api").rglob("*.py")}
+    core = {f"services/core/kdbl_core/{name}.py" for name in (
+        "search/lexical", "search/vector", "search/windows", "search/pipeline", "db/reads", "db/audit",
+        "db/connect", "db/async_pool", "auth/verifier", "auth/oidc")}
+    assert not (api | core) & _importers()
+    gone = ("engine", "driver", "pgpool")  # ContentDb/Session/Rows/ApiPool, `:name` rewriting, SQLAlchemy engines
+    assert not [name for name in gone if (REPO / f"services/core/kdbl_core/db/{name}.py").exists()]
