@@ -2,7 +2,7 @@
 
 The worker's functions run on a psycopg connection of a `connect.sync_pool` pool, whose pgvector
 adapter sends the vectors in binary (`pgvector.Vector`: 4 bytes a dimension) instead of as formatted
-text (`vector_literal`: ~10 characters a dimension, parsed again by the server).
+text (~10 characters a dimension, parsed again by the server); the API's query vector goes binary too (kdbl_core.search.vector).
 """
 
 from __future__ import annotations
@@ -53,11 +53,6 @@ SELECT c.source_id, count(*), count(*) FILTER (WHERE c.embedding_model = %(model
 """
 
 Conn = psycopg.Connection[Any]
-
-
-def vector_literal(values: Sequence[float]) -> str:
-    """A vector as pgvector's text form: the API's query vector (its SQLAlchemy path) still travels so."""
-    return "[" + ",".join(f"{v:.7g}" for v in values) + "]"
 
 
 def tenants_with_hybrid(conn: Conn) -> list[uuid.UUID]:
