@@ -2,7 +2,8 @@
 
 The worker's functions run on a psycopg connection of a `connect.sync_pool` pool, whose pgvector
 adapter sends the vectors in binary (`pgvector.Vector`: 4 bytes a dimension) instead of as formatted
-text (~10 characters a dimension, parsed again by the server); the API's query vector goes binary too (kdbl_core.search.vector).
+text (~10 characters a dimension, parsed again by the server); the API's query vector goes binary too
+(kdbl_core.search.vector).
 """
 
 from __future__ import annotations
