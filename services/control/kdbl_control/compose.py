@@ -63,17 +63,17 @@ def wait_for(pool: Pool, ids: list[int], **options: Any) -> dict[int, JobStatus]
     return wait_for(pool, ids, **options)
 
 
-def embed_pending(engine: Any, embedder: Embedder, **options: Any) -> int:
+def embed_pending(pool: Pool, embedder: Embedder, **options: Any) -> int:
     """Fill missing chunk embeddings with the worker's own loop (`up`, `eval`)."""
     from kdbl_worker.embedding import embed_pending
 
-    return embed_pending(engine, embedder, **options)
+    return embed_pending(pool, embedder, **options)
 
 
-def create_fetch_app(settings: Settings, engine: Any) -> Any:
+def create_fetch_app(settings: Settings, pool: Pool) -> Any:
     from kdbl_worker.fetch import create_fetch_app
 
-    return create_fetch_app(settings, engine)
+    return create_fetch_app(settings, pool)
 
 
 def format_rows() -> list[dict[str, str]]:
