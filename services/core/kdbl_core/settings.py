@@ -100,8 +100,8 @@ class Settings(BaseSettings):
         "(kdbl_api / kdbl_worker); migrations and kdbl-control connect as the owner.",
     )
     db_pool_size: int = Field(default=10, ge=1, le=200, description=(
-        "Database connections per process for the request path (kdbl-api: per worker process, plus 2 for "
-        "readiness and start-up checks)."))
+        "Database connections per process for the request path (kdbl-api: one pool per worker process, "
+        "which also serves readiness, /capacity and the start-up checks)."))
     text_search_config: str = Field(default="english", pattern=r"^[a-z_]+$")
     allow_privileged_db_role: bool = Field(
         default=False,
