@@ -53,6 +53,7 @@ def _stats(url: str, per_source: bool) -> tuple[set, set]:
 def test_per_source_statistics_are_backfilled_and_summed_back_on_downgrade(pg_dir) -> None:
     from kdbl_control import admin
     from kdbl_core.db import content
+    from kdbl_core.db.records import Chunk, FileMeta
     from kdbl_core.db.connect import tenant_transaction
 
     with EmbeddedDatabase(pg_dir) as db:
@@ -67,10 +68,10 @@ def test_per_source_statistics_are_backfilled_and_summed_back_on_downgrade(pg_di
                     body = f"{words} number {i}"
                     with tenant_transaction(owner, tenant.id) as conn:
                         content.write_file(conn, tenant_id=tenant.id, source_id=source.id,
-                                           meta=content.FileMeta(key=f"{name}{i}.txt"), status="ok",
+                                           meta=FileMeta(key=f"{name}{i}.txt"), status="ok",
                                            status_reason=None, title=None, text_chars=len(body),
                                            ts_config="english",
-                                           chunks=[content.ChunkRow(0, body, 0, len(body))])
+                                           chunks=[Chunk(0, body, 0, len(body))])
         per_source, _ = _stats(url, per_source=True)
         assert {(row[2], row[3]) for row in per_source if row[2] == "alpha"} == {("alpha", 3)}  # 3 per source
         migrate.downgrade(url, "0006")

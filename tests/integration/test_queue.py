@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 
 from kdbl_control import admin
 from kdbl_core.db import content
+from kdbl_core.db.records import Chunk, FileMeta
 from kdbl_core.db.urls import for_role
 from kdbl_core.settings import Settings
 from kdbl_worker.globs import Selection
@@ -164,13 +165,25 @@ def _listed_job(worker_engine, source, n_items: int, lease_s: float = 60) -> job
         job = jobs.claim_job(conn, "lister", lease_s=lease_s, max_attempts=5, source_id=source.id)
     assert job is not None and job.lease.attempt == 1
     with db_of(worker_engine).connection() as conn:
-        jobs.add_items(conn, job.id, job.lease, [jobs.ItemRow(f"f{i}.txt", 10) for i in range(n_items)])
-        jobs.add_items(conn, job.id, job.lease, [jobs.ItemRow("f0.txt", 10)])  # a re-listing adds no twin
+        jobs.add_items(conn, job.id, job.lease, [jobs.ItemRow(FileMeta(f"f{i}.txt", 10)) for i in range(n_items)])
+        jobs.add_items(conn, job.id, job.lease, [jobs.ItemRow(FileMeta("f0.txt", 10))])  # a re-listing adds no twin
     with db_of(worker_engine).connection() as conn:
         jobs.lock_listing(conn, job.id, job.lease)
         jobs.finish_listing(conn, job.id, job.lease, listed=n_items, excluded=0, unchanged=0, deleted=0,
                             problems=[])
     return job
+
+
+def test_a_claimed_item_hands_back_the_file_record_its_listing_queued(worker_engine, empty_source):
+    listed = FileMeta("docs/a.md", 1234, datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), "etag-1", "STANDARD", "ann",
+                      0o100644, 1000, 100)
+    with db_of(worker_engine).connection() as conn:
+        jobs.enqueue(conn, empty_source.id)
+        job = jobs.claim_job(conn, "rec-lister", lease_s=60, max_attempts=5, source_id=empty_source.id)
+        jobs.add_items(conn, job.id, job.lease, [jobs.ItemRow(listed, had_file=False, sidecar_key="docs/a.srt")])
+        jobs.finish_listing(conn, job.id, job.lease, listed=1, excluded=0, unchanged=0, deleted=0, problems=[])
+        [item] = jobs.claim_items(conn, "rec-w", n=5, lease_s=60, max_attempts=5, source_id=empty_source.id)
+    assert (item.file, item.had_file, item.sidecar_key) == (listed, False, "docs/a.srt")
 
 
 def test_concurrent_claims_skip_each_others_rows(worker_engine, empty_source):
@@ -180,7 +193,7 @@ def test_concurrent_claims_skip_each_others_rows(worker_engine, empty_source):
         # a has not committed: its 20 rows are locked and skipped, not waited for
         second = jobs.claim_items(b, "b", n=20, lease_s=60, max_attempts=5, source_id=empty_source.id)
     assert (len(first), len(second)) == (20, 10)
-    assert not {i.key for i in first} & {i.key for i in second}
+    assert not {i.file.key for i in first} & {i.file.key for i in second}
     with db_of(worker_engine).connection() as conn:
         assert jobs.claim_items(conn, "c", n=5, lease_s=60, max_attempts=5, source_id=empty_source.id) == []
         assert jobs.finalize(conn, empty_source.id) == []  # 30 items still running
@@ -220,11 +233,11 @@ def test_a_pipelined_file_write_commits_only_with_its_lease(owner_engine, worker
     with db_of(worker_engine).connection() as conn:
         [taken] = jobs.claim_items(conn, "fast", n=1, lease_s=60, max_attempts=5, source_id=empty_source.id)
     writer = content.FileWriter(db_of(worker_engine))
-    chunks = [content.ChunkRow(0, "alpha beta gamma", 0, 16)]
+    chunks = [Chunk(0, "alpha beta gamma", 0, 16)]
 
-    def write(claim: jobs.ItemClaim, body: list[content.ChunkRow], replace: bool) -> None:
+    def write(claim: jobs.ItemClaim, body: list[Chunk], replace: bool) -> None:
         writer.write(tenant_id=empty_source.tenant_id, source_id=empty_source.id,
-                     meta=content.FileMeta(key=claim.key, size=10), status="ok", status_reason=None,
+                     meta=FileMeta(key=claim.file.key, size=10), status="ok", status_reason=None,
                      title=None, chunks=body, text_chars=16, ts_config="english", replace=replace,
                      durable=False,
                      then=[jobs.complete_item_statement(claim.id, claim.lease, status="ok",
@@ -245,7 +258,7 @@ def test_a_pipelined_file_write_commits_only_with_its_lease(owner_engine, worker
         with db_of(worker_engine).connection() as conn:
             [again] = jobs.claim_items(conn, "fast", n=1, lease_s=60, max_attempts=5,
                                        source_id=empty_source.id)
-        write(again, [content.ChunkRow(0, "delta", 0, 5), content.ChunkRow(1, "epsilon", 7, 14)],
+        write(again, [Chunk(0, "delta", 0, 5), Chunk(1, "epsilon", 7, 14)],
               replace=False)
     finally:
         writer.close()
@@ -271,7 +284,7 @@ def test_leases_expiring_too_often_give_up(owner_engine, worker_engine, empty_so
                               " WHERE job_id = :j"), {"j": job.id})
     with db_of(worker_engine).connection() as conn:
         assert jobs.claim_items(conn, "w3", n=1, lease_s=60, max_attempts=2, source_id=empty_source.id) == []
-        assert [g.key for g in jobs.sweep(conn, max_attempts=2)] == ["f0.txt"]
+        assert [g.file.key for g in jobs.sweep(conn, max_attempts=2)] == ["f0.txt"]
         assert jobs.finalize(conn, empty_source.id) == [job.id]
     with db_of(worker_engine).connection() as conn:
         status = jobs.job_status(conn, [job.id])[job.id]
@@ -299,7 +312,7 @@ def test_the_heartbeat_renews_only_progressing_work_and_a_file_that_broke_two_ho
     expire(1)
     with db_of(worker_engine).connection() as conn:  # progress: all renewed but the overdue one; the one in hand stamped
         assert jobs.heartbeat(conn, "w", lease_s=60, started=[first.id], overdue=[second.id]) == 2
-    assert rows() == {first.key: (0, True, True), second.key: (0, False, False), third.key: (0, False, True)}
+    assert rows() == {first.file.key: (0, True, True), second.file.key: (0, False, False), third.file.key: (0, False, True)}
     expire(1)
     with db_of(worker_engine).connection() as conn:  # no progress: nothing renewed
         assert jobs.heartbeat(conn, "w", lease_s=60, renew=False, started=[first.id]) == 0
@@ -308,14 +321,14 @@ def test_the_heartbeat_renews_only_progressing_work_and_a_file_that_broke_two_ho
         taken = jobs.claim_items(conn, "x", n=3, lease_s=60, max_attempts=5, source_id=empty_source.id)
         assert [t.lease.attempt for t in taken] == [2, 2, 2]
         jobs.heartbeat(conn, "x", lease_s=60, started=[first.id])
-    assert {k: v[:2] for k, v in rows().items()} == {first.key: (1, True), second.key: (0, False),
-                                                    third.key: (0, False)}
+    assert {k: v[:2] for k, v in rows().items()} == {first.file.key: (1, True), second.file.key: (0, False),
+                                                    third.file.key: (0, False)}
     expire()
     with db_of(worker_engine).connection() as conn:  # the second break: not claimed again, given up as a poison file
-        assert {t.key for t in jobs.claim_items(conn, "y", n=3, lease_s=60, max_attempts=5,
-                                                source_id=empty_source.id)} == {second.key, third.key}
+        assert {t.file.key for t in jobs.claim_items(conn, "y", n=3, lease_s=60, max_attempts=5,
+                                                source_id=empty_source.id)} == {second.file.key, third.file.key}
         [given_up] = jobs.sweep(conn, max_attempts=5)
-    assert given_up.key == first.key and given_up.reason.startswith("poison file:")
+    assert given_up.file.key == first.file.key and given_up.reason.startswith("poison file:")
 
 
 def test_enqueue_joins_a_queued_run_and_queues_behind_an_active_one(worker_engine, empty_source):

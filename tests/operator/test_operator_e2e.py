@@ -11,6 +11,7 @@ import pytest
 from helpers import db_of
 from kdbl_core.auth import pat
 from kdbl_core.db import content
+from kdbl_core.db.records import Chunk, FileMeta
 from kdbl_core.db.connect import tenant_transaction
 from operator_helpers import secret, source, tenant
 from sqlalchemy import text
@@ -95,9 +96,9 @@ def _write_files(owner_engine: Any, tenant_id: uuid.UUID, source_id: uuid.UUID, 
     for i in range(n):
         with tenant_transaction(db_of(owner_engine), tenant_id) as conn:
             body = f"quarterly report number {i} about revenue and costs"
-            content.write_file(conn, tenant_id=tenant_id, source_id=source_id, meta=content.FileMeta(key=f"doc{i}.txt"),
+            content.write_file(conn, tenant_id=tenant_id, source_id=source_id, meta=FileMeta(key=f"doc{i}.txt"),
                                status="ok", status_reason=None, title=None, text_chars=len(body), ts_config="english",
-                               chunks=[content.ChunkRow(seq=0, text=body, char_start=0, char_end=len(body))])
+                               chunks=[Chunk(seq=0, text=body, char_start=0, char_end=len(body))])
 
 
 def _count(engine: Any, sql: str, **params: Any) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kdbl_core.db.records import Chunk
 from kdbl_worker.extract.base import Block
 
 SEPARATOR = "\n\n"
@@ -18,17 +19,6 @@ SEPARATOR = "\n\n"
 DEFAULT_TARGET = 1200
 DEFAULT_MAX = 1800
 _SENTENCE_END = re.compile(r"[.!?。]\s|\n")
-
-
-@dataclass(frozen=True, slots=True)
-class Chunk:
-    seq: int
-    text: str
-    char_start: int
-    char_end: int
-    page_no: int | None = None
-    ts_start_ms: int | None = None
-    ts_end_ms: int | None = None
 
 
 @dataclass(slots=True)

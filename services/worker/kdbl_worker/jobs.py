@@ -26,6 +26,7 @@ from datetime import datetime
 
 from kdbl_core.db.connect import Connection
 from kdbl_core.db.content import FenceLost, Statement
+from kdbl_core.db.records import FileMeta
 from kdbl_core.errors import PermanentError
 
 MAX_BREAKS = 2
@@ -61,19 +62,13 @@ class JobClaim:
 
 @dataclass(frozen=True, slots=True)
 class ItemClaim:
+    """A claimed queue item: its queue identity and lease, and the file as it was listed."""
+
     id: int
     job_id: int
     tenant_id: uuid.UUID
     source_id: uuid.UUID
-    key: str
-    size: int
-    mtime: datetime | None
-    etag: str | None
-    storage_class: str | None
-    owner: str | None
-    mode: int | None
-    uid: int | None
-    gid: int | None
+    file: FileMeta
     had_file: bool
     lease: Lease
     sidecar_key: str | None = None
@@ -81,17 +76,10 @@ class ItemClaim:
 
 @dataclass(frozen=True, slots=True)
 class ItemRow:
-    """What a listing queues for one changed file."""
+    """What a listing queues for one changed file: the file as listed, whether it was indexed before,
+    and its subtitle sidecar."""
 
-    key: str
-    size: int
-    mtime: datetime | None = None
-    etag: str | None = None
-    storage_class: str | None = None
-    owner: str | None = None
-    mode: int | None = None
-    uid: int | None = None
-    gid: int | None = None
+    file: FileMeta
     had_file: bool = True
     sidecar_key: str | None = None  # a subtitle file next to a media file (see kdbl_worker.sidecars)
 
@@ -124,10 +112,7 @@ class GivenUp:
     id: int
     tenant_id: uuid.UUID
     source_id: uuid.UUID
-    key: str
-    size: int
-    mtime: datetime | None
-    etag: str | None
+    file: FileMeta  # key, size, mtime, etag (what recording it needs)
     reason: str
 
 
@@ -276,10 +261,11 @@ def add_items(conn: Connection, job_id: int, lease: Lease, items: Sequence[ItemR
         return 0
     result = conn.execute(_INSERT_ITEMS, {
         "id": job_id, "holder": lease.holder, "attempt": lease.attempt,
-        "keys": [i.key for i in items], "sizes": [i.size for i in items], "mtimes": [i.mtime for i in items],
-        "etags": [i.etag for i in items], "classes": [i.storage_class for i in items],
-        "owners": [i.owner for i in items], "modes": [i.mode for i in items], "uids": [i.uid for i in items],
-        "gids": [i.gid for i in items], "had": [i.had_file for i in items],
+        "keys": [i.file.key for i in items], "sizes": [i.file.size for i in items],
+        "mtimes": [i.file.mtime for i in items], "etags": [i.file.etag for i in items],
+        "classes": [i.file.storage_class for i in items], "owners": [i.file.owner for i in items],
+        "modes": [i.file.mode for i in items], "uids": [i.file.uid for i in items],
+        "gids": [i.file.gid for i in items], "had": [i.had_file for i in items],
         "sidecars": [i.sidecar_key for i in items],
     })
     if result.rowcount == 0 and not _fence_ok(conn, job_id, lease):
@@ -385,9 +371,10 @@ def claim_items(conn: Connection, holder: str, *, n: int, lease_s: float, max_at
         "max_breaks": max_breaks,
         "source": source_id, "tenants": list(tenants) if tenants else None,
     }).fetchall()
-    return sorted((ItemClaim(r.id, r.job_id, r.tenant_id, r.source_id, r.key, r.size, r.mtime, r.etag,
-                             r.storage_class, r.owner, r.mode, r.uid, r.gid, r.had_file,
-                             Lease(holder, r.attempts), r.sidecar_key)
+    return sorted((ItemClaim(r.id, r.job_id, r.tenant_id, r.source_id,
+                             FileMeta(r.key, r.size, r.mtime, r.etag, r.storage_class, r.owner, r.mode, r.uid,
+                                      r.gid),
+                             r.had_file, Lease(holder, r.attempts), r.sidecar_key)
                    for r in rows), key=lambda c: c.id)
 
 
@@ -573,7 +560,7 @@ def sweep(conn: Connection, *, max_attempts: int, max_breaks: int = MAX_BREAKS) 
     """Give up on items whose lease expired `max_attempts` times or on `max_breaks` started ones (poison
     files), and on listings that expired `max_attempts` times; returns the items given up."""
     rows = conn.execute(_SWEEP, {"max_attempts": max_attempts, "max_breaks": max_breaks}).fetchall()
-    return [GivenUp(r.id, r.tenant_id, r.source_id, r.key, r.size, r.mtime, r.etag, r.last_error)
+    return [GivenUp(r.id, r.tenant_id, r.source_id, FileMeta(r.key, r.size, r.mtime, r.etag), r.last_error)
             for r in rows if r.kind == "item"]
 
 

@@ -37,15 +37,16 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kdbl_core import policy
 from kdbl_core.db import content
 from kdbl_core.db.connect import Pool, tenant_transaction
+from kdbl_core.db.records import Chunk, FileMeta
 from kdbl_core.errors import PermanentError
 from kdbl_core.settings import Settings
 from kdbl_worker import deadlines, extract, jobs, sandbox
-from kdbl_worker.connectors import Connector, RemoteFile, connector_for
+from kdbl_worker.connectors import Connector, connector_for
 from kdbl_worker.connectors.fs import FsConnector
 from kdbl_worker.extract import containers, media
 from kdbl_worker.extract import ocr
@@ -116,7 +117,7 @@ def _clean(value: str) -> str:
     return sandbox.clean(value)
 
 
-def _unchanged(state: content.FileState | None, remote: RemoteFile) -> bool:
+def _unchanged(state: content.FileState | None, remote: FileMeta) -> bool:
     if state is None or state.status == "pending":
         return False
     if remote.etag is not None and state.etag is not None:
@@ -259,7 +260,7 @@ class Indexer:
             batch: list[jobs.ItemRow] = []
             sidecars = Sidecars()
 
-            def add(remote: RemoteFile, fresh: bool, sidecar_key: str | None = None) -> None:
+            def add(remote: FileMeta, fresh: bool, sidecar_key: str | None = None) -> None:
                 nonlocal unchanged
                 if fresh:
                     unchanged += 1
@@ -268,9 +269,7 @@ class Indexer:
                 if not quota.admit(remote, known.get(remote.key)):
                     self._report(remote.key, listed=1)
                     return
-                batch.append(jobs.ItemRow(remote.key, remote.size, remote.mtime, remote.etag,
-                                          remote.storage_class, remote.owner, remote.mode, remote.uid,
-                                          remote.gid, had_file=remote.key in known, sidecar_key=sidecar_key))
+                batch.append(jobs.ItemRow(remote, had_file=remote.key in known, sidecar_key=sidecar_key))
                 self._report(remote.key, listed=1)
                 if len(batch) >= ITEM_BATCH:
                     self._queue(job, batch)
@@ -359,7 +358,7 @@ class Indexer:
                     task = self._task(item, contexts, spooled)
                 except Exception as exc:  # noqa: BLE001 - e.g. a throttled remote: retried later
                     errors.append((item, getattr(exc, "message", None) or repr(exc)[:500]))
-                    self.activity.progressed(item.key)
+                    self.activity.progressed(item.file.key)
                     continue
                 if isinstance(task, sandbox.Outcome):
                     direct.append((item, task))
@@ -368,7 +367,7 @@ class Indexer:
                     yield task
 
         def results() -> Iterator[tuple[jobs.ItemClaim, sandbox.Outcome]]:
-            started = lambda task: self.activity.begin(task.ref.id, task.ref.key)  # noqa: E731
+            started = lambda task: self.activity.begin(task.ref.id, task.ref.file.key)  # noqa: E731
             with closing(self.box.run(tasks(), stop=stop, on_start=started)) as outcomes:
                 for task, outcome in outcomes:
                     while direct:
@@ -391,12 +390,12 @@ class Indexer:
                 try:
                     written = future.result()
                 except Exception as exc:  # noqa: BLE001 - unreleased: its lease expires, it is retried
-                    log.error("file write crashed", extra={"key": item.key, "error": repr(exc)[:500]})
+                    log.error("file write crashed", extra={"key": item.file.key, "error": repr(exc)[:500]})
                     continue
                 finally:
                     self.activity.end(item.id)
                 if written is not None:
-                    self._report(item.key, indexed=1, chunks=written[0], bytes=item.size, failed=written[1])
+                    self._report(item.file.key, indexed=1, chunks=written[0], bytes=item.file.size, failed=written[1])
 
         gen = results()
         try:
@@ -474,31 +473,31 @@ class Indexer:
     def _task(self, item: jobs.ItemClaim, contexts: dict,
               spooled: dict[int, str]) -> sandbox.Task | sandbox.Outcome:
         ctx = self._context(item, contexts)
-        content_type, _ = extract.detect(item.key)
+        content_type, _ = extract.detect(item.file.key)
         if ctx is None:
             raise LookupError(f"source {item.source_id} no longer exists")
-        if extract.is_media(item.key):
+        if extract.is_media(item.file.key):
             sidecar = self._sidecar(ctx, item)
             if not media.reads_stream(has_sidecar=sidecar is not None,
                                       transcriber_model=self.box.limits.transcriber_model):
-                return sandbox.Task(item, item.key, item.size, data=b"", sidecar=sidecar)  # bytes not needed
-        if item.size > ctx.max_bytes:
-            return sandbox.Outcome("skipped", f"file too large ({item.size} bytes > limit {ctx.max_bytes})",
+                return sandbox.Task(item, item.file.key, item.file.size, data=b"", sidecar=sidecar)  # bytes not needed
+        if item.file.size > ctx.max_bytes:
+            return sandbox.Outcome("skipped", f"file too large ({item.file.size} bytes > limit {ctx.max_bytes})",
                                    None, content_type, 0, [])
         if isinstance(ctx.connector, FsConnector):
             try:
-                return sandbox.Task(item, item.key, item.size, path=str(ctx.connector.resolve(item.key)))
+                return sandbox.Task(item, item.file.key, item.file.size, path=str(ctx.connector.resolve(item.file.key)))
             except OSError as exc:
                 return sandbox.Outcome.failed(f"cannot read file: {exc.strerror or exc}", content_type)
         try:
-            with ctx.connector.open(item.key) as stream:
-                if item.size <= INLINE_BYTES:
-                    return sandbox.Task(item, item.key, item.size, data=stream.read(INLINE_BYTES + 1))
+            with ctx.connector.open(item.file.key) as stream:
+                if item.file.size <= INLINE_BYTES:
+                    return sandbox.Task(item, item.file.key, item.file.size, data=stream.read(INLINE_BYTES + 1))
                 fd, path = tempfile.mkstemp(prefix="kdbl-spool-")
                 spooled[item.id] = path
                 with os.fdopen(fd, "wb") as out:
                     shutil.copyfileobj(stream, out, 1024 * 1024)
-                return sandbox.Task(item, item.key, item.size, path=path)
+                return sandbox.Task(item, item.file.key, item.file.size, path=path)
         except OSError as exc:
             return sandbox.Outcome.failed(f"cannot read file: {exc.strerror or exc}", content_type)
 
@@ -522,17 +521,14 @@ class Indexer:
     def _finish(self, item: jobs.ItemClaim, outcome: sandbox.Outcome) -> tuple[int, int] | None:
         """Write one file and complete its item in one transaction (a writer thread). (chunks, failed) or
         None when the item was not completed here (lease lost, or released after an error)."""
-        meta = content.FileMeta(
-            key=item.key, size=item.size, mtime=item.mtime, etag=item.etag, content_type=outcome.content_type,
-            storage_class=item.storage_class, owner=item.owner, mode=item.mode, uid=item.uid, gid=item.gid,
-        )
-        rows = [content.ChunkRow(*c) for c in outcome.chunks]
-        members = member_files(item.key, item.mtime, outcome.children)
+        meta = replace(item.file, content_type=outcome.content_type)
+        rows = [Chunk(*c) for c in outcome.chunks]
+        members = member_files(item.file.key, item.file.mtime, outcome.children)
         if self._stop is not None and self._stop.is_set():  # stopped before its turn: hand it back
             with self.pool.connection() as conn:
                 jobs.release_unstarted(conn, [item])
             return None
-        self.activity.begin(item.id, item.key)
+        self.activity.begin(item.id, item.file.key)
         writer = self._file_writer()
         with self.watchdog.watch(item.id) as ticket:
             try:
@@ -543,11 +539,11 @@ class Indexer:
                     replace=item.had_file, durable=self.durable,
                     then=[jobs.complete_item_statement(item.id, item.lease, status=outcome.status,
                                                        chunks=len(rows))],
-                    members=members, container=containers.is_container(item.key),
+                    members=members, container=containers.is_container(item.file.key),
                 )
             except content.FenceLost:
                 log.warning("item lease lost; another worker indexes it",
-                            extra={"key": item.key, "item_id": item.id})
+                            extra={"key": item.file.key, "item_id": item.id})
                 return None
             except Exception as exc:  # noqa: BLE001 - classified below
                 error = exc
@@ -560,11 +556,11 @@ class Indexer:
         if (ticket.fired == "deadline" or getattr(error, "sqlstate", None) in deadlines.TIMEOUT_STATES
                 or ticket.elapsed() >= self.file_deadline_s):
             reason = (f"indexing took longer than the per-file deadline of {self.file_deadline_s:g} s "
-                      f"(KDBL_FILE_DEADLINE_S); {len(rows)} chunks, {item.size} bytes")
-            log.warning("file write past its deadline", extra={"key": item.key, "error": repr(error)[:300]})
+                      f"(KDBL_FILE_DEADLINE_S); {len(rows)} chunks, {item.file.size} bytes")
+            log.warning("file write past its deadline", extra={"key": item.file.key, "error": repr(error)[:300]})
             self._record_failed(item, outcome.content_type, reason, retry=True)
             return 0, 1
-        log.warning("writing a file failed", extra={"key": item.key, "error": repr(error)[:500]})
+        log.warning("writing a file failed", extra={"key": item.file.key, "error": repr(error)[:500]})
         with self.pool.connection() as conn:  # retried (another attempt, maybe elsewhere)
             jobs.release_item(conn, item.id, item.lease, error=repr(error)[:2000],
                               give_up=item.lease.attempt >= self.max_attempts)
@@ -575,9 +571,9 @@ class Indexer:
         """The file's row says `failed: reason` (old chunks dropped, as for any failed extraction) and, for a
         claimed item, the item is failed with the reason. The next crawl skips the file until it changes,
         unless `retry` (a deadline may have been a passing overload): then its stat is not stored."""
-        meta = content.FileMeta(key=item.key, size=item.size, mtime=None if retry else item.mtime,
-                                etag=None if retry else item.etag,
-                                content_type=content_type or extract.detect(item.key)[0])
+        meta = FileMeta(key=item.file.key, size=item.file.size, mtime=None if retry else item.file.mtime,
+                        etag=None if retry else item.file.etag,
+                        content_type=content_type or extract.detect(item.file.key)[0])
         try:
             with tenant_transaction(self.pool, item.tenant_id) as conn:
                 timeout_ms = int(min(RECORD_TIMEOUT_MS, self.file_deadline_s * 1000))
@@ -588,9 +584,9 @@ class Indexer:
                 content.write_file(conn, tenant_id=item.tenant_id, source_id=item.source_id, meta=meta,
                                    status="failed", status_reason=reason[:1000], title=None, chunks=[],
                                    text_chars=0, ts_config=self.settings.text_search_config,
-                                   container=containers.is_container(item.key))
+                                   container=containers.is_container(item.file.key))
         except Exception as exc:  # noqa: BLE001 - e.g. the lock that stopped the write is still held
-            log.warning("could not record a failed file", extra={"key": item.key, "error": repr(exc)[:300]})
+            log.warning("could not record a failed file", extra={"key": item.file.key, "error": repr(exc)[:300]})
             if isinstance(item, jobs.ItemClaim):
                 with self.pool.connection() as conn:
                     jobs.release_item(conn, item.id, item.lease, error=reason, give_up=True)
@@ -620,8 +616,8 @@ def member_files(parent_key: str, mtime, children: list[sandbox.Child]) -> list[
             seen.add(key)
             o = kid.outcome
             out.append(content.MemberFile(
-                content.FileMeta(key=key, size=kid.size, mtime=mtime, content_type=o.content_type),
-                o.status, o.reason, o.title, [content.ChunkRow(*c) for c in o.chunks], o.text_chars))
+                FileMeta(key=key, size=kid.size, mtime=mtime, content_type=o.content_type),
+                o.status, o.reason, o.title, [Chunk(*c) for c in o.chunks], o.text_chars))
             walk(key, o.children)
 
     walk(parent_key, children)
@@ -658,7 +654,7 @@ class _Quota:
             raise QuotaExceeded(f"quota: the tenant has {self.sources} sources and max_sources is "
                                 f"{self.max_sources}; this source is not crawled (nothing indexed is removed)")
 
-    def admit(self, remote: RemoteFile, state: content.FileState | None) -> bool:
+    def admit(self, remote: FileMeta, state: content.FileState | None) -> bool:
         """Whether queueing this changed file stays within max_files / max_bytes (and spend it)."""
         new = state is None
         grow = max(0, (remote.size or 0) - (0 if new else (state.size or 0)))

@@ -257,7 +257,7 @@ class QueueRunner:
             given_up = jobs.sweep(conn, max_attempts=self.options.max_attempts,
                                   max_breaks=self.options.max_breaks)
         if given_up:
-            log.warning("files given up", extra={"items": [(g.key, g.reason) for g in given_up[:20]]})
+            log.warning("files given up", extra={"items": [(g.file.key, g.reason) for g in given_up[:20]]})
             record = getattr(self.work, "record_given_up", None)
             if record is not None:
                 record(given_up)

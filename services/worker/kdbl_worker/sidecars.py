@@ -17,7 +17,7 @@ import posixpath
 import re
 from dataclasses import dataclass, field
 
-from kdbl_worker.connectors import RemoteFile
+from kdbl_core.db.records import FileMeta
 
 SUBTITLE_SUFFIXES = (".vtt", ".srt")
 _LANGUAGE = re.compile(r"[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*")  # en, eng, en-US, pt_BR, zh-Hans
@@ -48,7 +48,7 @@ def _preference(media: str, subtitle_key: str) -> tuple[bool, bool, str]:
 class Sidecars:
     """The subtitle files of one listing, and the media files held back until it is complete."""
 
-    media: list[RemoteFile] = field(default_factory=list)
+    media: list[FileMeta] = field(default_factory=list)
     _by_stem: dict[str, list[str]] = field(default_factory=dict)
     _touched: set[str] = field(default_factory=set)
 

@@ -22,6 +22,7 @@ import psycopg
 from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
+from kdbl_core.db.records import Chunk, FileMeta
 from kdbl_core.errors import Conflict
 
 Connection = psycopg.Connection
@@ -29,31 +30,6 @@ Statement = tuple[str, dict]  # SQL with psycopg's %(name)s placeholders, and it
 
 # Statistics counters are sharded by backend so concurrent writers rarely touch the same row.
 _SHARD = "(pg_backend_pid() %% 16)::smallint"  # %% : a literal % in psycopg's %(name)s SQL
-
-
-@dataclass(frozen=True, slots=True)
-class FileMeta:
-    key: str
-    size: int | None = None
-    mtime: datetime | None = None
-    etag: str | None = None
-    content_type: str | None = None
-    storage_class: str | None = None
-    owner: str | None = None
-    mode: int | None = None
-    uid: int | None = None
-    gid: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkRow:
-    seq: int
-    text: str
-    char_start: int
-    char_end: int
-    page_no: int | None = None
-    ts_start_ms: int | None = None
-    ts_end_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +42,7 @@ class MemberFile:
     status: str
     status_reason: str | None
     title: str | None
-    chunks: Sequence[ChunkRow]
+    chunks: Sequence[Chunk]
     text_chars: int
 
 
@@ -285,7 +261,7 @@ class FileWriter:
         status: str,
         status_reason: str | None,
         title: str | None,
-        chunks: Sequence[ChunkRow],
+        chunks: Sequence[Chunk],
         text_chars: int,
         ts_config: str,
         replace: bool = True,
@@ -329,7 +305,7 @@ class FileWriter:
 
 
 def _file_params(tenant_id: uuid.UUID, source_id: uuid.UUID, meta: FileMeta, status: str,
-                 status_reason: str | None, title: str | None, chunks: Sequence[ChunkRow], text_chars: int,
+                 status_reason: str | None, title: str | None, chunks: Sequence[Chunk], text_chars: int,
                  ts_config: str) -> dict:
     return {
         "tenant_id": tenant_id, "source_id": source_id, "key": meta.key, "size": meta.size,
@@ -378,7 +354,7 @@ def write_file(
     status: str,
     status_reason: str | None,
     title: str | None,
-    chunks: Sequence[ChunkRow],
+    chunks: Sequence[Chunk],
     text_chars: int,
     ts_config: str,
     replace: bool = True,

@@ -6,10 +6,10 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
+from kdbl_core.db.records import FileMeta
 from kdbl_core.errors import InvalidArgument, PermanentError, TemporaryError
 from kdbl_core.settings import named_env
 
@@ -35,19 +35,6 @@ class ClosingConnector:
         self.close()
 
 
-@dataclass(frozen=True, slots=True)
-class RemoteFile:
-    key: str
-    size: int
-    mtime: datetime | None = None
-    etag: str | None = None
-    storage_class: str | None = None
-    owner: str | None = None
-    mode: int | None = None
-    uid: int | None = None
-    gid: int | None = None
-
-
 @dataclass(slots=True)
 class ListingProblems:
     """Entries a listing could not use: recorded, never fatal."""
@@ -61,7 +48,7 @@ class ListingProblems:
 class Connector(Protocol):
     problems: ListingProblems
 
-    def walk(self) -> Iterator[RemoteFile]: ...
+    def walk(self) -> Iterator[FileMeta]: ...
 
     def open(self, key: str) -> BinaryIO: ...
 

@@ -24,7 +24,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import BinaryIO
 
-from kdbl_worker.connectors import ListingProblems, RemoteFile, SourceUnavailable
+from kdbl_core.db.records import FileMeta
+from kdbl_worker.connectors import ListingProblems, SourceUnavailable
 
 __all__ = ["FsConnector", "SourceUnavailable", "key_from_bytes", "key_to_bytes"]
 
@@ -72,7 +73,7 @@ class FsConnector:
         except OSError as exc:
             raise SourceUnavailable(f"source root {self.root} cannot be listed: {exc.strerror}") from exc
 
-    def walk(self) -> Iterator[RemoteFile]:
+    def walk(self) -> Iterator[FileMeta]:
         self.check()
         seen_dirs: set[tuple[int, int]] = set()
         stack = [self.root]
@@ -103,7 +104,7 @@ class FsConnector:
                 if stat.S_ISDIR(st.st_mode):
                     subdirs.append(Path(entry.path))
                 elif stat.S_ISREG(st.st_mode):
-                    yield RemoteFile(
+                    yield FileMeta(
                         key=self._key(Path(entry.path)), size=st.st_size,
                         mtime=datetime.fromtimestamp(st.st_mtime, UTC),
                         owner=_owner(st.st_uid), mode=stat.S_IMODE(st.st_mode), uid=st.st_uid, gid=st.st_gid,

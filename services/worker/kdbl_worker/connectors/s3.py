@@ -37,10 +37,10 @@ from typing import Any, BinaryIO
 
 from kdbl_core.sources import S3Config, parse
 
+from kdbl_core.db.records import FileMeta
 from kdbl_worker.connectors import (
     ClosingConnector,
     ListingProblems,
-    RemoteFile,
     SourceUnavailable,
     read_credentials,
 )
@@ -193,7 +193,7 @@ class S3Connector(ClosingConnector):
         except (ClientError, BotoCoreError) as exc:
             raise self._unavailable(exc, "checking the bucket") from exc
 
-    def walk(self) -> Iterator[RemoteFile]:
+    def walk(self) -> Iterator[FileMeta]:
         from botocore.exceptions import BotoCoreError, ClientError
 
         cfg = self.config  # no check() first: the first page fails the same way
@@ -216,7 +216,7 @@ class S3Connector(ClosingConnector):
                 mtime = obj.get("LastModified")
                 if mtime is not None:
                     mtime = mtime.replace(tzinfo=UTC) if mtime.tzinfo is None else mtime.astimezone(UTC)
-                yield RemoteFile(
+                yield FileMeta(
                     key=key, size=int(obj.get("Size", 0)), mtime=mtime,
                     etag=etag.strip('"') if etag else None,
                     storage_class=obj.get("StorageClass") or "STANDARD",

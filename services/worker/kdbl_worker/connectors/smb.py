@@ -43,10 +43,10 @@ from smbprotocol.exceptions import SMBConnectionClosed, SMBException, SMBOSError
 from smbprotocol.file_info import FileAttributes
 from smbprotocol.header import NtStatus
 
+from kdbl_core.db.records import FileMeta
 from kdbl_worker.connectors import (
     ClosingConnector,
     ListingProblems,
-    RemoteFile,
     SourceUnavailable,
     read_credentials,
     valid_key,
@@ -193,7 +193,7 @@ class SmbConnector(ClosingConnector):
         with smbclient.scandir(self._unc(folder), **self._kwargs()) as entries:
             return [entry.smb_info for entry in entries]
 
-    def walk(self) -> Iterator[RemoteFile]:
+    def walk(self) -> Iterator[FileMeta]:
         cfg = self.config
         try:
             base = self._retry("reading the base folder",
@@ -217,7 +217,7 @@ class SmbConnector(ClosingConnector):
             for info in sorted(entries, key=lambda i: i.file_name):
                 key = f"{folder}/{info.file_name}" if folder else info.file_name
                 if not info.file_attributes & FileAttributes.FILE_ATTRIBUTE_DIRECTORY:
-                    yield RemoteFile(key=key, size=info.end_of_file,
+                    yield FileMeta(key=key, size=info.end_of_file,
                                      mtime=info.last_write_time.astimezone(UTC))
                 elif info.file_id and info.file_id in seen:
                     self.problems.add(key, "folder loop (a link to a folder listed already); skipped")

@@ -41,10 +41,10 @@ from urllib.parse import quote, unquote, urljoin, urlsplit
 import httpx
 from kdbl_core.sources import HttpConfig, parse
 
+from kdbl_core.db.records import FileMeta
 from kdbl_worker.connectors import (
     ClosingConnector,
     ListingProblems,
-    RemoteFile,
     SourceUnavailable,
     read_credentials,
     valid_key,
@@ -230,7 +230,7 @@ class _HttpConnector(ClosingConnector):
             log.warning("download broke; starting over", extra={"url": url, "error": error})
             self._sleep(attempt)
 
-    def _head(self, path: str) -> RemoteFile | None:
+    def _head(self, path: str) -> FileMeta | None:
         """Size, mtime and etag of one file from HEAD (GET headers where HEAD is refused); None: a problem."""
         key = path[len(self.config.base_path):]
         url = self._url_for(path)
@@ -252,7 +252,7 @@ class _HttpConnector(ClosingConnector):
         if size is None:
             self.problems.add(key, "the server sent no Content-Length; skipped")
             return None
-        return RemoteFile(key=key, size=size, mtime=_mtime(response.headers.get("last-modified")),
+        return FileMeta(key=key, size=size, mtime=_mtime(response.headers.get("last-modified")),
                           etag=_etag(response.headers.get("etag")))
 
 
@@ -344,7 +344,7 @@ class WebDavConnector(_HttpConnector):
         if not any(e.is_dir for e in entries if e.path.rstrip("/") == base.rstrip("/")):
             raise SourceUnavailable(f"{self._where}: the URL is not a WebDAV collection")
 
-    def walk(self) -> Iterator[RemoteFile]:
+    def walk(self) -> Iterator[FileMeta]:
         cfg = self.config
         base = cfg.base_path
         seen = {base}
@@ -387,10 +387,10 @@ class WebDavConnector(_HttpConnector):
                 if entry.size is None:  # some servers leave getcontentlength out
                     remote = self._head(entry.path)
                     if remote is not None:
-                        yield RemoteFile(key=key, size=remote.size, mtime=entry.mtime or remote.mtime,
+                        yield FileMeta(key=key, size=remote.size, mtime=entry.mtime or remote.mtime,
                                          etag=entry.etag or remote.etag)
                     continue
-                yield RemoteFile(key=key, size=entry.size, mtime=entry.mtime, etag=entry.etag)
+                yield FileMeta(key=key, size=entry.size, mtime=entry.mtime, etag=entry.etag)
             stack.extend((sub, depth + 1) for sub in sorted(subdirs, reverse=True))
 
 
@@ -443,7 +443,7 @@ class HttpIndexConnector(_HttpConnector):
     def check(self) -> None:
         self._index(self.config.base_path, base=True)
 
-    def walk(self) -> Iterator[RemoteFile]:
+    def walk(self) -> Iterator[FileMeta]:
         cfg = self.config
         base = cfg.base_path
         seen = {base}
