@@ -154,7 +154,7 @@ def test_only_audit_facts_writes_audit_rows():
     writers = []
     for path in sorted(API.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Attribute) and node.attr in ("record", "record_refusal") and isinstance(
+            if isinstance(node, ast.Attribute) and node.attr in ("record_and_commit", "record", "record_refusal") and isinstance(
                     node.value, ast.Name) and node.value.id == "audit":
                 writers.append(path.name)
     assert writers == ["audit_facts.py", "audit_facts.py"]  # write and write_alone

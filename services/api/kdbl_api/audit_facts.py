@@ -52,7 +52,7 @@ class AuditFacts:
 
 def audit_row(principal: Principal, request: HTTPConnection | None, tool: str, arguments: dict[str, Any],
               facts: AuditFacts, started: float) -> dict[str, Any]:
-    """The row's columns (kdbl_core.db.audit.record bounds and stores them)."""
+    """The row's columns (kdbl_core.db.audit.record_and_commit bounds and stores them)."""
     client = request.client if request is not None else None
     return {
         "tenant_id": principal.tenant_id, "principal": principal.subject, "token_id": principal.token_id,
@@ -64,8 +64,9 @@ def audit_row(principal: Principal, request: HTTPConnection | None, tool: str, a
 
 
 async def write(conn: Connection, row: dict[str, Any]) -> None:
-    """The row, in the call's transaction (it commits with what the call read)."""
-    await audit.record(conn, **row)
+    """The row, as the call's transaction's last statement: it is sent with the COMMIT in one round trip
+    (it commits with what the call read)."""
+    await audit.record_and_commit(conn, **row)
 
 
 async def write_alone(pool: AsyncPool, principal: Principal, row: dict[str, Any], *,
@@ -75,7 +76,7 @@ async def write_alone(pool: AsyncPool, principal: Principal, row: dict[str, Any]
     must not turn into an audit failure."""
     try:
         async with rls_transaction(pool, principal) as conn:
-            await audit.record(conn, **row)
+            await audit.record_and_commit(conn, **row)
     except Exception:
         if must:
             raise

@@ -1,0 +1,74 @@
+"""A call's audit row is its transaction's last statement, sent with the COMMIT in one round trip.
+
+Round trips are counted on the wire: libpq's trace of the pooled connection (one Sync or simple Query
+per round trip), as in test_search_pipeline.py.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import uuid
+
+import psycopg
+import pytest
+from helpers import db_of
+from sqlalchemy import text
+
+from kdbl_api import audit_facts
+from kdbl_api.audit_facts import AuditFacts
+from kdbl_control import admin
+from kdbl_core.db.connect import rls_transaction
+from kdbl_core.principal import Principal
+
+
+@pytest.fixture
+def principal(owner_engine, unique) -> Principal:
+    tenant = admin.create_tenant(db_of(owner_engine), f"aud-{unique}")
+    return Principal(tenant_id=tenant.id, tenant_name=tenant.name, subject=f"user:aud-{unique}")
+
+
+def _row(principal: Principal, tenant_id: uuid.UUID | None = None) -> dict:
+    facts = AuditFacts(source_ids=[], keys=["a.md"], row_count=1)
+    row = audit_facts.audit_row(principal, None, "search_content", {"query": "q"}, facts, time.perf_counter())
+    if tenant_id is not None:
+        row["tenant_id"] = tenant_id
+    return row
+
+
+def _stored(owner_engine, principal: Principal) -> int:
+    with owner_engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM audit WHERE principal = :p"),
+                            {"p": principal.subject}).scalar_one()
+
+
+async def test_the_audit_row_and_the_commit_of_its_call_take_one_round_trip(api_pool, owner_engine, principal):
+    with tempfile.TemporaryFile("w+") as trace:
+        async with rls_transaction(api_pool, principal) as conn:
+            await (await conn.execute("SELECT count(*) FROM sources")).fetchall()  # the call's own work
+            conn.pgconn.trace(os.dup(trace.fileno()))
+            conn.pgconn.set_trace_flags(1)  # psycopg.pq.Trace.SUPPRESS_TIMESTAMPS
+            try:
+                await audit_facts.write(conn, _row(principal))
+            finally:
+                conn.pgconn.untrace()
+            status = conn.info.transaction_status
+        trace.seek(0)
+        sent = [line.split("\t") for line in trace.read().splitlines()]
+    messages = [f[2] for f in sent if len(f) > 2 and f[0] == "F"]
+    assert sum(1 for m in messages if m in ("Sync", "Query")) == 1, messages
+    assert status == psycopg.pq.TransactionStatus.IDLE  # committed: the block's exit has nothing left to send
+    assert _stored(owner_engine, principal) == 1
+
+
+async def test_an_audit_row_the_database_refuses_fails_the_call_and_stores_nothing(api_pool, owner_engine,
+                                                                                    principal):
+    # row-level security lets the API append rows of its principal's tenant only
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        async with rls_transaction(api_pool, principal) as conn:
+            await audit_facts.write(conn, _row(principal, tenant_id=uuid.uuid4()))
+    assert _stored(owner_engine, principal) == 0
+    async with rls_transaction(api_pool, principal) as conn:  # the pooled connection is usable again
+        await audit_facts.write(conn, _row(principal))
+    assert _stored(owner_engine, principal) == 1
