@@ -1,4 +1,5 @@
-"""A call's audit row is its transaction's last statement, sent with the COMMIT in one round trip.
+"""Round trips of a call's RLS transaction: BEGIN and the principal's settings go in one, and the audit
+row (the transaction's last statement) goes with the COMMIT in one.
 
 Round trips are counted on the wire: libpq's trace of the pooled connection (one Sync or simple Query
 per round trip), as in test_search_pipeline.py.
@@ -19,7 +20,9 @@ from sqlalchemy import text
 from kdbl_api import audit_facts
 from kdbl_api.audit_facts import AuditFacts
 from kdbl_control import admin
+from kdbl_core.db import connect
 from kdbl_core.db.connect import rls_transaction
+from kdbl_core.db.urls import for_role
 from kdbl_core.principal import Principal
 
 
@@ -35,6 +38,37 @@ def _row(principal: Principal, tenant_id: uuid.UUID | None = None) -> dict:
     if tenant_id is not None:
         row["tenant_id"] = tenant_id
     return row
+
+
+def _round_trips(trace) -> int:
+    trace.seek(0)
+    sent = [line.split("\t") for line in trace.read().splitlines()]
+    return sum(1 for f in sent if len(f) > 2 and f[0] == "F" and f[2] in ("Sync", "Query"))
+
+
+async def test_begin_and_the_principals_settings_take_one_round_trip(owner_url, principal):
+    pool = await connect.async_pool(for_role(owner_url, "kdbl_api"), size=1)  # one connection: the same each time
+    try:
+        async with rls_transaction(pool, principal) as first:
+            pass
+        with tempfile.TemporaryFile("w+") as trace:
+            first.pgconn.trace(os.dup(trace.fileno()))
+            first.pgconn.set_trace_flags(1)  # psycopg.pq.Trace.SUPPRESS_TIMESTAMPS
+            try:
+                async with rls_transaction(pool, principal) as conn:
+                    assert conn is first
+                    began = _round_trips(trace)
+                    row = (await (await conn.execute(
+                        "SELECT current_setting('kdbl.tenant_id') AS tenant, current_setting('kdbl.subjects') AS s"
+                    )).fetchall())[0]
+            finally:
+                first.pgconn.untrace()
+            total = _round_trips(trace)
+    finally:
+        await pool.close()
+    assert began == 1  # psycopg's own BEGIN would wait for its answer before the settings are sent: 2
+    assert row.tenant == str(principal.tenant_id) and principal.subject in row.s.split("\x1f")
+    assert total == 3  # BEGIN + settings, the SELECT, the COMMIT
 
 
 def _stored(owner_engine, principal: Principal) -> int:
