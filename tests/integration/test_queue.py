@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -270,6 +271,50 @@ def test_a_pipelined_file_write_commits_only_with_its_lease(owner_engine, worker
     assert tuple(row) == (2, 2) and terms == "delta,epsilon"
     assert_statistics_exact(owner_engine, empty_source.tenant_id)
     assert job_state(owner_engine, job.id) == "running"
+
+
+def _round_trips(trace) -> int:
+    """Round trips in a libpq trace: one per Sync or simple Query the client sent."""
+    trace.seek(0)
+    sent = [line.split("\t") for line in trace.read().splitlines()]
+    return sum(1 for f in sent if len(f) > 2 and f[0] == "F" and f[2] in ("Sync", "Query"))
+
+
+def test_a_file_transaction_and_its_commit_take_one_round_trip(owner_engine, worker_engine, empty_source):
+    """BEGIN, the tenant setting, the drop, the write, the item's fenced completion and COMMIT: one round
+    trip on the wire (psycopg's own BEGIN would wait for its answer first: two)."""
+    job = _listed_job(worker_engine, empty_source, 2)
+    with db_of(worker_engine).connection() as conn:
+        claims = jobs.claim_items(conn, "rt", n=2, lease_s=60, max_attempts=5, source_id=empty_source.id)
+    taken: list = []
+    writer = content.FileWriter(db_of(worker_engine), on_checkout=taken.append)
+
+    def write(claim: jobs.ItemClaim) -> None:
+        writer.write(tenant_id=empty_source.tenant_id, source_id=empty_source.id, meta=claim.file, status="ok",
+                     status_reason=None, title=None, chunks=[Chunk(0, "alpha beta gamma", 0, 16)], text_chars=16,
+                     ts_config="english", replace=True, durable=False,
+                     then=[jobs.complete_item_statement(claim.id, claim.lease, status="ok", chunks=1)])
+
+    try:
+        write(claims[0])  # the writer takes its connection
+        with tempfile.TemporaryFile("w+") as trace:
+            taken[0].pgconn.trace(os.dup(trace.fileno()))
+            taken[0].pgconn.set_trace_flags(1)  # psycopg.pq.Trace.SUPPRESS_TIMESTAMPS
+            try:
+                write(claims[1])
+            finally:
+                taken[0].pgconn.untrace()
+            trips = _round_trips(trace)
+    finally:
+        writer.close()
+    assert trips == 1
+    with owner_engine.connect() as conn:
+        done = conn.execute(text("SELECT count(*) FROM crawl_items WHERE job_id = :j AND state = 'done'"),
+                            {"j": job.id}).scalar()
+    assert done == 2 and len(taken) == 1
+    assert_statistics_exact(owner_engine, empty_source.tenant_id)
+    with db_of(worker_engine).connection() as conn:  # the connection went back to the pool as it came
+        assert not conn.autocommit
 
 
 def test_leases_expiring_too_often_give_up(owner_engine, worker_engine, empty_source):

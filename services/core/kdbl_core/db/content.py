@@ -223,28 +223,35 @@ class FileWriter:
 
     def close(self) -> None:
         if self._conn is not None:
-            self.pool.putconn(self._conn)
-            self._conn = None
+            conn, self._conn = self._conn, None
+            if not conn.closed:
+                conn.autocommit = False  # back to the pool as it came
+            self.pool.putconn(conn)
 
     def run(self, statements: Sequence[Statement]) -> None:
         """Run statements and COMMIT as one transaction in ONE round trip (psycopg pipeline mode).
 
-        Each statement is drained (`_drain`) before the next goes out, so the pipeline never waits for
-        results while part of a message is still unsent. A statement that fails (kdbl_check included)
-        aborts the transaction: the COMMIT becomes a rollback.
+        BEGIN and COMMIT are statements of the pipeline: the connection is held in autocommit, since
+        psycopg's own BEGIN waits for its answer before anything else is sent, and its commit() inside a
+        pipeline syncs again (3 round trips per file before, counted on the wire). Each statement is
+        drained (`_drain`) before the next goes out, so the pipeline never waits for results while part
+        of a message is still unsent. A statement that fails (kdbl_check included) aborts the
+        transaction: the server skips the rest, COMMIT included, and the transaction is rolled back.
         """
         if self._conn is None:
             self._conn = self.pool.getconn()
+            self._conn.autocommit = True
             if self.on_checkout is not None:
                 self.on_checkout(self._conn)
         raw = self._conn
         try:
             # plain tuples: the pool's named-tuple rows refuse _FILE_TX's three set_config columns
             with raw.pipeline(), raw.cursor(row_factory=tuple_row) as cur:
+                cur.execute("BEGIN")
                 for sql, params in statements:
                     cur.execute(sql, params)
                     _drain(raw)
-                raw.commit()
+                cur.execute("COMMIT")
         except BaseException:
             if raw.closed or raw.broken:
                 self.close()  # the pool discards a closed connection
