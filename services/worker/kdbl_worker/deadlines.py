@@ -8,9 +8,10 @@ a network that drops packets silently) used to hold its worker, its lease and th
   deadline, so Postgres itself ends a write blocked on a lock or a transaction left open by a stuck
   client; TCP keepalives and `tcp_user_timeout` end a TCP connection whose peer vanished.
 - Client side (`Watchdog`): a write still running `grace_s` after its deadline gets its backend
-  terminated (`pg_terminate_backend`, from the watchdog's own connection); so does every write still
-  running `stop_grace_s` after the crawl was told to stop (SIGINT/SIGTERM), which is what makes a
-  stop prompt even mid-commit. Postgres rolls the transaction back (or it had committed): a file is
+  terminated (`pg_terminate_backend` of the `conn.info.backend_pid` a writer reported when it took
+  its connection, sent on the worker's main pool, never on a write connection); so does every write
+  still running `stop_grace_s` after the crawl was told to stop (SIGINT/SIGTERM), which is what makes
+  a stop prompt even mid-commit. Postgres rolls the transaction back (or it had committed): a file is
   never half-written.
 
 The pipeline's write is then classified by `Ticket.fired` and the error's SQLSTATE: past the deadline
