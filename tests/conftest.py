@@ -16,7 +16,7 @@ from skip_policy import pytest_runtest_makereport  # noqa: F401 - the hook: a sk
 from sqlalchemy import create_engine
 
 from kdbl_core.db.connect import async_pool
-from kdbl_core.db.embedded import EmbeddedDatabase
+from kdbl_core.db.embedded_postgres import EmbeddedDatabase
 from kdbl_core.db.urls import for_role, normalise
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,7 +109,7 @@ def embed_model_path() -> Path:
 @pytest.fixture(scope="session")
 def embedder(embed_model_path):
     """One loaded embedding model for the session (a load costs ~0.5 s and ~90 MB)."""
-    from kdbl_core.embed import Embedder
+    from kdbl_core.embedder import Embedder
 
     model = Embedder(embed_model_path)
     yield model

@@ -20,7 +20,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from kdbl_core.db import content
+from kdbl_core.content import store
 from kdbl_core.db.connect import Connection, Pool
 from kdbl_core.errors import TemporaryError
 
@@ -216,10 +216,10 @@ def revoke_bootstrap_tokens(conn: Connection, tenant_id: uuid.UUID, lookup_ids: 
 # ------------------------------------------------------------------------------------------------
 def delete_source_files(conn: Connection, tenant_id: uuid.UUID, source_id: uuid.UUID, limit: int) -> int:
     """Delete up to `limit` files of a source with their chunks and postings, keeping BM25 statistics exact."""
-    # members go with their parent (content.delete_files)
+    # members go with their parent (store.delete_files)
     keys = [r.key for r in conn.execute("SELECT key FROM files WHERE source_id = %(s)s AND parent_id IS NULL "
                                         "ORDER BY id LIMIT %(n)s", {"s": source_id, "n": limit})]
-    return content.delete_files(conn, tenant_id, source_id, keys) if keys else 0
+    return store.delete_files(conn, tenant_id, source_id, keys) if keys else 0
 
 
 def remaining_files(conn: Connection, *, source_id: uuid.UUID | None = None, tenant_id: uuid.UUID | None = None) -> int:

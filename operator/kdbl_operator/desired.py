@@ -40,8 +40,8 @@ SOURCE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$")
 
 TOOLS = ("search_content", "get_file_text", "get_file_window", "get_file_metadata", "list_sources", "list_files")
 MODES = ("hybrid", "lexical")
-DOWNLOAD_MODES = ("off", "inline", "attachment")  # kdbl_core.policy.DOWNLOAD_MODES
-SCOPES = ("kdbl.search", "kdbl.read")  # kdbl_core.principal.ALL_SCOPES (a unit test keeps them equal)
+DOWNLOAD_MODES = ("off", "inline", "attachment")  # kdbl_core.access.policy.DOWNLOAD_MODES
+SCOPES = ("kdbl.search", "kdbl.read")  # kdbl_core.access.principal.ALL_SCOPES (a unit test keeps them equal)
 PROTOCOLS = sources.PROTOCOLS
 # Keys the worker reads from a mounted credentials Secret (one file per key), per protocol: the required names
 # of the one source-config schema.
@@ -204,7 +204,7 @@ def owner_marker(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _rate_tiers(rate: Mapping[str, Any], where: str) -> dict[str, int]:
-    """{requestsPerMinute, requestsPerHour, requestsPerDay, burst} -> the settings keys kdbl_core.policy reads."""
+    """{requestsPerMinute, requestsPerHour, requestsPerDay, burst} -> the settings keys kdbl_core.access.policy reads."""
     tiers = {snake: _int(rate.get(camel), f"{where}.{camel}", low=low) for camel, snake, low in (
         ("requestsPerMinute", "per_minute", 0), ("requestsPerHour", "per_hour", 0),
         ("requestsPerDay", "per_day", 0), ("burst", "burst", 1))}

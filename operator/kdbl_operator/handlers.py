@@ -27,7 +27,7 @@ from typing import Any
 import kopf
 from psycopg.rows import namedtuple_row
 from psycopg_pool import ConnectionPool
-from kdbl_core.auth import pat
+from kdbl_core.access import tokens
 from kdbl_core.db.connect import CONNECT_TIMEOUT_S, Pool, conninfo
 from kdbl_core.errors import ConfigError, TemporaryError
 from kdbl_core.settings import Settings, get_settings, load_settings
@@ -183,7 +183,7 @@ async def _bootstrap(raw: dict[str, Any], want: desired.DesiredTenant, tenant_id
         secret_has_token=secret is not None and "token" in secret.keys, active_lookup_ids=active,
         rotate_to=rotate_to, rotated=token_status.get("rotation"))
     if plan.action == "mint":
-        new = await asyncio.to_thread(pat.generate)
+        new = await asyncio.to_thread(tokens.generate)
         body = k8s.secret_body(
             namespace=boot.namespace, name=boot.secret_name, data={"token": new.token, "tenant": want.name},
             labels={desired.LABEL_MANAGED_BY: desired.MANAGER, desired.LABEL_TENANT: want.name},

@@ -30,18 +30,17 @@ from kdbl_worker.pipeline import Indexer, load_sources
 # The real CLI / worker entry point, with the COMMIT of one file's transaction held up on the server.
 HELD_COMMIT = """
 import sys
-from kdbl_core.db import content
-
+from kdbl_core.content import store
 HELD = sys.argv.pop(1)
 ENTRY = sys.argv.pop(1)
-_run = content.FileWriter.run
+_run = store.FileWriter.run
 
 def _held(self, statements):
     if any(isinstance(p, dict) and p.get("key") == HELD for _, p in statements):
         statements = [*statements, ("SELECT pg_sleep(3600) /* held commit */", {})]
     return _run(self, statements)
 
-content.FileWriter.run = _held
+store.FileWriter.run = _held
 if ENTRY == "crawl":
     from kdbl_control.cli import main
 else:

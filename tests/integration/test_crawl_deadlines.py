@@ -41,17 +41,16 @@ from kdbl_worker.pipeline import Indexer, load_sources
 # anything (a stand-in for any stall: the lease, the heartbeat and the queue are the real ones).
 FROZEN_WORKER = """
 import sys
-from kdbl_core.db import content
-
+from kdbl_core.content import store
 FROZEN = sys.argv.pop(1)
-_run = content.FileWriter.run
+_run = store.FileWriter.run
 
 def _frozen(self, statements):
     if any(isinstance(p, dict) and p.get("key") == FROZEN for _, p in statements):
         statements = [statements[0], ("SELECT pg_sleep(3600) /* frozen */", {}), *statements[1:]]
     return _run(self, statements)
 
-content.FileWriter.run = _frozen
+store.FileWriter.run = _frozen
 from kdbl_worker.main import main
 main(sys.argv[1:])
 """
@@ -113,7 +112,7 @@ def test_the_watchdog_terminates_a_write_past_its_deadline_from_the_client_side(
     conn = psycopg.connect(conninfo(for_role(owner_url, "kdbl_worker")))
     overdue: list[int] = []
     watchdog = Watchdog(db_of(worker_engine), deadline_s=0.5, grace_s=0.5, on_deadline=overdue.append)
-    watchdog.track(conn)  # what content.FileWriter's on_checkout does for a writer thread
+    watchdog.track(conn)  # what store.FileWriter's on_checkout does for a writer thread
     try:
         started = time.monotonic()
         with watchdog.watch(1) as ticket, pytest.raises(Exception, match="terminat"):

@@ -21,7 +21,7 @@ from sqlalchemy import create_engine
 from helpers import close_pools, db_of, make_corpus, running_api
 
 from kdbl_control import admin
-from kdbl_core.db.embedded import EmbeddedDatabase
+from kdbl_core.db.embedded_postgres import EmbeddedDatabase
 from kdbl_core.db.urls import for_role, normalise
 from kdbl_core.errors import UNAVAILABLE
 from kdbl_core.settings import Settings

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import make_url
 
-from kdbl_core.db.embedded import EmbeddedDatabase
+from kdbl_core.db.embedded_postgres import EmbeddedDatabase
 from kdbl_core.db.urls import for_role
 
 PROBE_USER = "kdbl-probe"
@@ -137,7 +137,7 @@ def test_an_administration_command_attaches_to_the_owners_server_and_leaves_it_r
 
 def test_a_server_left_by_a_killed_owner_is_stopped_and_replaced_with_a_message(private_parent, caplog):
     data_dir = private_parent / "d"
-    script = ("import sys, pathlib; from kdbl_core.db.embedded import EmbeddedDatabase\n"
+    script = ("import sys, pathlib; from kdbl_core.db.embedded_postgres import EmbeddedDatabase\n"
               f"db = EmbeddedDatabase(pathlib.Path({str(data_dir)!r})); db.start()\n"
               "print('ready', flush=True); sys.stdin.read()\n")
     owner = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -151,7 +151,7 @@ def test_a_server_left_by_a_killed_owner_is_stopped_and_replaced_with_a_message(
         if owner.poll() is None:
             owner.kill()
     assert _running(stale)  # the crash left the server running
-    with caplog.at_level("WARNING", logger="kdbl_core.db.embedded"), EmbeddedDatabase(data_dir) as db:
+    with caplog.at_level("WARNING", logger="kdbl_core.db.embedded_postgres"), EmbeddedDatabase(data_dir) as db:
         assert db.stale_pid == stale
         assert not _running(stale)
         assert "left running by an earlier kdbl process" in caplog.text
@@ -162,7 +162,7 @@ def test_a_server_left_by_a_killed_owner_is_stopped_and_replaced_with_a_message(
 
 
 def test_a_data_dir_from_an_earlier_release_with_trust_auth_gets_a_password(private_parent):
-    from kdbl_core.db import embedded
+    from kdbl_core.db import embedded_postgres as embedded
 
     pgdata = private_parent / "d" / "pgdata"
     pgdata.mkdir(parents=True, mode=0o700)

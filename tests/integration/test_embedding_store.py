@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from helpers import db_of, make_corpus
 
-from kdbl_core.db import embeddings
-from kdbl_core.db.connect import tenant_transaction
+from kdbl_core.content import vectors
+from kdbl_core.access.principal import tenant_transaction
 
 
 def test_a_stored_vector_reads_back_bit_for_bit_as_float32(owner_engine, worker_engine, tmp_path, unique):
@@ -16,11 +16,11 @@ def test_a_stored_vector_reads_back_bit_for_bit_as_float32(owner_engine, worker_
     # Nine significant digits: float32 needs them all; the old text form (7 digits) rounded them away.
     values = np.array([0.1234567891, -0.9876543219, 1e-8 / 3, 0.5], dtype=np.float32)
     with tenant_transaction(pool, corpus.tenant_id) as conn:
-        [(chunk_id, _)] = embeddings.claim_pending(conn, "exact-4d", 10)
-        embeddings.store(conn, "exact-4d", [(chunk_id, values.tolist())])
+        [(chunk_id, _)] = vectors.claim_pending(conn, "exact-4d", 10)
+        vectors.store(conn, "exact-4d", [(chunk_id, values.tolist())])
     with tenant_transaction(pool, corpus.tenant_id) as conn:
         row = conn.execute("SELECT embedding, embedding_model FROM chunks WHERE id = %s", (chunk_id,)).fetchone()
-        assert embeddings.claim_pending(conn, "exact-4d", 10) == []  # stored under this model: not pending
+        assert vectors.claim_pending(conn, "exact-4d", 10) == []  # stored under this model: not pending
     assert row.embedding_model == "exact-4d"
     assert row.embedding.to_numpy().tobytes() == values.tobytes()
 

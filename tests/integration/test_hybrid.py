@@ -16,11 +16,11 @@ from pgvector import Vector
 from sqlalchemy import text
 
 from kdbl_control import admin
-from kdbl_core.db.connect import rls_transaction
-from kdbl_core.principal import Principal
+from kdbl_core.access.principal import rls_transaction
+from kdbl_core.access.principal import Principal
 from kdbl_core.search import lexical, vector
 from kdbl_core.settings import Settings
-from kdbl_worker.embedding import embed_pending
+from kdbl_worker.vectorize import embed_pending
 
 GATEWAY = ("The API gateway returned a connection timeout after thirty seconds while the upstream service "
            "was overloaded; retry with backoff. ")

@@ -6,7 +6,7 @@ from psycopg.rows import tuple_row
 
 from kdbl_core.db import migrate
 from kdbl_core.db.connect import sync_pool
-from kdbl_core.db.embedded import EmbeddedDatabase
+from kdbl_core.db.embedded_postgres import EmbeddedDatabase
 
 
 def _progress_body(url: str) -> str | None:
@@ -52,9 +52,9 @@ def _stats(url: str, per_source: bool) -> tuple[set, set]:
 
 def test_per_source_statistics_are_backfilled_and_summed_back_on_downgrade(pg_dir) -> None:
     from kdbl_control import admin
-    from kdbl_core.db import content
-    from kdbl_core.db.records import Chunk, FileMeta
-    from kdbl_core.db.connect import tenant_transaction
+    from kdbl_core.content import store
+    from kdbl_core.content.records import Chunk, FileMeta
+    from kdbl_core.access.principal import tenant_transaction
 
     with EmbeddedDatabase(pg_dir) as db:
         url = db.owner_url
@@ -67,7 +67,7 @@ def test_per_source_statistics_are_backfilled_and_summed_back_on_downgrade(pg_di
                 for i in range(3):
                     body = f"{words} number {i}"
                     with tenant_transaction(owner, tenant.id) as conn:
-                        content.write_file(conn, tenant_id=tenant.id, source_id=source.id,
+                        store.write_file(conn, tenant_id=tenant.id, source_id=source.id,
                                            meta=FileMeta(key=f"{name}{i}.txt"), status="ok",
                                            status_reason=None, title=None, text_chars=len(body),
                                            ts_config="english",

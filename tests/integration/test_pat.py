@@ -10,8 +10,8 @@ from sqlalchemy import text
 
 from helpers import db_of
 from kdbl_control import admin
-from kdbl_core.auth import pat
-from kdbl_core.auth.verifier import PatVerifier
+from kdbl_core.access import tokens
+from kdbl_core.access.tokens import PatVerifier
 from kdbl_core.db import connect
 from kdbl_core.db.urls import for_role
 from kdbl_core.errors import Forbidden, RateLimited, Unauthenticated
@@ -86,10 +86,10 @@ async def test_cluster_admin_token_is_refused_for_mcp(verifier, owner_engine):
 
 
 def test_verify_is_a_real_argon2_check():
-    new = pat.generate()
-    assert pat.verify(new.hash, new.token)
-    assert not pat.verify(new.hash, new.token[:-1] + "x")
-    assert not pat.verify("not-a-hash", new.token)
+    new = tokens.generate()
+    assert tokens.verify_secret(new.hash, new.token)
+    assert not tokens.verify_secret(new.hash, new.token[:-1] + "x")
+    assert not tokens.verify_secret("not-a-hash", new.token)
 
 
 def test_create_tenant_with_exist_ok_returns_a_usable_row(owner_engine, unique):
@@ -105,8 +105,8 @@ def _forge(token: str, n: int) -> str:
 async def test_wrong_guesses_cost_no_argon2_and_never_lock_out_the_holder_on_a_fresh_process(
         owner_url, owner_engine, tenant, monkeypatch):
     checks = []
-    real_verify = pat.verify
-    monkeypatch.setattr(pat, "verify", lambda h, t: checks.append(t) or real_verify(h, t))
+    real_verify = tokens.verify_secret
+    monkeypatch.setattr(tokens, "verify_secret", lambda h, t: checks.append(t) or real_verify(h, t))
     attacked, fresh = [await connect.async_pool(for_role(owner_url, "kdbl_api"), size=4) for _ in range(2)]
     try:
         token, _ = admin.create_token(db_of(owner_engine), tenant_name=tenant.name, name="flood")
@@ -139,7 +139,7 @@ async def test_a_token_from_before_fingerprints_keeps_the_failure_budget_until_f
         assert (await PatVerifier(pool).verify(token)).subject == "user:legacy"  # another process
         with owner_engine.connect() as conn:
             stored = conn.execute(text("SELECT fingerprint FROM tokens WHERE id = :id"), {"id": row.id}).scalar()
-        assert bytes(stored) == pat.fingerprint(token)  # recorded by the first successful check
+        assert bytes(stored) == tokens.fingerprint(token)  # recorded by the first successful check
         assert (await verifier.verify(token)).subject == "user:legacy"  # the throttled process accepts it now
         fresh = PatVerifier(pool, max_failures=2, failure_window_s=60)
         for n in range(10):

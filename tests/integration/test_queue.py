@@ -20,8 +20,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from kdbl_control import admin
-from kdbl_core.db import content
-from kdbl_core.db.records import Chunk, FileMeta
+from kdbl_core.content import store
+from kdbl_core.content.records import Chunk, FileMeta
 from kdbl_core.db.urls import for_role
 from kdbl_core.settings import Settings
 from kdbl_worker.globs import Selection
@@ -36,15 +36,14 @@ from kdbl_worker.sandbox import Limits, Sandbox, Task
 # slow enough to be shared, stopped or killed half-way; nothing else is changed).
 SLOW_WORKER = """
 import sys
-from kdbl_core.db import content
-
-_write = content.FileWriter.write
+from kdbl_core.content import store
+_write = store.FileWriter.write
 SLEEP = float(sys.argv.pop(1))
 
 def _slow(self, *, then=(), **kw):
     return _write(self, then=[("SELECT pg_sleep(%(s)s)", {"s": SLEEP}), *then], **kw)
 
-content.FileWriter.write = _slow
+store.FileWriter.write = _slow
 from kdbl_worker.main import main
 main(sys.argv[1:])
 """
@@ -233,7 +232,7 @@ def test_a_pipelined_file_write_commits_only_with_its_lease(owner_engine, worker
                           "WHERE id = :i"), {"i": mine.id})
     with db_of(worker_engine).connection() as conn:
         [taken] = jobs.claim_items(conn, "fast", n=1, lease_s=60, max_attempts=5, source_id=empty_source.id)
-    writer = content.FileWriter(db_of(worker_engine))
+    writer = store.FileWriter(db_of(worker_engine))
     chunks = [Chunk(0, "alpha beta gamma", 0, 16)]
 
     def write(claim: jobs.ItemClaim, body: list[Chunk], replace: bool) -> None:
@@ -245,7 +244,7 @@ def test_a_pipelined_file_write_commits_only_with_its_lease(owner_engine, worker
                                                         chunks=len(body))])
 
     try:
-        with pytest.raises(content.FenceLost, match="lease lost"):
+        with pytest.raises(store.FenceLost, match="lease lost"):
             write(mine, chunks, replace=False)
         with owner_engine.connect() as conn:  # vetoed: nothing of it was written
             assert conn.execute(text("SELECT count(*) FROM files WHERE source_id = :s"),
@@ -287,7 +286,7 @@ def test_a_file_transaction_and_its_commit_take_one_round_trip(owner_engine, wor
     with db_of(worker_engine).connection() as conn:
         claims = jobs.claim_items(conn, "rt", n=2, lease_s=60, max_attempts=5, source_id=empty_source.id)
     taken: list = []
-    writer = content.FileWriter(db_of(worker_engine), on_checkout=taken.append)
+    writer = store.FileWriter(db_of(worker_engine), on_checkout=taken.append)
 
     def write(claim: jobs.ItemClaim) -> None:
         writer.write(tenant_id=empty_source.tenant_id, source_id=empty_source.id, meta=claim.file, status="ok",
@@ -395,7 +394,7 @@ def test_enqueue_joins_a_queued_run_and_queues_behind_an_active_one(worker_engin
 
 def test_the_worker_role_sees_only_the_tenant_of_its_transaction(owner_engine, worker_engine, tmp_path,
                                                                   unique):
-    from kdbl_core.db.connect import tenant_transaction
+    from kdbl_core.access.principal import tenant_transaction
 
     sources = []
     for name in ("a", "b"):

@@ -9,7 +9,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, pool
 
 from kdbl_core.db import schema
-from kdbl_core.db.embedded import EmbeddedDatabase
+from kdbl_core.db.embedded_postgres import EmbeddedDatabase
 from kdbl_core.db.urls import normalise
 
 

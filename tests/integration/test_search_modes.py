@@ -16,7 +16,7 @@ from mcp.shared.exceptions import MCPError
 
 from kdbl_control import admin
 from kdbl_core.settings import Settings
-from kdbl_worker.embedding import embed_pending
+from kdbl_worker.vectorize import embed_pending
 
 MODES = {"hybrid", "lexical", "semantic"}
 FILES = {

@@ -22,13 +22,13 @@ from kdbl_api.tools.context import Services, ToolContext
 from kdbl_api.tools.models import SearchContentArgs
 from kdbl_api.tools.search import search_content
 from kdbl_core.db import connect
-from kdbl_core.db.connect import rls_transaction
+from kdbl_core.access.principal import rls_transaction
 from kdbl_core.db.urls import for_role
 from kdbl_core.errors import InvalidArgument
-from kdbl_core.principal import ALL_SCOPES, Principal
+from kdbl_core.access.principal import ALL_SCOPES, Principal
 from kdbl_core.search import pipeline
 from kdbl_core.settings import Settings
-from kdbl_core.signing import CursorCodec
+from kdbl_core.access.signing import CursorCodec
 
 REPO = Path(__file__).resolve().parents[2]
 GATEWAY = "The API gateway returned a connection timeout while the upstream service was overloaded. "
@@ -36,7 +36,7 @@ GATEWAY = "The API gateway returned a connection timeout while the upstream serv
 
 @pytest.fixture(scope="module")
 def corpus(owner_engine, worker_engine, tmp_path_factory, embedder):
-    from kdbl_worker.embedding import embed_pending
+    from kdbl_worker.vectorize import embed_pending
 
     # more chunks than an arm's depth (10): the keyword arm finds gateways, the vector arm cats
     files = {f"gateway-{i}.md": GATEWAY * 3 + f"Incident {i}." for i in range(12)}

@@ -7,11 +7,11 @@ from helpers import crawl, db_of, make_corpus
 from sqlalchemy import text
 
 from kdbl_control import admin
-from kdbl_core.db import embeddings, reads
-from kdbl_core.db.connect import rls_transaction
-from kdbl_core.embed import Embedder
-from kdbl_core.principal import Principal
-from kdbl_worker.embedding import embed_pending
+from kdbl_core.content import reads, vectors
+from kdbl_core.access.principal import rls_transaction
+from kdbl_core.embedder import Embedder
+from kdbl_core.access.principal import Principal
+from kdbl_worker.vectorize import embed_pending
 
 DOCS = {"a.txt": "alpha " * 300, "b.md": "# Bravo\n\nbravo text", "sub/c.txt": "charlie " * 700, "d.txt": "delta"}
 
@@ -75,7 +75,7 @@ async def test_a_principal_with_file_grants_sees_only_its_own_counts(owner_engin
     ann = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:ann")
     async with rls_transaction(api_pool, ann) as conn:
         [row] = await reads.list_sources(conn, after=None, limit=10)
-        progress = await embeddings.source_progress(conn, [corpus.source_id], "m")
+        progress = await vectors.source_progress(conn, [corpus.source_id], "m")
     assert row["file_count"] == 1  # not the source's 4
     assert progress[corpus.source_id]["total"] == 1
     admin.set_source_acl(db_of(owner_engine), corpus.source_id, restricted=False)

@@ -17,13 +17,13 @@ import pytest
 from helpers import db_of
 from sqlalchemy import text
 
-from kdbl_api import audit_facts
-from kdbl_api.audit_facts import AuditFacts
+from kdbl_api import audit
+from kdbl_api.audit import AuditFacts
 from kdbl_control import admin
 from kdbl_core.db import connect
-from kdbl_core.db.connect import rls_transaction
+from kdbl_core.access.principal import rls_transaction
 from kdbl_core.db.urls import for_role
-from kdbl_core.principal import Principal
+from kdbl_core.access.principal import Principal
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def principal(owner_engine, unique) -> Principal:
 
 def _row(principal: Principal, tenant_id: uuid.UUID | None = None) -> dict:
     facts = AuditFacts(source_ids=[], keys=["a.md"], row_count=1)
-    row = audit_facts.audit_row(principal, None, "search_content", {"query": "q"}, facts, time.perf_counter())
+    row = audit.audit_row(principal, None, "search_content", {"query": "q"}, facts, time.perf_counter())
     if tenant_id is not None:
         row["tenant_id"] = tenant_id
     return row
@@ -84,7 +84,7 @@ async def test_the_audit_row_and_the_commit_of_its_call_take_one_round_trip(api_
             conn.pgconn.trace(os.dup(trace.fileno()))
             conn.pgconn.set_trace_flags(1)  # psycopg.pq.Trace.SUPPRESS_TIMESTAMPS
             try:
-                await audit_facts.write(conn, _row(principal))
+                await audit.write(conn, _row(principal))
             finally:
                 conn.pgconn.untrace()
             status = conn.info.transaction_status
@@ -101,8 +101,8 @@ async def test_an_audit_row_the_database_refuses_fails_the_call_and_stores_nothi
     # row-level security lets the API append rows of its principal's tenant only
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         async with rls_transaction(api_pool, principal) as conn:
-            await audit_facts.write(conn, _row(principal, tenant_id=uuid.uuid4()))
+            await audit.write(conn, _row(principal, tenant_id=uuid.uuid4()))
     assert _stored(owner_engine, principal) == 0
     async with rls_transaction(api_pool, principal) as conn:  # the pooled connection is usable again
-        await audit_facts.write(conn, _row(principal))
+        await audit.write(conn, _row(principal))
     assert _stored(owner_engine, principal) == 1

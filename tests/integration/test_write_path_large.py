@@ -2,7 +2,7 @@
 
 A plain-text file of a few MB (thousands of chunks) used to hang the crawl for good: psycopg's pipeline
 mode left the one big write half-sent while it waited for results (Postgres in ClientRead). Each pipelined
-statement is now drained before the next (kdbl_core.db.content._drain).
+statement is now drained before the next (kdbl_core.content.store._drain).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from helpers import make_corpus
 from sqlalchemy import text
 
-from kdbl_core.db.connect import rls_transaction
-from kdbl_core.principal import Principal
+from kdbl_core.access.principal import rls_transaction
+from kdbl_core.access.principal import Principal
 from kdbl_core.search import lexical
 from kdbl_worker.bench_crawl import big_text
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from kdbl_core.principal import ALL_SCOPES
+from kdbl_core.access.principal import ALL_SCOPES
 from kdbl_core.settings import OperatorSettings
 from kdbl_operator import desired, election
 from kdbl_operator.desired import InvalidSpec, Outcome
@@ -82,7 +82,7 @@ def test_a_full_tenant_spec_maps_to_the_settings_document():
 
 
 def test_rate_tiers_and_download_modes_map_to_the_keys_the_policy_reads():
-    from kdbl_core import policy
+    from kdbl_core.access import policy
 
     s = desired.tenant(tenant_body(
         rateLimit={"requestsPerMinute": 60, "requestsPerHour": 1000, "requestsPerDay": 5000,

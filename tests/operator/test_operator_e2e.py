@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from helpers import db_of
-from kdbl_core.auth import pat
-from kdbl_core.db import content
-from kdbl_core.db.records import Chunk, FileMeta
-from kdbl_core.db.connect import tenant_transaction
+from kdbl_core.access import tokens
+from kdbl_core.content import store
+from kdbl_core.content.records import Chunk, FileMeta
+from kdbl_core.access.principal import tenant_transaction
 from operator_helpers import secret, source, tenant
 from sqlalchemy import text
 
@@ -62,8 +62,8 @@ async def test_a_tenant_resource_creates_updates_and_deletes_its_tenant_row_and_
     token = operator.secret_token("kdbl", f"kdbl-tenant-{name}-bootstrap")
     [row_token] = _tokens(owner_engine, name)
     assert row_token["managed_by"] == "operator" and row_token["scopes"] == ["kdbl.search"]
-    assert row_token["groups"] == ["staff"] and row_token["lookup_id"] == pat.parse(token).lookup_id
-    assert pat.verify(row_token["hash"], token) and token not in json.dumps(row_token, default=str)
+    assert row_token["groups"] == ["staff"] and row_token["lookup_id"] == tokens.parse(token).lookup_id
+    assert tokens.verify_secret(row_token["hash"], token) and token not in json.dumps(row_token, default=str)
     await operator.eventually(lambda: operator.events(name, "BootstrapTokenIssued"), what="event")
 
     # Update: the row follows the spec; the token is not re-issued.
@@ -81,7 +81,7 @@ async def test_a_tenant_resource_creates_updates_and_deletes_its_tenant_row_and_
     old, new = await operator.eventually(lambda: len(t := _tokens(owner_engine, name)) == 2 and t[0]["revoked_at"]
                                          and t, what="old token revoked")
     assert old["revoked_at"] is not None and new["revoked_at"] is None
-    assert pat.verify(new["hash"], new_token) and not pat.verify(new["hash"], token)
+    assert tokens.verify_secret(new["hash"], new_token) and not tokens.verify_secret(new["hash"], token)
     await operator.eventually(lambda: operator.status("Tenant", name)["bootstrapToken"]["rotation"] == "2025-01")
     await operator.eventually(lambda: operator.events(name, "BootstrapTokenRotated"), what="event")
 
@@ -96,7 +96,7 @@ def _write_files(owner_engine: Any, tenant_id: uuid.UUID, source_id: uuid.UUID, 
     for i in range(n):
         with tenant_transaction(db_of(owner_engine), tenant_id) as conn:
             body = f"quarterly report number {i} about revenue and costs"
-            content.write_file(conn, tenant_id=tenant_id, source_id=source_id, meta=FileMeta(key=f"doc{i}.txt"),
+            store.write_file(conn, tenant_id=tenant_id, source_id=source_id, meta=FileMeta(key=f"doc{i}.txt"),
                                status="ok", status_reason=None, title=None, text_chars=len(body), ts_config="english",
                                chunks=[Chunk(seq=0, text=body, char_start=0, char_end=len(body))])
 

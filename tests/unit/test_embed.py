@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kdbl_core.embed import Embedder
+from kdbl_core.embedder import Embedder
 from kdbl_core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

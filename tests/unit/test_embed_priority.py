@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from kdbl_core.embed import Embedder, PriorityLock
+from kdbl_core.embedder import Embedder, PriorityLock
 
 
 def test_an_urgent_holder_takes_the_lock_before_ordinary_ones_that_waited_longer():

@@ -20,7 +20,7 @@ from kdbl_control import admin
 from kdbl_control.cli import main as cli_main
 from kdbl_control.loadgen import LoadgenError
 from kdbl_core import errors
-from kdbl_core.db import content
+from kdbl_core.content import store
 from kdbl_core.errors import (
     ConfigError, Conflict, Forbidden, InvalidArgument, KdblError, MalformedMessage, MisdirectedRequest,
     NotFound, PermanentError, RateLimited, RequestTimeout, RequestTooLarge, TemporaryError, Unauthenticated,
@@ -47,7 +47,7 @@ SAMPLES: list[KdblError] = [
     Forbidden("no", data={"required_scope": "kdbl.read"}), Conflict("taken"), RateLimited(7),
     ConfigError("KDBL_X is not set"), TemporaryError("blip"), Unavailable("database down", retry_after_sec=2),
     UpstreamError("source unavailable"), PermanentError("unsupported"), ScheduleError("'x': bad"),
-    content.FenceLost("fence lost"), jobs.LeaseLost("lease lost"), jobs.TenantDisabled("tenant off"),
+    store.FenceLost("fence lost"), jobs.LeaseLost("lease lost"), jobs.TenantDisabled("tenant off"),
     LoadgenError("connection closed"), InvalidSpec("TenantNotFound", "no tenant 'a'"),
     InvalidSpec("InvalidSchedule", "bad"), k8s.NamespaceMissing("team-a"), k8s.KubernetesUnavailable("503"),
     EnvelopeError(InvalidArgument("params", "must be an object"), 7),
@@ -59,12 +59,12 @@ def _classes(root: type) -> set[type]:
 
 
 def test_every_error_class_renders_its_own_codes_in_every_transport():
-    import kdbl_core.db.embedded  # noqa: F401 - its DataDirLocked is a class of the hierarchy too
-    from kdbl_core.auth.verifier import TokenRefused
+    import kdbl_core.db.embedded_postgres  # noqa: F401 - its DataDirLocked is a class of the hierarchy too
+    from kdbl_core.access.tokens import TokenRefused
     from kdbl_worker.connectors import SourceUnavailable
     from kdbl_worker.pipeline import QuotaExceeded
 
-    samples = [*SAMPLES, kdbl_core.db.embedded.DataDirLocked("locked"), SourceUnavailable("down"),
+    samples = [*SAMPLES, kdbl_core.db.embedded_postgres.DataDirLocked("locked"), SourceUnavailable("down"),
                QuotaExceeded("full")]
     samples.append(TokenRefused("token revoked", tenant_id=None, tenant_name="", subject="",
                                 token_id=uuid.uuid4()))
@@ -100,7 +100,7 @@ def test_the_declared_codes_are_the_ones_clients_always_got():
 
 def test_exceptions_that_leave_their_module_are_in_the_hierarchy_and_there_is_one_conflict():
     assert admin.Conflict is Conflict and k8s.Conflict is Conflict
-    for cls, base in ((ScheduleError, InvalidArgument), (content.FenceLost, Conflict),
+    for cls, base in ((ScheduleError, InvalidArgument), (store.FenceLost, Conflict),
                       (LoadgenError, UpstreamError),
                       (k8s.NamespaceMissing, NotFound), (InvalidSpec, KdblError), (EnvelopeError, KdblError)):
         assert issubclass(cls, base), cls

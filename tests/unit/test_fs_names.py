@@ -8,7 +8,7 @@ import random
 import pytest
 from kdbl_worker.connectors.fs import FsConnector, key_from_bytes, key_to_bytes
 
-from kdbl_core.uris import file_uri, parse_file_uri
+from kdbl_core.content.uris import file_uri, parse_file_uri
 
 NAMES = [b"caf\xe9.txt", b"\xff\xfe.md", b"sp ace.txt", b"hash#1.txt", b"per%cent.txt", b"what?.txt",
          "\u00fcn\u00ef \u6587\u6863.md".encode(), b"dir\xe9/inner \x80.txt", b"a\xed\xb2\x80b.txt",

@@ -45,13 +45,13 @@ def test_only_the_schema_and_modules_not_yet_moved_import_sqlalchemy() -> None:
 
 def test_administration_reports_and_the_embedded_server_run_on_psycopg() -> None:
     moved = {"services/control/kdbl_control/admin.py", "services/control/kdbl_control/file_report.py",
-             "services/core/kdbl_core/db/embedded.py"}
+             "services/core/kdbl_core/db/embedded_postgres.py"}
     assert not moved & _importers()
     assert not (REPO / "services/core/kdbl_core/db/models.py").exists()  # the ORM mirror is gone
 
 
 def test_the_worker_embeds_stores_vectors_and_serves_fetches_on_psycopg() -> None:
-    moved = {"services/core/kdbl_core/db/embeddings.py", "services/worker/kdbl_worker/embedding.py",
+    moved = {"services/core/kdbl_core/content/vectors.py", "services/worker/kdbl_worker/vectorize.py",
              "services/worker/kdbl_worker/fetch.py"}
     assert not moved & _importers()
 
@@ -63,19 +63,22 @@ def test_eval_benchmarks_urls_and_the_cli_run_on_psycopg() -> None:
 
 
 def test_the_worker_write_path_the_crawl_queue_and_the_operator_run_on_psycopg() -> None:
-    moved = {"services/core/kdbl_core/db/content.py", "services/worker/kdbl_worker/jobs.py",
+    moved = {"services/core/kdbl_core/content/store.py", "services/worker/kdbl_worker/jobs.py",
              "services/worker/kdbl_worker/queue.py", "services/worker/kdbl_worker/pipeline.py",
              "services/worker/kdbl_worker/deadlines.py", "services/worker/kdbl_worker/bench_crawl.py",
              "services/worker/kdbl_worker/main.py", "operator/kdbl_operator/db_sync.py",
              "operator/kdbl_operator/handlers.py", "operator/kdbl_operator/reconcile.py"}
+    assert all((REPO / path).exists() for path in moved)
     assert not moved & _importers()
 
 
 def test_the_request_path_runs_on_psycopg_without_an_adapter_layer() -> None:
     api = {p.relative_to(REPO).as_posix() for p in (REPO / "services/api").rglob("*.py")}
     core = {f"services/core/kdbl_core/{name}.py" for name in (
-        "search/lexical", "search/vector", "search/windows", "search/pipeline", "db/reads", "db/audit",
-        "db/connect", "db/async_pool", "auth/verifier", "auth/oidc")}
+        "search/lexical", "search/vector", "search/windows", "search/pipeline", "content/reads",
+        "content/vectors", "db/connect", "db/async_pool", "access/principal", "access/tokens", "access/oidc",
+        "access/policy")}
+    assert all((REPO / path).exists() for path in core)
     assert not (api | core) & _importers()
     gone = ("engine", "driver", "pgpool")  # ContentDb/Session/Rows/ApiPool, `:name` rewriting, SQLAlchemy engines
     assert not [name for name in gone if (REPO / f"services/core/kdbl_core/db/{name}.py").exists()]

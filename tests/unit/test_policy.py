@@ -1,10 +1,10 @@
-"""kdbl_core.policy: stored tenant settings -> the effective policy every reader applies."""
+"""kdbl_core.access.policy: stored tenant settings -> the effective policy every reader applies."""
 
 from __future__ import annotations
 
 import pytest
 
-from kdbl_core import policy
+from kdbl_core.access import policy
 from kdbl_core.errors import InvalidArgument
 
 

@@ -1,4 +1,4 @@
-"""One file record and one chunk record for the write path (kdbl_core.db.records), from a connector's
+"""One file record and one chunk record for the write path (kdbl_core.content.records), from a connector's
 listing through the crawl queue to the rows; extraction children load them without the database driver."""
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ def _dataclasses_with(fields: set[str]) -> set[str]:
 
 def test_a_files_listing_stat_is_declared_once():
     # was RemoteFile (connectors), FileMeta (content), ItemRow, ItemClaim and GivenUp (jobs)
-    assert _dataclasses_with({"key", "size", "mtime", "etag"}) == {"services/core/kdbl_core/db/records.py:FileMeta"}
+    assert _dataclasses_with({"key", "size", "mtime", "etag"}) == {"services/core/kdbl_core/content/records.py:FileMeta"}
 
 
 def test_a_chunk_is_declared_once():
     # was chunking.Chunk and content.ChunkRow, field for field the same
     assert _dataclasses_with({"seq", "text", "char_start", "char_end"}) == {
-        "services/core/kdbl_core/db/records.py:Chunk"}
+        "services/core/kdbl_core/content/records.py:Chunk"}
 
 
 def test_chunking_and_the_connectors_load_the_records_without_the_database_driver():

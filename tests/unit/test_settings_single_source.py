@@ -136,7 +136,7 @@ def test_the_process_reads_its_settings_once(monkeypatch, restore_process_settin
 
 
 def test_the_default_model_is_looked_for_in_the_configured_model_dir(tmp_path, restore_process_settings):
-    from kdbl_core.embed import DEFAULT_MODEL_FILE, default_model_path
+    from kdbl_core.embedder import DEFAULT_MODEL_FILE, default_model_path
 
     load_settings(model_dir=tmp_path)
     assert default_model_path() is None

@@ -34,22 +34,23 @@ from kdbl_api.downloads import Downloads
 from kdbl_api.host_hint import HostHint
 from kdbl_api.http_auth import PRM_PATH, McpFrontDoor, public_base
 from kdbl_api.observability import MetricsPort
-from kdbl_api.policies import Policies
+from kdbl_core.access.policy import Policies
 from kdbl_api.ratelimit import RateLimiter
 from kdbl_api.server import AppState, build_server
 from kdbl_api.tools.context import Services
-from kdbl_core.auth.oidc import OidcVerifier
-from kdbl_core.auth.verifier import BearerVerifier, PatVerifier
-from kdbl_core.db import connect, embeddings, reads
+from kdbl_core.access.oidc import OidcVerifier
+from kdbl_core.access.tokens import BearerVerifier, PatVerifier
+from kdbl_core.content import reads, vectors
+from kdbl_core.db import connect
 from kdbl_core.db.async_pool import AsyncPool
-from kdbl_core.db.connect import rls_transaction
-from kdbl_core.embed import Embedder
+from kdbl_core.access.principal import rls_transaction
+from kdbl_core.embedder import Embedder
 from kdbl_core.errors import (
     Forbidden, RateLimited, TemporaryError, Unauthenticated, http_response_of, jsonrpc_response_of,
 )
-from kdbl_core.principal import ALL_SCOPES, Principal
+from kdbl_core.access.principal import ALL_SCOPES, Principal
 from kdbl_core.settings import Settings
-from kdbl_core.signing import CursorCodec
+from kdbl_core.access.signing import CursorCodec
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
         embedder = state.services.embedder if state.services else None
         async with rls_transaction(pool, principal) as conn:
             ids = [row.id for row in await (await conn.execute(_HYBRID_SOURCES)).fetchall()]
-            per_source = await embeddings.source_progress(conn, ids, embedder.model_id if embedder else None)
+            per_source = await vectors.source_progress(conn, ids, embedder.model_id if embedder else None)
         progress = {"hybrid_chunks": sum(p["total"] for p in per_source.values()),
                     "embedded_chunks": sum(p["embedded"] for p in per_source.values()) if embedder else 0}
         hybrid = {"available": embedder is not None, "latency": obs.mode_latency("hybrid"),

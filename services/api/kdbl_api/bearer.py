@@ -1,7 +1,7 @@
 """Our PAT and OIDC verifiers as the MCP SDK's auth building blocks, where those fit.
 
 `SdkTokenVerifier` implements the SDK's `TokenVerifier` protocol (`verify_token(token) -> AccessToken
-| None`) over kdbl_core.auth.verifier.BearerVerifier, so the SDK's `BearerAuthBackend` (and anything
+| None`) over kdbl_core.access.tokens.BearerVerifier, so the SDK's `BearerAuthBackend` (and anything
 else written against the protocol) takes our tokens. The front door calls `authenticate`, the same
 check that raises instead of answering None: a refusal must keep its reason and its class (401 with
 the reason, 429 + Retry-After for the argon2 budget, 403 for an admin token) and a known token's
@@ -23,9 +23,9 @@ from mcp.server.auth.provider import AccessToken
 from pydantic import ConfigDict
 from starlette.authentication import AuthCredentials
 
-from kdbl_core.auth.verifier import BearerVerifier
+from kdbl_core.access.tokens import BearerVerifier
 from kdbl_core.errors import Forbidden, RateLimited, Unauthenticated
-from kdbl_core.principal import Principal
+from kdbl_core.access.principal import Principal
 
 
 class PrincipalToken(AccessToken):

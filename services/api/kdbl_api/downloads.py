@@ -7,7 +7,7 @@ it must still be valid (not revoked, not expired) — 403 otherwise, so revoking
 the links it minted (issue 13 item 3). Bytes come from the worker's internal fetch endpoint — the
 API holds no source
 credentials — and stream through. Every download writes one audit row (tool `files/download`, built by
-kdbl_api.audit_facts from the facts of how it ended, in its own transaction). Refusals
+kdbl_api.audit from the facts of how it ended, in its own transaction). Refusals
 are kdbl_core.errors classes rendered by `http_response_of` (404 NotFound, 403 Forbidden, 502 UpstreamError).
 """
 
@@ -24,18 +24,18 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from kdbl_api import audit_facts
-from kdbl_api.audit_facts import AuditFacts
+from kdbl_api import audit
+from kdbl_api.audit import AuditFacts
 from kdbl_api.observability import Observability
-from kdbl_api.policies import Policies
+from kdbl_core.access.policy import Policies
 
-from kdbl_core.db import reads
+from kdbl_core.content import reads
 from kdbl_core.db.async_pool import AsyncPool
-from kdbl_core.db.connect import rls_transaction
+from kdbl_core.access.principal import rls_transaction
 from kdbl_core.errors import Forbidden, NotFound, UpstreamError, http_response_of
-from kdbl_core.principal import Principal
+from kdbl_core.access.principal import Principal
 from kdbl_core.settings import Settings
-from kdbl_core.signing import DownloadClaims, DownloadSigner
+from kdbl_core.access.signing import DownloadClaims, DownloadSigner
 
 log = logging.getLogger(__name__)
 _TOKEN_STATE = "SELECT tenant_id, expires_at, revoked_at FROM kdbl_token_state(%(token)s)"
@@ -144,5 +144,5 @@ class Downloads:
                      started: float) -> None:
         arguments = {"source_id": str(claims.source_id), "key": claims.key,
                      "dl": request.query_params.get("dl") == "1"}
-        row = audit_facts.audit_row(principal, request, "files/download", arguments, facts, started)
-        await audit_facts.write_alone(self._pool, principal, row, must=True)
+        row = audit.audit_row(principal, request, "files/download", arguments, facts, started)
+        await audit.write_alone(self._pool, principal, row, must=True)

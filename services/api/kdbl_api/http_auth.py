@@ -4,11 +4,11 @@
 scope a call needs is refused with 403 `insufficient_scope` before the SDK parses anything (the one
 scope check: kdbl_api.scope_check).
 
-Then the tenant's policy (kdbl_api.policies, at most 2 s old): a disabled tenant's tokens get 403;
+Then the tenant's policy (kdbl_core.access.policy, at most 2 s old): a disabled tenant's tokens get 403;
 a tool outside the allowlist passes as an unknown tool would (the SDK layer refuses it), and
 resources/* (get_file_text by another name) get 403 unless get_file_text is allowed; requests
 that do work take from the shared rate-limit buckets (kdbl_api.ratelimit) and carry RateLimit-*
-headers. Every refusal here writes an audit row (kdbl_api.audit_facts). Each refusal is a
+headers. Every refusal here writes an audit row (kdbl_api.audit). Each refusal is a
 kdbl_core.errors class rendered by `jsonrpc_response_of` (its JSON-RPC code and HTTP status).
 """
 
@@ -24,20 +24,20 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kdbl_api import audit_facts, bearer, jsonrpc_envelope, scope_check
-from kdbl_api.audit_facts import AuditFacts
+from kdbl_api import audit, bearer, jsonrpc_envelope, scope_check
+from kdbl_api.audit import AuditFacts
 from kdbl_api.bearer import SdkTokenVerifier
 from kdbl_api.observability import Observability
-from kdbl_api.policies import Policies
+from kdbl_core.access.policy import Policies
 from kdbl_api.ratelimit import Decision, RateLimiter
 from kdbl_api.server import POLICY_KEY
-from kdbl_core.auth.verifier import TokenRefused
+from kdbl_core.access.tokens import TokenRefused
 from kdbl_core.db.async_pool import AsyncPool
 from kdbl_core.errors import (
     PARSE_ERROR, Forbidden, KdblError, NotFound, RateLimited, RequestTimeout, RequestTooLarge, Unauthenticated,
     http_response_of, jsonrpc_response_of,
 )
-from kdbl_core.principal import Principal
+from kdbl_core.access.principal import Principal
 from kdbl_core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -82,8 +82,8 @@ class McpFrontDoor:
                        status: str, reason: str, started: float) -> None:
         _, tool, arguments = calls[0] if calls else ("", "mcp", {})
         facts = AuditFacts.refused(status, reason)
-        await audit_facts.write_alone(self.pool, principal,
-                                      audit_facts.audit_row(principal, request, tool, arguments, facts, started))
+        await audit.write_alone(self.pool, principal,
+                                      audit.audit_row(principal, request, tool, arguments, facts, started))
 
     def _challenge(self, request: Request, error: str | None = None, description: str | None = None,
                    scope: str | None = None) -> str:

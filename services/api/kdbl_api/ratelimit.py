@@ -1,7 +1,7 @@
 """Rate limits shared by every API replica and process: token buckets in PostgreSQL.
 
 A tenant's policy names tiers (per minute, hour, day) for each token and for the tenant as a whole
-(kdbl_core.policy). Each limited request takes one token from every bucket of its tiers, or from
+(kdbl_core.access.policy). Each limited request takes one token from every bucket of its tiers, or from
 none, in one statement (`kdbl_rate_take`: an UPSERT that refills the UNLOGGED `rate_buckets` rows,
 then one decrement); the database is the shared state, so N replicas × M worker processes enforce
 one limit, and a restarted process forgets nothing. A request whose tenant and token name no tier
@@ -24,8 +24,8 @@ import math
 from dataclasses import dataclass
 
 from kdbl_core.db.async_pool import AsyncPool
-from kdbl_core.policy import TenantPolicy, Tier
-from kdbl_core.principal import Principal
+from kdbl_core.access.policy import TenantPolicy, Tier
+from kdbl_core.access.principal import Principal
 
 _TAKE = "SELECT key, remaining, capacity, retry_after FROM kdbl_rate_take(%(keys)s, %(caps)s, %(rates)s)"
 _PEEK = "SELECT key, remaining, capacity FROM kdbl_rate_peek(%(keys)s, %(caps)s, %(rates)s)"

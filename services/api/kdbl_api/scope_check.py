@@ -15,8 +15,8 @@ from typing import Any
 
 from kdbl_api.tools.registry import TOOLS
 from kdbl_core.errors import Forbidden
-from kdbl_core.policy import TenantPolicy
-from kdbl_core.principal import SCOPE_READ
+from kdbl_core.access.policy import TenantPolicy
+from kdbl_core.access.principal import SCOPE_READ
 
 Call = tuple[str, str, Any]  # (method, tool name or method, arguments)
 

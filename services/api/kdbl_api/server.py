@@ -1,7 +1,7 @@
 """The MCP server (official SDK, low-level Server): tools and resources over RLS transactions.
 
 Every call — tool or resource — runs in one RLS transaction for the caller's principal, writes one
-audit row from the facts its handler returns (kdbl_api.audit_facts; a failed call is audited in its
+audit row from the facts its handler returns (kdbl_api.audit; a failed call is audited in its
 own transaction, an unexpected failure too), and is counted in the metrics. The tenant's policy (put
 in the request scope by the front door) limits the tools listed and callable: a tool outside its
 allowlist is refused exactly as an unknown tool. Scopes are checked once, by the front door
@@ -22,23 +22,23 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from kdbl_api import audit_facts, bearer
-from kdbl_api.audit_facts import AuditFacts
+from kdbl_api import audit, bearer
+from kdbl_api.audit import AuditFacts
 from kdbl_api.observability import Observability
 from kdbl_api.tools import files
 from kdbl_api.tools.context import Services, ToolContext
 from kdbl_api.tools.models import FileRefArgs
 from kdbl_api.tools.registry import TOOLS, content_blocks, text_mime_type
 from kdbl_core import __version__
-from kdbl_core.db import reads
+from kdbl_core.content import reads
 from kdbl_core.db.async_pool import AsyncPool
-from kdbl_core.db.connect import rls_transaction
+from kdbl_core.access.principal import rls_transaction
 from kdbl_core.errors import (
     FORBIDDEN, Forbidden, InvalidArgument, KdblError, RateLimited, Unauthenticated, jsonrpc_error_of,
 )
-from kdbl_core.policy import TenantPolicy
-from kdbl_core.principal import Principal
-from kdbl_core.uris import PREFIX, file_uri, parse_file_uri
+from kdbl_core.access.policy import TenantPolicy
+from kdbl_core.access.principal import Principal
+from kdbl_core.content.uris import PREFIX, file_uri, parse_file_uri
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +116,8 @@ def build_server(pool: AsyncPool, state: AppState) -> Server[Any]:
             async with rls_transaction(pool, principal) as conn:
                 tctx = ToolContext(conn=conn, principal=principal, services=state.services, policy=_policy(ctx))
                 result, facts = await work(tctx)
-                row = audit_facts.audit_row(principal, ctx.request, name, arguments, facts, started)
-                await audit_facts.write(conn, row)
+                row = audit.audit_row(principal, ctx.request, name, arguments, facts, started)
+                await audit.write(conn, row)
             ok, mode = True, facts.mode
             return result
         except KdblError as exc:
@@ -139,8 +139,8 @@ def build_server(pool: AsyncPool, state: AppState) -> Server[Any]:
     async def _audit_failure(ctx: ServerRequestContext[Any], principal: Principal, tool: str,
                              arguments: dict[str, Any], status: str, reason: str, started: float) -> None:
         facts = AuditFacts.refused(status, reason)
-        row = audit_facts.audit_row(principal, ctx.request, tool, arguments, facts, started)
-        await audit_facts.write_alone(pool, principal, row)
+        row = audit.audit_row(principal, ctx.request, tool, arguments, facts, started)
+        await audit.write_alone(pool, principal, row)
 
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                          ) -> types.ListToolsResult:

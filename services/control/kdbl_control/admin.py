@@ -15,11 +15,11 @@ from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from kdbl_core import policy
-from kdbl_core.auth import pat
+from kdbl_core.access import policy
+from kdbl_core.access import tokens
 from kdbl_core.db.connect import Pool
 from kdbl_core.errors import Conflict, InvalidArgument, NotFound
-from kdbl_core.principal import ALL_SCOPES
+from kdbl_core.access.principal import ALL_SCOPES
 
 _TENANT = "SELECT * FROM tenants WHERE name = %s"
 
@@ -158,7 +158,7 @@ def create_token(db: Pool, *, tenant_name: str | None, name: str, scopes: list[s
     for scope in scopes:
         if scope not in ALL_SCOPES:
             raise InvalidArgument("scope", f"unknown scope '{scope}' (known: {', '.join(ALL_SCOPES)})")
-    new = pat.generate(admin=admin)
+    new = tokens.generate(admin=admin)
     with db.connection() as conn:
         tenant_id = None if admin else _tenant(conn, tenant_name or "").id
         token = conn.execute(
@@ -182,7 +182,7 @@ def list_tokens(db: Pool, tenant_name: str | None = None) -> list[dict[str, Any]
 
 def revoke_token(db: Pool, ident: str, *, force: bool = False) -> int:
     """Revoke by token id, lookup id, or the token itself."""
-    lookup = pat.parse(ident).lookup_id if pat.looks_like_pat(ident) else ident
+    lookup = tokens.parse(ident).lookup_id if tokens.looks_like_pat(ident) else ident
     try:
         as_uuid: uuid.UUID | None = uuid.UUID(ident)
     except ValueError:

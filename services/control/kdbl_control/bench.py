@@ -26,10 +26,11 @@ from kdbl_control.beir import ensure_indexed, load_queries, materialise_beir
 from kdbl_control.loadgen import Connection, LoadgenError, Outcome, encode_post, jsonrpc_error, run_clients
 from kdbl_control.proctime import CpuMeter
 from kdbl_control.up import free_port
-from kdbl_core.db.connect import async_pool, rls_transaction
+from kdbl_core.access.principal import rls_transaction
+from kdbl_core.db.connect import async_pool
 from kdbl_core.db.urls import for_role
 from kdbl_core.errors import ConfigError
-from kdbl_core.principal import Principal
+from kdbl_core.access.principal import Principal
 from kdbl_core.search import pipeline
 from kdbl_core.settings import child_env, get_settings
 
@@ -160,7 +161,7 @@ def run_search_bench(owner_url: str, dataset: Path, work_dir: Path, *, clients: 
         if model_path is None:
             raise ConfigError("--mode hybrid needs an embedding model (--model or KDBL_EMBED_MODEL_PATH)")
         from kdbl_control.evaluate import embed_chunks
-        from kdbl_core.embed import Embedder
+        from kdbl_core.embedder import Embedder
 
         embedder = Embedder(model_path, n_threads=os.cpu_count() or 2)
         embedding = embed_chunks(owner_url, indexed["tenant_id"], embedder, 32,

@@ -29,7 +29,7 @@ from kdbl_control.beir import iter_corpus, load_queries
 from kdbl_control.bench import many_clients, one_client, start_api
 from kdbl_control.up import free_port
 from kdbl_core.db.connect import conninfo, sync_pool
-from kdbl_core.embed import Embedder
+from kdbl_core.embedder import Embedder
 
 TENANT = "bench-scale"
 TOKENS_PER_CHUNK = 100

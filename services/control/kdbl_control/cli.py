@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from kdbl_core.errors import ConfigError, KdblError, Unavailable, exit_line_of
-from kdbl_core.principal import ALL_SCOPES
+from kdbl_core.access.principal import ALL_SCOPES
 from kdbl_core.settings import Settings, load_settings, named_env
 
 _DURATION = re.compile(r"^(\d+)([hdw])$")
@@ -324,7 +324,7 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
     from kdbl_control import bench, bench_scale
     from kdbl_control.evaluate import default_model_path
     from kdbl_control.proctime import postmaster_pid
-    from kdbl_core.db.embedded import EmbeddedDatabase
+    from kdbl_core.db.embedded_postgres import EmbeddedDatabase
 
     if not (args.dataset / "corpus.jsonl").exists():
         raise ConfigError(f"{args.dataset} is not a BEIR folder (no corpus.jsonl)")

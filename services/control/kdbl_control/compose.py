@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only; the modules load on first call below
     from kdbl_core.db.connect import Pool
-    from kdbl_core.embed import Embedder
+    from kdbl_core.embedder import Embedder
     from kdbl_core.settings import Settings
     from kdbl_worker.jobs import JobStatus
     from kdbl_worker.pipeline import CrawlStats, Indexer, SourceRow
@@ -65,7 +65,7 @@ def wait_for(pool: Pool, ids: list[int], **options: Any) -> dict[int, JobStatus]
 
 def embed_pending(pool: Pool, embedder: Embedder, **options: Any) -> int:
     """Fill missing chunk embeddings with the worker's own loop (`up`, `eval`)."""
-    from kdbl_worker.embedding import embed_pending
+    from kdbl_worker.vectorize import embed_pending
 
     return embed_pending(pool, embedder, **options)
 

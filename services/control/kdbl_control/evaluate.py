@@ -86,9 +86,10 @@ async def _search_runs(owner_url: str, tenant_id: Any, tenant: str, queries: lis
                        settings: Settings, log: Log) -> dict[str, dict[str, Any]]:
     """Run every query through the search pipeline (search_content's) per mode;
     {mode: {"run", "latencies", ...} | unavailable}."""
-    from kdbl_core.db.connect import async_pool, rls_transaction
+    from kdbl_core.access.principal import rls_transaction
+    from kdbl_core.db.connect import async_pool
     from kdbl_core.db.urls import for_role
-    from kdbl_core.principal import ALL_SCOPES, Principal
+    from kdbl_core.access.principal import ALL_SCOPES, Principal
     from kdbl_core.search import pipeline
 
     pool = await async_pool(for_role(owner_url, "kdbl_api"), size=2, name="kdbl-eval")
@@ -329,7 +330,7 @@ def run_eval(owner_url: str, dataset: Path, *, split: str = "train", modes: Sequ
     embedder, embedding = None, None
     no_vector_reason = "no embedding model (give --model or build the default GGUF)"
     if model_path is not None and wants_vectors:
-        from kdbl_core.embed import Embedder
+        from kdbl_core.embedder import Embedder
 
         # no query cache: every query pays for its embedding, as a first-seen agent query does
         embedder = Embedder(model_path, n_threads=settings.embed_threads,
@@ -480,7 +481,7 @@ def cli_eval(args: Any, settings: Settings) -> int:
     """What `kdbl-control eval` runs: embedded Postgres under the work dir unless KDBL_DATABASE_URL is set
     (and --data-dir is not given). Expects args.dataset, split, mode (list or None), json, max_queries,
     model, work_dir, data_dir, plot, limit (optional), no_references (optional)."""
-    from kdbl_core.db.embedded import EmbeddedDatabase
+    from kdbl_core.db.embedded_postgres import EmbeddedDatabase
 
     work = Path(args.work_dir or Path(tempfile.gettempdir()) / "kdbl-eval").expanduser().resolve()
     work.mkdir(parents=True, exist_ok=True)

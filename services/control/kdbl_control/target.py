@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from kdbl_core.db.embedded import EmbeddedDatabase
+from kdbl_core.db.embedded_postgres import EmbeddedDatabase
 from kdbl_core.errors import ConfigError
 from kdbl_core.settings import Settings
 

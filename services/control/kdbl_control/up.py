@@ -25,11 +25,11 @@ from pydantic import SecretStr
 
 from kdbl_control import admin, compose
 from kdbl_control.progress import crawl_with_progress
-from kdbl_core.auth import pat
+from kdbl_core.access import tokens
 from kdbl_core.db.connect import Pool, sync_pool
-from kdbl_core.db.embedded import EmbeddedDatabase
+from kdbl_core.db.embedded_postgres import EmbeddedDatabase
 from kdbl_core.db.urls import for_role
-from kdbl_core.embed import Embedder, default_model_path
+from kdbl_core.embedder import Embedder, default_model_path
 from kdbl_core.errors import ConfigError
 from kdbl_core.settings import Settings, get_settings
 
@@ -56,12 +56,12 @@ def _demo_token(owner: Pool, data_dir: Path) -> str:
     path = data_dir / "demo-token"
     if path.exists():
         token = path.read_text().strip()
-        if pat.looks_like_pat(token):
+        if tokens.looks_like_pat(token):
             with owner.connection() as conn:
                 row = conn.execute(
                     "SELECT hash FROM tokens WHERE lookup_id = %s AND revoked_at IS NULL "
-                    "AND (expires_at IS NULL OR expires_at > now())", (pat.parse(token).lookup_id,)).fetchone()
-            if row and pat.verify(row.hash, token):
+                    "AND (expires_at IS NULL OR expires_at > now())", (tokens.parse(token).lookup_id,)).fetchone()
+            if row and tokens.verify_secret(row.hash, token):
                 return token
     token, _ = admin.create_token(owner, tenant_name=DEMO_TENANT, name="demo")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.database_url:
         bench(args.database_url, None)
     else:
-        from kdbl_core.db.embedded import EmbeddedDatabase
+        from kdbl_core.db.embedded_postgres import EmbeddedDatabase
 
         work = args.data_dir or Path(tempfile.mkdtemp(prefix="kdbl-bench-crawl-"))
         try:

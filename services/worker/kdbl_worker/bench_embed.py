@@ -64,7 +64,7 @@ def _percentile_ms(samples: list[float], q: float) -> float:
 
 def run_llama(model: Path, texts: list[str], threads: int, batch: int | None, vec_out: Path | None,
               repeat: int = 1) -> dict:
-    from kdbl_core.embed import Embedder
+    from kdbl_core.embedder import Embedder
 
     t0 = time.perf_counter()
     emb = Embedder(model, n_threads=threads, n_batch=batch, query_cache_size=0)

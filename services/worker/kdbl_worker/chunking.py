@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kdbl_core.db.records import Chunk
+from kdbl_core.content.records import Chunk
 from kdbl_worker.extract.base import Block
 
 SEPARATOR = "\n\n"

@@ -25,7 +25,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from kdbl_core.db.connect import Pool, tenant_transaction
+from kdbl_core.access.principal import tenant_transaction
+
+from kdbl_core.db.connect import Pool
 from kdbl_core.errors import (
     Forbidden, InvalidArgument, KdblError, NotFound, Unauthenticated, UpstreamError, http_response_of,
 )

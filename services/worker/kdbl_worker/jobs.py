@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from kdbl_core.db.connect import Connection
-from kdbl_core.db.content import FenceLost, Statement
-from kdbl_core.db.records import FileMeta
+from kdbl_core.content.store import FenceLost, Statement
+from kdbl_core.content.records import FileMeta
 from kdbl_core.errors import PermanentError
 
 MAX_BREAKS = 2
 
-# The tenant of `col` is not disabled (tenants.settings.enabled = false; kdbl_core.policy reads it the same way).
+# The tenant of `col` is not disabled (tenants.settings.enabled = false; kdbl_core.access.policy reads it the same way).
 _TENANT_ON = "NOT EXISTS (SELECT 1 FROM tenants t WHERE t.id = {col} AND t.settings -> 'enabled' = 'false'::jsonb)"
 
 

@@ -27,8 +27,8 @@ from kdbl_core.db.connect import assert_runtime_role_sync, sync_pool
 from kdbl_core.errors import ConfigError
 from kdbl_core.settings import Settings, load_settings
 from kdbl_worker import sandbox
-from kdbl_core.embed import Embedder
-from kdbl_worker.embedding import embed_pending
+from kdbl_core.embedder import Embedder
+from kdbl_worker.vectorize import embed_pending
 from kdbl_worker.fetch import create_fetch_app
 from kdbl_worker.pipeline import Indexer, limits_from
 from kdbl_worker.queue import QueueOptions, QueueRunner, make_holder

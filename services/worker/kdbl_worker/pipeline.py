@@ -17,7 +17,7 @@
 - No file can hold a crawl: each write has a deadline (kdbl_worker.deadlines), past which the file is
   recorded failed with the reason; a stop aborts writes in progress after a short grace (rolled back,
   handed back); a file that broke two workers is recorded failed as a poison file (`record_given_up`).
-- Tenant quotas (tenants.settings.quotas, kdbl_core.policy): a listing queues no new file past
+- Tenant quotas (tenants.settings.quotas, kdbl_core.access.policy): a listing queues no new file past
   max_files / max_bytes and says so in the run's problems; a source past max_sources is not listed.
   Files already indexed stay (quotas are checked at listing; concurrent listings of one tenant may
   overshoot by what they list at the same time).
@@ -39,10 +39,11 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import closing
 from dataclasses import dataclass, field, replace
 
-from kdbl_core import policy
-from kdbl_core.db import content
-from kdbl_core.db.connect import Pool, tenant_transaction
-from kdbl_core.db.records import Chunk, FileMeta
+from kdbl_core.access import policy
+from kdbl_core.content import store
+from kdbl_core.access.principal import tenant_transaction
+from kdbl_core.db.connect import Pool
+from kdbl_core.content.records import Chunk, FileMeta
 from kdbl_core.errors import PermanentError
 from kdbl_core.settings import Settings
 from kdbl_worker import deadlines, extract, jobs, sandbox
@@ -117,7 +118,7 @@ def _clean(value: str) -> str:
     return sandbox.clean(value)
 
 
-def _unchanged(state: content.FileState | None, remote: FileMeta) -> bool:
+def _unchanged(state: store.FileState | None, remote: FileMeta) -> bool:
     if state is None or state.status == "pending":
         return False
     if remote.etag is not None and state.etag is not None:
@@ -125,12 +126,12 @@ def _unchanged(state: content.FileState | None, remote: FileMeta) -> bool:
     return remote.size == state.size and remote.mtime == state.mtime
 
 
-def _waits_for_transcriber(state: content.FileState | None) -> bool:
+def _waits_for_transcriber(state: store.FileState | None) -> bool:
     """Skipped only because no transcriber was configured: worth one more try once one is."""
     return state is not None and state.status == "skipped" and state.status_reason == media.NO_TRANSCRIBER
 
 
-def _waits_for_ocr(state: content.FileState | None) -> bool:
+def _waits_for_ocr(state: store.FileState | None) -> bool:
     """Left unread only because OCR was off or not installed: worth one more try once it is on."""
     reason = (state.status_reason or "") if state is not None else ""
     return ocr.OFF in reason or ocr.NOT_INSTALLED in reason
@@ -171,7 +172,7 @@ class Indexer:
         self.pool = pool
         self.settings = settings
         self.box = box or sandbox.shared(getattr(settings, "extract_processes", None), limits_from(settings))
-        # See content.FileWriter.write: per-file commits need not wait for the WAL flush.
+        # See store.FileWriter.write: per-file commits need not wait for the WAL flush.
         self.durable = bool(getattr(settings, "durable_file_commits", False)) if durable_commits is None \
             else durable_commits
         self.lease_s = float(lease_s or getattr(settings, "job_lease_s", 60.0))
@@ -190,7 +191,7 @@ class Indexer:
         self._stop: threading.Event | None = None  # process_items' stop, for files still waiting to be written
         self._writer_pool: ThreadPoolExecutor | None = None
         self._thread_writer = threading.local()
-        self._file_writers: list[content.FileWriter] = []
+        self._file_writers: list[store.FileWriter] = []
         self._progress: Progress | None = None
         self._local: CrawlStats | None = None
 
@@ -252,7 +253,7 @@ class Indexer:
             selection = Selection.from_config(source.config)
             ocr_on = ocr_enabled(source.config)
             with tenant_transaction(self.pool, job.tenant_id) as conn:
-                known = content.load_file_states(conn, job.source_id)
+                known = store.load_file_states(conn, job.source_id)
                 quota = _Quota.load(conn, job.tenant_id, job.source_id)
             quota.check_sources()
             listed: set[str] = set()
@@ -303,12 +304,12 @@ class Indexer:
             self._queue(job, batch)
             with tenant_transaction(self.pool, job.tenant_id) as conn:
                 jobs.lock_listing(conn, job.id, job.lease)
-                deleted = content.delete_files(conn, job.tenant_id, job.source_id, gone) if gone else 0
+                deleted = store.delete_files(conn, job.tenant_id, job.source_id, gone) if gone else 0
                 jobs.finish_listing(conn, job.id, job.lease, listed=len(listed), excluded=excluded,
                                     unchanged=unchanged, deleted=deleted,
                                     problems=quota.problems() + list(connector.problems.items))
             self._report("", deleted=deleted)
-        except content.FenceLost:
+        except store.FenceLost:
             log.warning("listing lease lost; another worker lists again", extra={"job_id": job.id})
         except Exception as exc:
             message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
@@ -431,14 +432,14 @@ class Indexer:
             self._writer_pool = ThreadPoolExecutor(self.writers, thread_name_prefix="kdbl-write")
         return self._writer_pool
 
-    def _file_writer(self) -> content.FileWriter:
+    def _file_writer(self) -> store.FileWriter:
         """This writer thread's own connection (with the per-file deadline: kdbl_worker.deadlines)."""
         writer = getattr(self._thread_writer, "writer", None)
         if writer is None:
             with self._lock:  # writer threads start together
                 if self._write_pool is None:
                     self._write_pool = deadlines.write_pool(self.pool, self.file_deadline_s, self.writers)
-            writer = self._thread_writer.writer = content.FileWriter(self._write_pool,
+            writer = self._thread_writer.writer = store.FileWriter(self._write_pool,
                                                                      on_checkout=self.watchdog.track)
             self._file_writers.append(writer)
         return writer
@@ -541,7 +542,7 @@ class Indexer:
                                                        chunks=len(rows))],
                     members=members, container=containers.is_container(item.file.key),
                 )
-            except content.FenceLost:
+            except store.FenceLost:
                 log.warning("item lease lost; another worker indexes it",
                             extra={"key": item.file.key, "item_id": item.id})
                 return None
@@ -581,7 +582,7 @@ class Indexer:
                 if isinstance(item, jobs.ItemClaim) and not jobs.release_item(conn, item.id, item.lease,
                                                                               error=reason, give_up=True):
                     return  # another worker holds it now
-                content.write_file(conn, tenant_id=item.tenant_id, source_id=item.source_id, meta=meta,
+                store.write_file(conn, tenant_id=item.tenant_id, source_id=item.source_id, meta=meta,
                                    status="failed", status_reason=reason[:1000], title=None, chunks=[],
                                    text_chars=0, ts_config=self.settings.text_search_config,
                                    container=containers.is_container(item.file.key))
@@ -598,11 +599,11 @@ class Indexer:
             self._record_failed(item, None, item.reason or "given up")
 
 
-def member_files(parent_key: str, mtime, children: list[sandbox.Child]) -> list[content.MemberFile]:
+def member_files(parent_key: str, mtime, children: list[sandbox.Child]) -> list[store.MemberFile]:
     """A container's members (all levels) as child rows: key = parent key + '!/' + member path, the
     member's size, the parent's mtime. A path seen twice in one archive keeps its first entry; a key
     longer than MAX_MEMBER_KEY_BYTES is left out (with what it holds) and logged."""
-    out: list[content.MemberFile] = []
+    out: list[store.MemberFile] = []
     seen: set[str] = set()
 
     def walk(prefix: str, kids: list[sandbox.Child]) -> None:
@@ -615,7 +616,7 @@ def member_files(parent_key: str, mtime, children: list[sandbox.Child]) -> list[
                 continue
             seen.add(key)
             o = kid.outcome
-            out.append(content.MemberFile(
+            out.append(store.MemberFile(
                 FileMeta(key=key, size=kid.size, mtime=mtime, content_type=o.content_type),
                 o.status, o.reason, o.title, [Chunk(*c) for c in o.chunks], o.text_chars))
             walk(key, o.children)
@@ -654,7 +655,7 @@ class _Quota:
             raise QuotaExceeded(f"quota: the tenant has {self.sources} sources and max_sources is "
                                 f"{self.max_sources}; this source is not crawled (nothing indexed is removed)")
 
-    def admit(self, remote: FileMeta, state: content.FileState | None) -> bool:
+    def admit(self, remote: FileMeta, state: store.FileState | None) -> bool:
         """Whether queueing this changed file stays within max_files / max_bytes (and spend it)."""
         new = state is None
         grow = max(0, (remote.size or 0) - (0 if new else (state.size or 0)))

@@ -17,7 +17,7 @@ import posixpath
 import re
 from dataclasses import dataclass, field
 
-from kdbl_core.db.records import FileMeta
+from kdbl_core.content.records import FileMeta
 
 SUBTITLE_SUFFIXES = (".vtt", ".srt")
 _LANGUAGE = re.compile(r"[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*")  # en, eng, en-US, pt_BR, zh-Hans

@@ -5,12 +5,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from kdbl_api.audit_facts import AuditFacts
+from kdbl_api.audit import AuditFacts
 from kdbl_api.tools.context import ToolContext
 from kdbl_api.tools.models import ListFilesArgs, ListFilesResult, ListSourcesArgs, ListSourcesResult
-from kdbl_core.db import embeddings, reads
+from kdbl_core.content import reads, vectors
 from kdbl_core.errors import InvalidArgument
-from kdbl_core.uris import file_uri
+from kdbl_core.content.uris import file_uri
 
 
 async def list_sources(ctx: ToolContext, args: ListSourcesArgs) -> tuple[dict[str, Any], AuditFacts]:
@@ -21,7 +21,7 @@ async def list_sources(ctx: ToolContext, args: ListSourcesArgs) -> tuple[dict[st
     rows = await reads.list_sources(ctx.conn, after=after, limit=args.limit + 1)
     page, more = rows[:args.limit], len(rows) > args.limit
     embedder = ctx.services.embedder
-    progress = await embeddings.source_progress(ctx.conn, [r["id"] for r in page],
+    progress = await vectors.source_progress(ctx.conn, [r["id"] for r in page],
                                                 embedder.model_id if embedder else None)
     next_cursor = None
     if more:

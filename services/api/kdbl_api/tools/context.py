@@ -1,17 +1,17 @@
 """What a tool handler gets: the open RLS connection, the principal, its tenant's policy and settings.
 
-A handler returns its result and its `kdbl_api.audit_facts.AuditFacts`; nothing here collects them."""
+A handler returns its result and its `kdbl_api.audit.AuditFacts`; nothing here collects them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from kdbl_core.db.async_pool import Connection
-from kdbl_core.embed import Embedder
-from kdbl_core.policy import TenantPolicy
-from kdbl_core.principal import Principal
+from kdbl_core.embedder import Embedder
+from kdbl_core.access.policy import TenantPolicy
+from kdbl_core.access.principal import Principal
 from kdbl_core.settings import Settings
-from kdbl_core.signing import CursorCodec, DownloadSigner
+from kdbl_core.access.signing import CursorCodec, DownloadSigner
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +26,7 @@ class Services:
 
 @dataclass(slots=True)
 class ToolContext:
-    conn: Connection  # psycopg's, in the call's RLS transaction (kdbl_core.db.connect.rls_transaction)
+    conn: Connection  # psycopg's, in the call's RLS transaction (kdbl_core.access.principal.rls_transaction)
     principal: Principal
     services: Services
     policy: TenantPolicy = field(default_factory=TenantPolicy)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kdbl_api.audit_facts import AuditFacts
+from kdbl_api.audit import AuditFacts
 from kdbl_api.tools.context import ToolContext
 from kdbl_api.tools.models import (
     MAX_FILE_TEXT_BYTES,
@@ -15,9 +15,9 @@ from kdbl_api.tools.models import (
     FileWindowArgs,
     FileWindowResult,
 )
-from kdbl_core.db import reads
+from kdbl_core.content import reads
 from kdbl_core.errors import InvalidArgument
-from kdbl_core.uris import file_uri
+from kdbl_core.content.uris import file_uri
 
 
 async def load_visible_file(ctx: ToolContext, args: FileRefArgs) -> dict[str, Any]:

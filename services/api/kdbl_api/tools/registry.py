@@ -10,7 +10,7 @@ import mcp_types as types
 import orjson
 from pydantic import BaseModel
 
-from kdbl_api.audit_facts import AuditFacts
+from kdbl_api.audit import AuditFacts
 from kdbl_api.tools import browse, files, search
 from kdbl_api.tools.context import ToolContext
 from kdbl_api.tools.models import (
@@ -27,7 +27,7 @@ from kdbl_api.tools.models import (
     SearchContentResult,
     schema_of,
 )
-from kdbl_core.principal import SCOPE_READ, SCOPE_SEARCH
+from kdbl_core.access.principal import SCOPE_READ, SCOPE_SEARCH
 
 # a handler returns its result and what the audit row says it did
 Handler = Callable[[ToolContext, Any], Awaitable[tuple[dict[str, Any], AuditFacts]]]

@@ -1,4 +1,5 @@
-"""Synchronous psycopg connection pools: the database handle of the CLI, the worker and the operator.
+"""Connection pools: synchronous ones for the CLI, the worker and the operator (`sync_pool`), the
+request path's `AsyncPool` (`async_pool`: the API, eval, bench), and the runtime-role check.
 
 One driver at run time (psycopg 3 + psycopg_pool); SQLAlchemy only declares the schema
 (kdbl_core.db.schema) for the migrations. SQL is written with psycopg's own `%(name)s` / `%s`
@@ -10,10 +11,7 @@ exists, so embeddings travel in binary instead of as formatted text.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
 from typing import Any
-from uuid import UUID
 
 import psycopg
 from pgvector.psycopg import register_vector
@@ -21,10 +19,9 @@ from psycopg.rows import namedtuple_row
 from psycopg.types import TypeInfo
 from psycopg_pool import ConnectionPool
 
-from kdbl_core.db.async_pool import AsyncPool, Connection as AsyncConnection
+from kdbl_core.db.async_pool import AsyncPool
 from kdbl_core.db.urls import libpq
 from kdbl_core.errors import ConfigError
-from kdbl_core.principal import Principal
 
 Pool = ConnectionPool
 Connection = psycopg.Connection[Any]
@@ -56,16 +53,6 @@ def sync_pool(url: str, *, size: int = 5, name: str = "kdbl") -> ConnectionPool:
                           kwargs={"row_factory": namedtuple_row, "connect_timeout": CONNECT_TIMEOUT_S})
 
 
-_SET_TENANT = "SELECT set_config('kdbl.tenant_id', %s, true) AS t, set_config('kdbl.subjects', '', true) AS s"
-
-
-@contextmanager
-def tenant_transaction(pool: ConnectionPool, tenant_id: UUID) -> Iterator[Connection]:
-    """A worker transaction limited to one tenant's rows (row-level security reads `kdbl.tenant_id`;
-    SET LOCAL: the setting vanishes at COMMIT/ROLLBACK, before the connection goes back to the pool)."""
-    with pool.connection() as conn:
-        conn.execute(_SET_TENANT, (str(tenant_id),))
-        yield conn
 
 
 # --- the start-up check of a service's role ------------------------------------------------------
@@ -111,22 +98,3 @@ async def assert_runtime_role(pool: AsyncPool, *, allow_privileged: bool) -> Non
     check_runtime_role(tuple(rows[0]) if rows else None, allow_privileged=allow_privileged)
 
 
-_SUBJECT_SEP = "\x1f"
-_SET_PRINCIPAL = ("SELECT set_config('kdbl.tenant_id', %(tenant)s, true), "
-                  "set_config('kdbl.subjects', %(subjects)s, true)")
-
-
-def principal_params(principal: Principal) -> dict[str, str]:
-    for subject in principal.subjects:
-        if _SUBJECT_SEP in subject:
-            raise ValueError("subject contains a separator character")
-    return {"tenant": str(principal.tenant_id), "subjects": _SUBJECT_SEP.join(principal.subjects)}
-
-
-@asynccontextmanager
-async def rls_transaction(pool: AsyncPool, principal: Principal) -> AsyncIterator[AsyncConnection]:
-    """One transaction scoped to `principal` (row-level security reads `kdbl.tenant_id` and
-    `kdbl.subjects`; SET LOCAL: they vanish at COMMIT/ROLLBACK). The settings travel with BEGIN in one
-    round trip. Yields psycopg's AsyncConnection: `%(name)s` SQL, named-tuple rows."""
-    async with pool.transaction(_SET_PRINCIPAL, principal_params(principal)) as conn:
-        yield conn

@@ -73,7 +73,7 @@ def for_role(url: str, role: str) -> str:
     """The same server, database and password, connecting as another role.
 
     Used by the embedded default and the tests, whose runtime roles share the superuser's generated
-    password (kdbl_core.db.embedded); production gives each service its own URL.
+    password (kdbl_core.db.embedded_postgres); production gives each service its own URL.
     """
     _user, password, hosts, tail = _split(normalise(url))
     return _join(_WRITTEN, role, password, hosts, tail)

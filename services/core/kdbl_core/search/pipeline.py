@@ -24,7 +24,7 @@ from typing import Any
 import anyio.to_thread
 
 from kdbl_core.db.async_pool import Connection
-from kdbl_core.embed import Embedder
+from kdbl_core.embedder import Embedder
 from kdbl_core.errors import InvalidArgument
 from kdbl_core.search import hybrid, lexical, vector
 from kdbl_core.search.lexical import ChunkHit, Filters

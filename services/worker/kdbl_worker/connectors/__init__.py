@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from kdbl_core.db.records import FileMeta
+from kdbl_core.content.records import FileMeta
 from kdbl_core.errors import InvalidArgument, PermanentError, TemporaryError
 from kdbl_core.settings import named_env
 

@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import BinaryIO
 
-from kdbl_core.db.records import FileMeta
+from kdbl_core.content.records import FileMeta
 from kdbl_worker.connectors import ListingProblems, SourceUnavailable
 
 __all__ = ["FsConnector", "SourceUnavailable", "key_from_bytes", "key_to_bytes"]

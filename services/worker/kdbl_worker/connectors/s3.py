@@ -37,7 +37,7 @@ from typing import Any, BinaryIO
 
 from kdbl_core.sources import S3Config, parse
 
-from kdbl_core.db.records import FileMeta
+from kdbl_core.content.records import FileMeta
 from kdbl_worker.connectors import (
     ClosingConnector,
     ListingProblems,

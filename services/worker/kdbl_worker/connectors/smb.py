@@ -43,7 +43,7 @@ from smbprotocol.exceptions import SMBConnectionClosed, SMBException, SMBOSError
 from smbprotocol.file_info import FileAttributes
 from smbprotocol.header import NtStatus
 
-from kdbl_core.db.records import FileMeta
+from kdbl_core.content.records import FileMeta
 from kdbl_worker.connectors import (
     ClosingConnector,
     ListingProblems,

@@ -41,7 +41,7 @@ from urllib.parse import quote, unquote, urljoin, urlsplit
 import httpx
 from kdbl_core.sources import HttpConfig, parse
 
-from kdbl_core.db.records import FileMeta
+from kdbl_core.content.records import FileMeta
 from kdbl_worker.connectors import (
     ClosingConnector,
     ListingProblems,

@@ -22,7 +22,7 @@ import psycopg
 from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
-from kdbl_core.db.records import Chunk, FileMeta
+from kdbl_core.content.records import Chunk, FileMeta
 from kdbl_core.errors import Conflict
 
 Connection = psycopg.Connection

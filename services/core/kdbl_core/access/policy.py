@@ -15,16 +15,27 @@ them through `parse`, so every reader applies the same defaults:
 
 `parse` never fails on stored settings (a reader must not break a tenant over a bad value: unknown
 tools and modes are dropped, bad numbers ignored); `validate_update` is the strict path for writers.
+
+`Policies` is each tenant's policy as a serving process (the API) sees it: tenants.settings, re-read
+after `TTL_S` seconds.
+
+A change (operator or `kdbl-control tenant update`) takes effect on every running replica within
+`TTL_S` without a restart; the read is one statement per tenant per process per `TTL_S` (nothing on
+the request path in between). Two seconds bounds how long a disabled tenant keeps working.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from uuid import UUID
 
+from kdbl_core.db.async_pool import AsyncPool
 from kdbl_core.errors import InvalidArgument
+from kdbl_core.settings import Settings
 
 TOOLS = ("search_content", "get_file_text", "get_file_window", "get_file_metadata", "list_sources", "list_files")
 MODES = ("lexical", "hybrid")
@@ -189,3 +200,30 @@ def apply_update(settings: Mapping[str, Any], *, enabled: bool | None = None, to
             raise InvalidArgument("downloads", f"use one of {', '.join(DOWNLOAD_MODES)}")
         out["downloads"] = {**(out.get("downloads") or {}), "mode": downloads, "enabled": downloads != "off"}
     return out
+
+
+TTL_S = 2.0
+_READ = "SELECT settings FROM kdbl_tenant_settings(%(tenant)s)"
+
+
+class Policies:
+    """Per-tenant `TenantPolicy` cache of one process (one statement per tenant per `TTL_S`)."""
+
+    def __init__(self, pool: AsyncPool, settings: Settings, *, ttl_s: float = TTL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._pool, self._ttl, self._clock = pool, ttl_s, clock
+        self._defaults = {"default_per_minute": settings.rate_limit_per_minute,
+                          "default_burst": settings.rate_limit_burst}
+        self._cache: dict[UUID, tuple[float, TenantPolicy]] = {}
+
+    async def get(self, tenant_id: UUID) -> TenantPolicy:
+        hit = self._cache.get(tenant_id)
+        now = self._clock()
+        if hit is not None and now - hit[0] < self._ttl:
+            return hit[1]
+        rows = await self._pool.fetch(_READ, {"tenant": tenant_id})
+        parsed = parse(rows[0].settings if rows else None, **self._defaults)
+        if len(self._cache) > 10_000:
+            self._cache.clear()
+        self._cache[tenant_id] = (now, parsed)
+        return parsed

@@ -1,21 +1,93 @@
-"""Append-only audit rows: one per MCP call or download (the API role may insert, never read).
+"""The audit trail: one append-only row per MCP call, refusal or download, built in one place.
 
-Every call leaves one, refused or not. `status` is one of STATUSES: ok; error (the tool failed:
-bad arguments, not found, or an unexpected internal error, named in `error`); denied (403: scope,
-tenant disabled, policy); rate_limited (429); unauthenticated (401 for a known token of the tenant:
-wrong secret, revoked, expired). `error` holds the reason, never a secret. The API builds every row
-in one place (kdbl_api.audit_facts.audit_row) from what the call returned.
+Every call leaves one, refused or not (the API role may insert rows, never read them). `status` is
+one of STATUSES: ok; error (the tool failed: bad arguments, not found, or an unexpected internal
+error, named in `error`); denied (403: scope, tenant disabled, policy); rate_limited (429);
+unauthenticated (401 for a known token of the tenant: wrong secret, revoked, expired). `error` holds
+the reason, never a secret.
+
+A handler (tool, resource, download) returns `AuditFacts` next to its result; a refusal or failure is
+`AuditFacts.refused(status, reason)`; `audit_row` builds every row from the principal, the request
+and the facts. Handlers used to fill a shared context that three places copied into the row with
+their own rules (the MCP server, downloads, the front door's refusals). The row is the last
+statement of the call's own transaction, sent with its COMMIT in one round trip (`write`), or of a
+transaction of its own for a call that failed or was refused (`write_alone`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import re
+import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from kdbl_core.db.async_pool import Connection
+from starlette.requests import HTTPConnection
+
+from kdbl_core.access.principal import Principal, rls_transaction
+from kdbl_core.db.async_pool import AsyncPool, Connection
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditFacts:
+    """What the audit row says a call did. `mode` (the retrieval mode a search used) feeds /capacity's
+    latency per mode, not the row."""
+
+    status: str = "ok"  # one of STATUSES
+    error: str | None = None
+    source_ids: Sequence[str] = ()
+    keys: Sequence[str] = ()
+    row_count: int = 0
+    mode: str | None = None
+
+    @classmethod
+    def refused(cls, status: str, reason: str) -> AuditFacts:
+        """A call refused or failed before it read anything."""
+        return cls(status=status, error=reason)
+
+    def failed(self, status: str, reason: str) -> AuditFacts:
+        """These facts (what was asked for) with the reason it did not succeed."""
+        return dataclasses.replace(self, status=status, error=reason, row_count=0)
+
+
+def audit_row(principal: Principal, request: HTTPConnection | None, tool: str, arguments: dict[str, Any],
+              facts: AuditFacts, started: float) -> dict[str, Any]:
+    """The row's columns (record_and_commit bounds and stores them)."""
+    client = request.client if request is not None else None
+    return {
+        "tenant_id": principal.tenant_id, "principal": principal.subject, "token_id": principal.token_id,
+        "tool": tool, "arguments": arguments if isinstance(arguments, dict) else {},
+        "source_ids": facts.source_ids, "keys": facts.keys, "row_count": facts.row_count,
+        "status": facts.status, "error": facts.error, "client_ip": client.host if client else None,
+        "duration_ms": (time.perf_counter() - started) * 1000,
+    }
+
+
+async def write(conn: Connection, row: dict[str, Any]) -> None:
+    """The row, as the call's transaction's last statement: it is sent with the COMMIT in one round trip
+    (it commits with what the call read)."""
+    await record_and_commit(conn, **row)
+
+
+async def write_alone(pool: AsyncPool, principal: Principal, row: dict[str, Any], *,
+                      must: bool = False) -> None:
+    """The row in its own transaction (a refused or failed call; a download). Unless `must` (a download
+    is not served unaudited), a failed write is logged, not raised: the caller's answer to a refusal
+    must not turn into an audit failure."""
+    try:
+        async with rls_transaction(pool, principal) as conn:
+            await record_and_commit(conn, **row)
+    except Exception:
+        if must:
+            raise
+        log.exception("audit write failed", extra={"tool": row["tool"], "status": row["status"]})
+
 
 STATUSES = ("ok", "error", "denied", "rate_limited", "unauthenticated")
 

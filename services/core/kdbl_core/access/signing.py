@@ -20,7 +20,7 @@ from typing import Any
 import jwt
 
 from kdbl_core.errors import Forbidden, InvalidArgument
-from kdbl_core.principal import Principal
+from kdbl_core.access.principal import Principal
 
 DOWNLOAD_AUDIENCE = "kdbl-download"
 DOWNLOAD_TTL_SECONDS = 15 * 60

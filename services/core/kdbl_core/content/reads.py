@@ -1,5 +1,5 @@
 """Read-side queries for the API, on psycopg's AsyncConnection inside an RLS transaction
-(kdbl_core.db.connect.rls_transaction); `server_key` alone reads outside one, on the pool."""
+(kdbl_core.access.principal.rls_transaction); `server_key` alone reads outside one, on the pool."""
 
 from __future__ import annotations
 

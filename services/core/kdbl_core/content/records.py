@@ -2,7 +2,7 @@
 
 A connector lists a file as a `FileMeta` (its stat: size, mtime, etag, storage class, owner, mode); the
 crawl queue keeps it with the queue item (kdbl_worker.jobs: `ItemRow` queues one, `ItemClaim` hands it
-back with its lease) and the writer (kdbl_core.db.content) stores it in `files` with the content type
+back with its lease) and the writer (kdbl_core.content.store) stores it in `files` with the content type
 that extraction found. A `Chunk` is what kdbl_worker.chunking cuts and what the writer stores in
 `chunks`. Before issue 15 the file was defined four times (RemoteFile, FileMeta, ItemRow, ItemClaim)
 and the chunk twice (chunking.Chunk, content.ChunkRow), field for field the same.

@@ -78,7 +78,7 @@ def ensure_vector_index(conn: Conn, dim: int) -> str:
 
 async def source_progress(conn: psycopg.AsyncConnection[Any], source_ids: Sequence[uuid.UUID],
                           model_id: str | None) -> dict[uuid.UUID, dict[str, int]]:
-    """Embedded and total chunks per source, in the API's RLS transaction (connect.rls_transaction)."""
+    """Embedded and total chunks per source, in the API's RLS transaction (access.principal.rls_transaction)."""
     if not source_ids:
         return {}
     cur = await conn.execute(_SOURCE_PROGRESS, {"ids": list(source_ids), "model": model_id or ""})

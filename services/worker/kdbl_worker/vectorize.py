@@ -12,9 +12,10 @@ import threading
 import time
 import uuid
 
-from kdbl_core.db import embeddings
-from kdbl_core.db.connect import Pool, tenant_transaction
-from kdbl_core.embed import Embedder
+from kdbl_core.content import vectors
+from kdbl_core.access.principal import tenant_transaction
+from kdbl_core.db.connect import Pool
+from kdbl_core.embedder import Embedder
 
 log = logging.getLogger(__name__)
 _indexed_dims: set[tuple[int, int]] = set()
@@ -27,7 +28,7 @@ def _ensure_index(pool: Pool, dim: int) -> None:
         if key in _indexed_dims:
             return
     with pool.connection() as conn:
-        embeddings.ensure_vector_index(conn, dim)
+        vectors.ensure_vector_index(conn, dim)
     with _lock:
         _indexed_dims.add(key)
 
@@ -40,17 +41,17 @@ def embed_pending(pool: Pool, embedder: Embedder, *, tenant_id: uuid.UUID | None
         tenants = [tenant_id]
     else:
         with pool.connection() as conn:
-            tenants = embeddings.tenants_with_hybrid(conn)
+            tenants = vectors.tenants_with_hybrid(conn)
     done = batches = 0
     for tenant in tenants:
         while not (stop and stop.is_set()) and (max_batches is None or batches < max_batches):
             started = time.perf_counter()
             with tenant_transaction(pool, tenant) as conn:
-                pending = embeddings.claim_pending(conn, embedder.model_id, batch)
+                pending = vectors.claim_pending(conn, embedder.model_id, batch)
                 if not pending:
                     break
-                vectors = embedder.embed([body for _, body in pending])
-                embeddings.store(conn, embedder.model_id, [(cid, vec) for (cid, _), vec in zip(pending, vectors)])
+                batch_vectors = embedder.embed([body for _, body in pending])
+                vectors.store(conn, embedder.model_id, [(cid, vec) for (cid, _), vec in zip(pending, batch_vectors)])
             done += len(pending)
             batches += 1
             log.debug("embedded batch", extra={"tenant_id": str(tenant), "chunks": len(pending),

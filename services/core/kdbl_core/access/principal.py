@@ -1,0 +1,72 @@
+"""Who is calling, and the database transactions scoped to them.
+
+Row-level security reads two settings, `kdbl.tenant_id` and `kdbl.subjects` (SET LOCAL: they vanish at
+COMMIT/ROLLBACK, before the connection goes back to its pool). `rls_transaction` opens one for a
+principal on the request path's AsyncPool (BEGIN and the settings in one round trip);
+`tenant_transaction` one for a tenant on a worker's sync pool (no subjects: the worker writes a
+tenant's content, it reads nothing on anyone's behalf).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from psycopg_pool import ConnectionPool
+
+from kdbl_core.db.async_pool import AsyncPool, Connection as AsyncConnection
+from kdbl_core.db.connect import Connection
+
+SCOPE_SEARCH = "kdbl.search"
+SCOPE_READ = "kdbl.read"
+ALL_SCOPES = (SCOPE_SEARCH, SCOPE_READ)
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    tenant_id: UUID
+    tenant_name: str
+    subject: str  # 'user:<name>'
+    groups: tuple[str, ...] = ()
+    scopes: frozenset[str] = field(default_factory=frozenset)
+    token_id: UUID | None = None
+
+    @property
+    def subjects(self) -> list[str]:
+        """The subject plus one 'group:<name>' entry per group: what grants are matched against."""
+        return [self.subject, *(f"group:{g}" for g in self.groups)]
+
+
+_SUBJECT_SEP = "\x1f"
+_SET_PRINCIPAL = ("SELECT set_config('kdbl.tenant_id', %(tenant)s, true), "
+                  "set_config('kdbl.subjects', %(subjects)s, true)")
+
+
+def principal_params(principal: Principal) -> dict[str, str]:
+    for subject in principal.subjects:
+        if _SUBJECT_SEP in subject:
+            raise ValueError("subject contains a separator character")
+    return {"tenant": str(principal.tenant_id), "subjects": _SUBJECT_SEP.join(principal.subjects)}
+
+
+@asynccontextmanager
+async def rls_transaction(pool: AsyncPool, principal: Principal) -> AsyncIterator[AsyncConnection]:
+    """One transaction scoped to `principal` (row-level security reads `kdbl.tenant_id` and
+    `kdbl.subjects`; SET LOCAL: they vanish at COMMIT/ROLLBACK). The settings travel with BEGIN in one
+    round trip. Yields psycopg's AsyncConnection: `%(name)s` SQL, named-tuple rows."""
+    async with pool.transaction(_SET_PRINCIPAL, principal_params(principal)) as conn:
+        yield conn
+
+
+_SET_TENANT = "SELECT set_config('kdbl.tenant_id', %s, true) AS t, set_config('kdbl.subjects', '', true) AS s"
+
+
+@contextmanager
+def tenant_transaction(pool: ConnectionPool, tenant_id: UUID) -> Iterator[Connection]:
+    """A worker transaction limited to one tenant's rows (row-level security reads `kdbl.tenant_id`;
+    SET LOCAL: the setting vanishes at COMMIT/ROLLBACK, before the connection goes back to the pool)."""
+    with pool.connection() as conn:
+        conn.execute(_SET_TENANT, (str(tenant_id),))
+        yield conn

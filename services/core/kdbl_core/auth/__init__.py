@@ -1,1 +1,0 @@
-"""Authentication: tenant PATs (offline argon2id check) and, later, OIDC tokens via a JWKS file."""
