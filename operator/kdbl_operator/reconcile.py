@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdbl_operator import db_sync as db
 from kdbl_operator import desired
+from kdbl_operator import db_sync as db
 from kdbl_operator.db_sync import Pool
 from kdbl_operator.desired import InvalidSpec
 

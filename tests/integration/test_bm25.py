@@ -9,8 +9,7 @@ import pytest
 from helpers import crawl, make_corpus
 from sqlalchemy import text
 
-from kdbl_core.access.principal import rls_transaction
-from kdbl_core.access.principal import Principal
+from kdbl_core.access.principal import Principal, rls_transaction
 from kdbl_core.search import lexical
 
 DOCS = {

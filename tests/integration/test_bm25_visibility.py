@@ -17,8 +17,7 @@ from helpers import db_of, make_corpus
 from sqlalchemy import text
 
 from kdbl_control import admin
-from kdbl_core.access.principal import rls_transaction
-from kdbl_core.access.principal import Principal
+from kdbl_core.access.principal import Principal, rls_transaction
 from kdbl_core.search import lexical
 
 OPEN = {

@@ -7,8 +7,7 @@ import random
 from helpers import make_corpus
 from sqlalchemy import text
 
-from kdbl_core.access.principal import rls_transaction
-from kdbl_core.access.principal import Principal
+from kdbl_core.access.principal import Principal, rls_transaction
 from kdbl_core.search import lexical
 
 TREE: dict[str, str | bytes] = {

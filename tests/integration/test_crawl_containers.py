@@ -31,10 +31,9 @@ from mcp.shared.exceptions import MCPError
 from sqlalchemy import text
 
 from kdbl_control import admin
-from kdbl_core.access.principal import principal_params
-from kdbl_core.access.principal import Principal
-from kdbl_core.settings import Settings
+from kdbl_core.access.principal import Principal, principal_params
 from kdbl_core.content.uris import file_uri, parse_file_uri
+from kdbl_core.settings import Settings
 from kdbl_worker.fetch import create_fetch_app
 from kdbl_worker.pipeline import Indexer, load_sources
 

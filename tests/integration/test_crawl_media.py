@@ -19,8 +19,7 @@ from helpers import crawl, db_of, make_corpus
 from sqlalchemy import text
 
 from kdbl_control import admin
-from kdbl_core.access.principal import rls_transaction
-from kdbl_core.access.principal import Principal
+from kdbl_core.access.principal import Principal, rls_transaction
 from kdbl_core.search import lexical
 from kdbl_core.settings import Settings
 from kdbl_worker.pipeline import Indexer, load_sources

@@ -14,8 +14,7 @@ from pathlib import Path
 from helpers import db_of, make_corpus, make_pdf, pdf_text_page
 from sqlalchemy import text
 
-from kdbl_core.access.principal import rls_transaction
-from kdbl_core.access.principal import Principal
+from kdbl_core.access.principal import Principal, rls_transaction
 from kdbl_core.search import lexical
 from kdbl_core.settings import Settings
 from kdbl_worker.bench_crawl import big_text

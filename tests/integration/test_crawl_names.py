@@ -9,8 +9,8 @@ from helpers import crawl, db_of, make_corpus
 from sqlalchemy import text
 from starlette.testclient import TestClient
 
-from kdbl_core.settings import Settings
 from kdbl_core.content.uris import file_uri, parse_file_uri
+from kdbl_core.settings import Settings
 from kdbl_worker.connectors import connector_for
 from kdbl_worker.connectors.fs import key_from_bytes, key_to_bytes
 from kdbl_worker.fetch import create_fetch_app

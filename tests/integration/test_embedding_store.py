@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from helpers import db_of, make_corpus
 
-from kdbl_core.content import vectors
 from kdbl_core.access.principal import tenant_transaction
+from kdbl_core.content import vectors
 
 
 def test_a_stored_vector_reads_back_bit_for_bit_as_float32(owner_engine, worker_engine, tmp_path, unique):

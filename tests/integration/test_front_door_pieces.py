@@ -23,14 +23,13 @@ from kdbl_api.tools import files
 from kdbl_api.tools.context import Services, ToolContext
 from kdbl_api.tools.models import FileRefArgs
 from kdbl_control import admin
+from kdbl_core.access.policy import TenantPolicy
+from kdbl_core.access.principal import ALL_SCOPES, SCOPE_READ, SCOPE_SEARCH, Principal, rls_transaction
+from kdbl_core.access.signing import CursorCodec
 from kdbl_core.access.tokens import BearerVerifier, PatVerifier
 from kdbl_core.db import connect
-from kdbl_core.access.principal import rls_transaction
 from kdbl_core.db.urls import for_role
-from kdbl_core.access.policy import TenantPolicy
-from kdbl_core.access.principal import ALL_SCOPES, SCOPE_READ, SCOPE_SEARCH, Principal
 from kdbl_core.settings import Settings
-from kdbl_core.access.signing import CursorCodec
 
 try:  # admin's functions take a psycopg pool once the database code moves to psycopg (issue 15)
     from helpers import db_of

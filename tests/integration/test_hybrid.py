@@ -16,8 +16,7 @@ from pgvector import Vector
 from sqlalchemy import text
 
 from kdbl_control import admin
-from kdbl_core.access.principal import rls_transaction
-from kdbl_core.access.principal import Principal
+from kdbl_core.access.principal import Principal, rls_transaction
 from kdbl_core.search import lexical, vector
 from kdbl_core.settings import Settings
 from kdbl_worker.vectorize import embed_pending

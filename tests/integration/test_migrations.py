@@ -52,9 +52,9 @@ def _stats(url: str, per_source: bool) -> tuple[set, set]:
 
 def test_per_source_statistics_are_backfilled_and_summed_back_on_downgrade(pg_dir) -> None:
     from kdbl_control import admin
+    from kdbl_core.access.principal import tenant_transaction
     from kdbl_core.content import store
     from kdbl_core.content.records import Chunk, FileMeta
-    from kdbl_core.access.principal import tenant_transaction
 
     with EmbeddedDatabase(pg_dir) as db:
         url = db.owner_url

@@ -8,8 +8,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 
 from kdbl_control import admin
-from kdbl_core.access.principal import principal_params
-from kdbl_core.access.principal import Principal
+from kdbl_core.access.principal import Principal, principal_params
 
 TENANT_TABLES = ["tenants", "sources", "files", "chunks", "postings", "term_stats", "corpus_stats", "grants",
                  "source_stats"]

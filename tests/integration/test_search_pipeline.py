@@ -21,14 +21,13 @@ from helpers import db_of, make_corpus
 from kdbl_api.tools.context import Services, ToolContext
 from kdbl_api.tools.models import SearchContentArgs
 from kdbl_api.tools.search import search_content
+from kdbl_core.access.principal import ALL_SCOPES, Principal, rls_transaction
+from kdbl_core.access.signing import CursorCodec
 from kdbl_core.db import connect
-from kdbl_core.access.principal import rls_transaction
 from kdbl_core.db.urls import for_role
 from kdbl_core.errors import InvalidArgument
-from kdbl_core.access.principal import ALL_SCOPES, Principal
 from kdbl_core.search import pipeline
 from kdbl_core.settings import Settings
-from kdbl_core.access.signing import CursorCodec
 
 REPO = Path(__file__).resolve().parents[2]
 GATEWAY = "The API gateway returned a connection timeout while the upstream service was overloaded. "

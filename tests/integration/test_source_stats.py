@@ -7,10 +7,9 @@ from helpers import crawl, db_of, make_corpus
 from sqlalchemy import text
 
 from kdbl_control import admin
+from kdbl_core.access.principal import Principal, rls_transaction
 from kdbl_core.content import reads, vectors
-from kdbl_core.access.principal import rls_transaction
 from kdbl_core.embedder import Embedder
-from kdbl_core.access.principal import Principal
 from kdbl_worker.vectorize import embed_pending
 
 DOCS = {"a.txt": "alpha " * 300, "b.md": "# Bravo\n\nbravo text", "sub/c.txt": "charlie " * 700, "d.txt": "delta"}

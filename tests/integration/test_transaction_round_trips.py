@@ -20,10 +20,9 @@ from sqlalchemy import text
 from kdbl_api import audit
 from kdbl_api.audit import AuditFacts
 from kdbl_control import admin
+from kdbl_core.access.principal import Principal, rls_transaction
 from kdbl_core.db import connect
-from kdbl_core.access.principal import rls_transaction
 from kdbl_core.db.urls import for_role
-from kdbl_core.access.principal import Principal
 
 
 @pytest.fixture

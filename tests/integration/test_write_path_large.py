@@ -10,8 +10,7 @@ from __future__ import annotations
 from helpers import make_corpus
 from sqlalchemy import text
 
-from kdbl_core.access.principal import rls_transaction
-from kdbl_core.access.principal import Principal
+from kdbl_core.access.principal import Principal, rls_transaction
 from kdbl_core.search import lexical
 from kdbl_worker.bench_crawl import big_text
 

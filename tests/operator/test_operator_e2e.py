@@ -10,9 +10,9 @@ import pytest
 
 from helpers import db_of
 from kdbl_core.access import tokens
+from kdbl_core.access.principal import tenant_transaction
 from kdbl_core.content import store
 from kdbl_core.content.records import Chunk, FileMeta
-from kdbl_core.access.principal import tenant_transaction
 from operator_helpers import secret, source, tenant
 from sqlalchemy import text
 

@@ -34,23 +34,23 @@ from kdbl_api.downloads import Downloads
 from kdbl_api.host_hint import HostHint
 from kdbl_api.http_auth import PRM_PATH, McpFrontDoor, public_base
 from kdbl_api.observability import MetricsPort
-from kdbl_core.access.policy import Policies
 from kdbl_api.ratelimit import RateLimiter
 from kdbl_api.server import AppState, build_server
 from kdbl_api.tools.context import Services
 from kdbl_core.access.oidc import OidcVerifier
+from kdbl_core.access.policy import Policies
+from kdbl_core.access.principal import rls_transaction
 from kdbl_core.access.tokens import BearerVerifier, PatVerifier
 from kdbl_core.content import reads, vectors
 from kdbl_core.db import connect
 from kdbl_core.db.async_pool import AsyncPool
-from kdbl_core.access.principal import rls_transaction
 from kdbl_core.embedder import Embedder
 from kdbl_core.errors import (
     Forbidden, RateLimited, TemporaryError, Unauthenticated, http_response_of, jsonrpc_response_of,
 )
 from kdbl_core.access.principal import ALL_SCOPES, Principal
-from kdbl_core.settings import Settings
 from kdbl_core.access.signing import CursorCodec
+from kdbl_core.settings import Settings
 
 log = logging.getLogger(__name__)
 

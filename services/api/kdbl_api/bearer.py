@@ -23,9 +23,9 @@ from mcp.server.auth.provider import AccessToken
 from pydantic import ConfigDict
 from starlette.authentication import AuthCredentials
 
+from kdbl_core.access.principal import Principal
 from kdbl_core.access.tokens import BearerVerifier
 from kdbl_core.errors import Forbidden, RateLimited, Unauthenticated
-from kdbl_core.access.principal import Principal
 
 
 class PrincipalToken(AccessToken):

@@ -29,13 +29,12 @@ from kdbl_api.audit import AuditFacts
 from kdbl_api.observability import Observability
 from kdbl_core.access.policy import Policies
 
+from kdbl_core.access.principal import Principal, rls_transaction
+from kdbl_core.access.signing import DownloadClaims, DownloadSigner
 from kdbl_core.content import reads
 from kdbl_core.db.async_pool import AsyncPool
-from kdbl_core.access.principal import rls_transaction
 from kdbl_core.errors import Forbidden, NotFound, UpstreamError, http_response_of
-from kdbl_core.access.principal import Principal
 from kdbl_core.settings import Settings
-from kdbl_core.access.signing import DownloadClaims, DownloadSigner
 
 log = logging.getLogger(__name__)
 _TOKEN_STATE = "SELECT tenant_id, expires_at, revoked_at FROM kdbl_token_state(%(token)s)"

@@ -28,9 +28,9 @@ from kdbl_api import audit, bearer, jsonrpc_envelope, scope_check
 from kdbl_api.audit import AuditFacts
 from kdbl_api.bearer import SdkTokenVerifier
 from kdbl_api.observability import Observability
-from kdbl_core.access.policy import Policies
 from kdbl_api.ratelimit import Decision, RateLimiter
 from kdbl_api.server import POLICY_KEY
+from kdbl_core.access.policy import Policies
 from kdbl_core.access.tokens import TokenRefused
 from kdbl_core.db.async_pool import AsyncPool
 from kdbl_core.errors import (

@@ -23,9 +23,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kdbl_core.db.async_pool import AsyncPool
 from kdbl_core.access.policy import TenantPolicy, Tier
 from kdbl_core.access.principal import Principal
+from kdbl_core.db.async_pool import AsyncPool
 
 _TAKE = "SELECT key, remaining, capacity, retry_after FROM kdbl_rate_take(%(keys)s, %(caps)s, %(rates)s)"
 _PEEK = "SELECT key, remaining, capacity FROM kdbl_rate_peek(%(keys)s, %(caps)s, %(rates)s)"

@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from kdbl_api.tools.registry import TOOLS
-from kdbl_core.errors import Forbidden
 from kdbl_core.access.policy import TenantPolicy
 from kdbl_core.access.principal import SCOPE_READ
+from kdbl_core.errors import Forbidden
 
 Call = tuple[str, str, Any]  # (method, tool name or method, arguments)
 

@@ -30,9 +30,9 @@ from kdbl_api.tools.context import Services, ToolContext
 from kdbl_api.tools.models import FileRefArgs
 from kdbl_api.tools.registry import TOOLS, content_blocks, text_mime_type
 from kdbl_core import __version__
+from kdbl_core.access.principal import rls_transaction
 from kdbl_core.content import reads
 from kdbl_core.db.async_pool import AsyncPool
-from kdbl_core.access.principal import rls_transaction
 from kdbl_core.errors import (
     FORBIDDEN, Forbidden, InvalidArgument, KdblError, RateLimited, Unauthenticated, jsonrpc_error_of,
 )

@@ -15,11 +15,10 @@ from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from kdbl_core.access import policy
-from kdbl_core.access import tokens
+from kdbl_core.access import policy, tokens
+from kdbl_core.access.principal import ALL_SCOPES
 from kdbl_core.db.connect import Pool
 from kdbl_core.errors import Conflict, InvalidArgument, NotFound
-from kdbl_core.access.principal import ALL_SCOPES
 
 _TENANT = "SELECT * FROM tenants WHERE name = %s"
 
@@ -101,7 +100,7 @@ def update_tenant(db: Pool, name: str, *, enabled: bool | None = None, tools: st
 
 def add_source(db: Pool, tenant_name: str, *, protocol: str, config: dict[str, Any], name: str | None,
                restricted: bool = False, hybrid: bool = True, exist_ok: bool = False,
-               schedule: str | None = None, force: bool = False) -> Source:
+               schedule: str | None = None, force: bool = False) -> Any:
     if protocol == "fs":
         root = Path(config["root"]).expanduser().resolve()
         if not root.is_dir():

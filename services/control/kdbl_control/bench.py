@@ -26,11 +26,10 @@ from kdbl_control.beir import ensure_indexed, load_queries, materialise_beir
 from kdbl_control.loadgen import Connection, LoadgenError, Outcome, encode_post, jsonrpc_error, run_clients
 from kdbl_control.proctime import CpuMeter
 from kdbl_control.up import free_port
-from kdbl_core.access.principal import rls_transaction
+from kdbl_core.access.principal import Principal, rls_transaction
 from kdbl_core.db.connect import async_pool
 from kdbl_core.db.urls import for_role
 from kdbl_core.errors import ConfigError
-from kdbl_core.access.principal import Principal
 from kdbl_core.search import pipeline
 from kdbl_core.settings import child_env, get_settings
 

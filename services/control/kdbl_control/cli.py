@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
-from kdbl_core.errors import ConfigError, KdblError, Unavailable, exit_line_of
 from kdbl_core.access.principal import ALL_SCOPES
+from kdbl_core.errors import ConfigError, KdblError, Unavailable, exit_line_of
 from kdbl_core.settings import Settings, load_settings, named_env
 
 _DURATION = re.compile(r"^(\d+)([hdw])$")

@@ -86,10 +86,9 @@ async def _search_runs(owner_url: str, tenant_id: Any, tenant: str, queries: lis
                        settings: Settings, log: Log) -> dict[str, dict[str, Any]]:
     """Run every query through the search pipeline (search_content's) per mode;
     {mode: {"run", "latencies", ...} | unavailable}."""
-    from kdbl_core.access.principal import rls_transaction
+    from kdbl_core.access.principal import ALL_SCOPES, Principal, rls_transaction
     from kdbl_core.db.connect import async_pool
     from kdbl_core.db.urls import for_role
-    from kdbl_core.access.principal import ALL_SCOPES, Principal
     from kdbl_core.search import pipeline
 
     pool = await async_pool(for_role(owner_url, "kdbl_api"), size=2, name="kdbl-eval")
@@ -142,9 +141,9 @@ async def _search_runs(owner_url: str, tenant_id: Any, tenant: str, queries: lis
 
 def embed_chunks(owner_url: str, tenant_id: Any, embedder: Any, batch: int, log: Log) -> dict[str, Any]:
     """Fill missing chunk embeddings of a tenant with the worker's own code, logging progress."""
+    from kdbl_control.compose import embed_pending
     from kdbl_core.db.connect import sync_pool
     from kdbl_core.db.urls import for_role
-    from kdbl_control.compose import embed_pending
 
     worker = sync_pool(for_role(owner_url, "kdbl_worker"), size=1, name="kdbl-eval-embed")
     total, started = 0, time.monotonic()

@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from kdbl_core.db.connect import Connection
-from kdbl_core.content.store import FenceLost, Statement
 from kdbl_core.content.records import FileMeta
+from kdbl_core.content.store import FenceLost, Statement
+from kdbl_core.db.connect import Connection
 from kdbl_core.errors import PermanentError
 
 MAX_BREAKS = 2

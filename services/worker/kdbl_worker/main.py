@@ -24,14 +24,14 @@ import uvicorn
 
 from kdbl_core import logging_setup
 from kdbl_core.db.connect import assert_runtime_role_sync, sync_pool
+from kdbl_core.embedder import Embedder
 from kdbl_core.errors import ConfigError
 from kdbl_core.settings import Settings, load_settings
 from kdbl_worker import sandbox
-from kdbl_core.embedder import Embedder
-from kdbl_worker.vectorize import embed_pending
 from kdbl_worker.fetch import create_fetch_app
 from kdbl_worker.pipeline import Indexer, limits_from
 from kdbl_worker.queue import QueueOptions, QueueRunner, make_holder
+from kdbl_worker.vectorize import embed_pending
 
 log = logging.getLogger("kdbl_worker")
 

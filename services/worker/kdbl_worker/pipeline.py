@@ -40,17 +40,16 @@ from contextlib import closing
 from dataclasses import dataclass, field, replace
 
 from kdbl_core.access import policy
-from kdbl_core.content import store
 from kdbl_core.access.principal import tenant_transaction
-from kdbl_core.db.connect import Pool
+from kdbl_core.content import store
 from kdbl_core.content.records import Chunk, FileMeta
+from kdbl_core.db.connect import Pool
 from kdbl_core.errors import PermanentError
 from kdbl_core.settings import Settings
 from kdbl_worker import deadlines, extract, jobs, sandbox
 from kdbl_worker.connectors import Connector, connector_for
 from kdbl_worker.connectors.fs import FsConnector
-from kdbl_worker.extract import containers, media
-from kdbl_worker.extract import ocr
+from kdbl_worker.extract import containers, media, ocr
 from kdbl_worker.globs import Selection
 from kdbl_worker.queue import Activity, QueueOptions, QueueRunner, make_holder
 from kdbl_worker.sidecars import Sidecars, is_subtitle

@@ -12,8 +12,8 @@ import threading
 import time
 import uuid
 
-from kdbl_core.content import vectors
 from kdbl_core.access.principal import tenant_transaction
+from kdbl_core.content import vectors
 from kdbl_core.db.connect import Pool
 from kdbl_core.embedder import Embedder
 

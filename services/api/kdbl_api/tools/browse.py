@@ -9,8 +9,8 @@ from kdbl_api.audit import AuditFacts
 from kdbl_api.tools.context import ToolContext
 from kdbl_api.tools.models import ListFilesArgs, ListFilesResult, ListSourcesArgs, ListSourcesResult
 from kdbl_core.content import reads, vectors
-from kdbl_core.errors import InvalidArgument
 from kdbl_core.content.uris import file_uri
+from kdbl_core.errors import InvalidArgument
 
 
 async def list_sources(ctx: ToolContext, args: ListSourcesArgs) -> tuple[dict[str, Any], AuditFacts]:

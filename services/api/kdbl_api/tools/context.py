@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kdbl_core.db.async_pool import Connection
-from kdbl_core.embedder import Embedder
 from kdbl_core.access.policy import TenantPolicy
 from kdbl_core.access.principal import Principal
-from kdbl_core.settings import Settings
 from kdbl_core.access.signing import CursorCodec, DownloadSigner
+from kdbl_core.db.async_pool import Connection
+from kdbl_core.embedder import Embedder
+from kdbl_core.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,8 @@ from kdbl_api.tools.models import (
     FileWindowResult,
 )
 from kdbl_core.content import reads
-from kdbl_core.errors import InvalidArgument
 from kdbl_core.content.uris import file_uri
+from kdbl_core.errors import InvalidArgument
 
 
 async def load_visible_file(ctx: ToolContext, args: FileRefArgs) -> dict[str, Any]:

@@ -10,10 +10,10 @@ from typing import Any
 from kdbl_api.audit import AuditFacts
 from kdbl_api.tools.context import ToolContext
 from kdbl_api.tools.models import SearchContentArgs
+from kdbl_core.content.uris import file_uri
 from kdbl_core.errors import InvalidArgument
 from kdbl_core.search import pipeline
 from kdbl_core.search.lexical import Filters
-from kdbl_core.content.uris import file_uri
 
 
 def _validate(ctx: ToolContext, args: SearchContentArgs) -> None:

@@ -14,10 +14,10 @@ import uuid
 from pathlib import Path
 
 import jwt
+from kdbl_core.access.principal import ALL_SCOPES, Principal
 from kdbl_core.access.tokens import ADMIN_REJECTED
 from kdbl_core.db.async_pool import AsyncPool
 from kdbl_core.errors import ConfigError, Forbidden, Unauthenticated
-from kdbl_core.access.principal import ALL_SCOPES, Principal
 
 ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
 ADMIN_ROLES = {"cluster-admin", "kdbl-cluster-admin"}

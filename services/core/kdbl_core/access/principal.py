@@ -16,7 +16,8 @@ from uuid import UUID
 
 from psycopg_pool import ConnectionPool
 
-from kdbl_core.db.async_pool import AsyncPool, Connection as AsyncConnection
+from kdbl_core.db.async_pool import AsyncPool
+from kdbl_core.db.async_pool import Connection as AsyncConnection
 from kdbl_core.db.connect import Connection
 
 SCOPE_SEARCH = "kdbl.search"

@@ -19,8 +19,8 @@ from typing import Any
 
 import jwt
 
-from kdbl_core.errors import Forbidden, InvalidArgument
 from kdbl_core.access.principal import Principal
+from kdbl_core.errors import Forbidden, InvalidArgument
 
 DOWNLOAD_AUDIENCE = "kdbl-download"
 DOWNLOAD_TTL_SECONDS = 15 * 60

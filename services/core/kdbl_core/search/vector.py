@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pgvector import Vector
 
 from kdbl_core.db.async_pool import Connection
-from kdbl_core.search.lexical import Filters, ChunkHit, filters_sql
+from kdbl_core.search.lexical import ChunkHit, Filters, filters_sql
 
 
 def build_query(dim: int, filters: Filters) -> tuple[str, dict]:
