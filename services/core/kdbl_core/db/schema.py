@@ -239,6 +239,7 @@ audit = Table(
     Column("error", Text),
     Column("client_ip", Text),
     Column("duration_ms", REAL),
+    Column("request_id", Text),
     Index("audit_status_ts_idx", "status", text("ts DESC")),
     Index("audit_tenant_ts_idx", "tenant_id", text("ts DESC")),
     Index("audit_tool_ts_idx", "tool", text("ts DESC")),
