@@ -113,8 +113,11 @@ files = Table(
     Column("seen_at", _TS),
     _count("index_runs", Integer),
     _fk("parent_id", "files.id", nullable=True),
+    Column("authors", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
+    Column("labels", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
     UniqueConstraint("source_id", "key", name="files_source_id_key_key"),
     Index("files_parent_idx", "parent_id", postgresql_where=text("parent_id IS NOT NULL")),
+    Index("files_labels_idx", "labels", postgresql_using="gin", postgresql_where=text("labels <> '{}'::text[]")),
     Index("files_tenant_source_key_idx", "tenant_id", "source_id", "key"),
     CheckConstraint("status = ANY (ARRAY['pending'::text, 'ok'::text, 'partial'::text, 'failed'::text, "
                     "'skipped'::text])", name="files_status_check"),
