@@ -54,6 +54,7 @@ class _Args(BaseModel):
 
 
 SearchMode = Literal["hybrid", "lexical", "semantic"]
+ResponseMode = Literal["ids_only", "metadata", "preview", "full"]
 
 
 class SearchContentArgs(_Args):
@@ -71,6 +72,14 @@ class SearchContentArgs(_Args):
     modified_before: IsoDateTime | None = Field(
         default=None, description="ISO 8601; files modified before (no zone: UTC).")
     explain: StrictBool = Field(default=False, description="Add each hit's per-arm ranks and scores.")
+    response_mode: ResponseMode | None = Field(
+        default=None, description="How much of each hit to return: ids_only (chunk_id, rank, score), "
+        "metadata (+ source_id, key, uri, chunk_uri, title, seq, total_chunks, locators, content_type, mtime), "
+        "preview (+ snippet, a ~200-character preview, context_header) or full (+ the neighbour-window text, "
+        "truncated, url, per-arm scores). Omitted: the classic hit (text, snippet, locators, url, rank).")
+    fields: list[Text] | None = Field(
+        default=None, min_length=1, max_length=32, description="Only these hit fields (a whitelist from the "
+        "response_mode's fields; without response_mode, from full's).")
 
 
 class FileRefArgs(_Args):
@@ -125,8 +134,45 @@ class Hit(BaseModel):
     explain: HitExplain | None = Field(default=None, description="Present when explain=true.")
 
 
+class HitScores(BaseModel):
+    keyword: float | None = Field(description="The BM25 arm's score (None: not in its candidates).")
+    vector: float | None = Field(description="The vector arm's cosine similarity (None: not in its candidates).")
+    fused: float = Field(description="The score the hits are ordered by.")
+
+
+class ModeHit(BaseModel):
+    """A hit of an explicit response_mode: the mode's fields (kdbl_api.tools.hit_fields), or the `fields`
+    chosen from them; every field is optional here because `fields` may leave any out."""
+
+    model_config = ConfigDict(extra="forbid")
+    chunk_id: str = Field(default=None, description="Stable: <source_id>/<encoded key>/<seq>.")
+    rank: int = Field(default=None, description="1-based position in this result.")
+    score: float = Field(default=None, description="Relevance (the classic hit's `rank`).")
+    chunk_uri: str = Field(default=None, description="kdbl://chunk/<source_id>/<encoded key>/<seq>.")
+    source_id: str = None  # type: ignore[assignment]
+    key: str = None  # type: ignore[assignment]
+    uri: str = Field(default=None, description="The file's kdbl://file/ URI.")
+    title: str | None = None
+    seq: int = Field(default=None, description="The chunk's 0-based index in its file.")
+    total_chunks: int = Field(default=None, description="The file's chunk count.")
+    page_no: int | None = None
+    char_start: int = None  # type: ignore[assignment]
+    char_end: int = None  # type: ignore[assignment]
+    ts_start_ms: int | None = None
+    ts_end_ms: int | None = None
+    content_type: str | None = None
+    mtime: str | None = Field(default=None, description="ISO 8601.")
+    snippet: str = None  # type: ignore[assignment]
+    preview: str = Field(default=None, description="The chunk's first ~200 characters, plain text.")
+    context_header: str | None = Field(default=None, description="The heading path above the chunk, when indexed.")
+    text: str = None  # type: ignore[assignment]
+    truncated: bool = None  # type: ignore[assignment]
+    url: str | None = None
+    scores: HitScores = None  # type: ignore[assignment]
+
+
 class SearchContentResult(BaseModel):
-    hits: list[Hit]
+    hits: list[Hit | ModeHit] = Field(description="Classic hits, or response_mode hits when one was asked for.")
     mode: SearchMode = Field(description="The mode actually used.")
     degraded: bool = Field(description="True when a semantic mode was requested but lexical served it.")
     degraded_reason: str | None = Field(default=None, description="Why, when degraded.")

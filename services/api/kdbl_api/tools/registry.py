@@ -127,10 +127,11 @@ def content_blocks(spec: ToolSpec, structured: dict[str, Any]) -> list[types.Con
     if spec.name == "search_content":
         seen: set[str] = set()
         for hit in structured["hits"]:
-            if hit["uri"] in seen:
+            if "uri" not in hit or hit["uri"] in seen:  # a response_mode or `fields` may leave it out
                 continue
             seen.add(hit["uri"])
-            blocks.append(types.ResourceLink(uri=hit["uri"], name=hit["key"], mime_type="text/plain"))
+            blocks.append(types.ResourceLink(uri=hit["uri"], name=hit.get("key", hit["uri"]),
+                                             mime_type="text/plain"))
     elif "uri" in structured:
         blocks.append(types.ResourceLink(uri=structured["uri"], name=structured["key"],
                                          mime_type=structured.get("content_type") or "text/plain"))

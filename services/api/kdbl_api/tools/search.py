@@ -1,6 +1,8 @@
 """search_content: validates the arguments, runs the search pipeline (kdbl_core.search.pipeline.search:
 mode choice, both arms, fusion, pinning, rerank, diversification, windows, snippets) and adds each hit's
 URI and signed download link. The tenant's policy (mcp.modes) decides whether vectors may serve it.
+With `response_mode` / `fields` the hits are cut to the mode's fields (kdbl_api.tools.hit_fields);
+without them they keep the reference's shape.
 """
 
 from __future__ import annotations
@@ -8,24 +10,32 @@ from __future__ import annotations
 from typing import Any
 
 from kdbl_api.audit import AuditFacts
+from kdbl_api.tools import hit_fields
 from kdbl_api.tools.context import ToolContext
 from kdbl_api.tools.models import SearchContentArgs
 from kdbl_core.content.uris import file_uri
 from kdbl_core.errors import InvalidArgument
 from kdbl_core.search import pipeline
 from kdbl_core.search.lexical import Filters
+from kdbl_core.search.windows import hit_facts
 
 
-def _validate(ctx: ToolContext, args: SearchContentArgs) -> None:
+def _validate(ctx: ToolContext, args: SearchContentArgs) -> tuple[str, ...] | None:
+    """Raises InvalidArgument for a broken argument; returns the response mode's hit fields (None: classic)."""
     pipeline.check_query(args.query, ctx.settings)
     if args.modified_after and args.modified_before and args.modified_after >= args.modified_before:
         raise InvalidArgument("modified_after", "must be earlier than modified_before")
+    chosen = hit_fields.selection(args.response_mode, args.fields)
+    if chosen is not None and args.explain:
+        raise InvalidArgument("explain", "applies to classic hits; with response_mode ask for the `scores` field")
+    return chosen
 
 
 async def search_content(ctx: ToolContext, args: SearchContentArgs) -> tuple[dict[str, Any], AuditFacts]:
-    _validate(ctx, args)
+    chosen = _validate(ctx, args)
     request = pipeline.SearchRequest(
-        query=args.query, mode=args.mode, limit=args.limit, explain=args.explain,
+        query=args.query, mode=args.mode, limit=args.limit,
+        explain=args.explain or (chosen is not None and "scores" in chosen),
         filters=Filters(source_id=args.source_id, path=args.path, content_type=args.content_type,
                         modified_after=args.modified_after, modified_before=args.modified_before))
     result = await pipeline.search(ctx.conn, request, settings=ctx.settings, embedder=ctx.services.embedder,
@@ -38,6 +48,9 @@ async def search_content(ctx: ToolContext, args: SearchContentArgs) -> tuple[dic
             hit["explain"] = hit.pop("explain", None)  # last, after the links, as the result always had it
     facts = AuditFacts(source_ids=[h["source_id"] for h in hits], keys=[h["key"] for h in hits],
                        row_count=len(hits), mode=result.mode)
+    if chosen is not None:
+        facts_by_hit = await hit_facts(ctx.conn, hits) if hit_fields.needs_facts(chosen) else {}
+        hits = hit_fields.shape(hits, chosen, facts_by_hit)
     # Built as plain JSON-ready dicts, not through SearchContentResult (its validation and dump cost
     # ~0.25 ms of the API's ~6 ms per search); the tests hold every result to the tool's outputSchema.
     return {"hits": hits, "mode": result.mode, "degraded": result.degraded,

@@ -1,9 +1,17 @@
-"""Stable file URIs: kdbl://file/<url-encoded source_id>/<url-encoded key>.
+"""Stable file URIs, kdbl://file/<url-encoded source_id>/<url-encoded key>, and chunk URIs,
+kdbl://chunk/<url-encoded source_id>/<url-encoded key>/<seq>.
 
 A container member's key is its parent's key + "!/" + member path (`bundle.zip!/docs/a.md`); its URI
 keeps that separator literal, so it reads as the parent's URI + "!/" + the encoded member path
 (`kdbl://file/<sid>/bundle.zip!/docs%2Fa.md`). Every other `!` and `/` is encoded as before, and
 unquoting gives the key back exactly, whatever it holds.
+
+A chunk's id is built from (source_id, key, seq), not from the chunks row id: a file's chunk rows are
+replaced whenever the file is rewritten (a re-index after a touch, a model change), so a row id would
+change under an agent that kept it, while (source_id, key, seq) names the same place in an unchanged
+file across re-crawls and re-indexes, and can be resolved without a lookup table (get_file_window with
+`start` = seq). The id is the chunk URI without its scheme: `<sid>/<encoded key>/<seq>`; the encoded
+key holds no bare "/" except the member separator, so the last "/" separates the seq.
 """
 
 from __future__ import annotations
@@ -14,12 +22,37 @@ from urllib.parse import quote, unquote
 from kdbl_core.errors import InvalidArgument
 
 PREFIX = "kdbl://file/"
+CHUNK_PREFIX = "kdbl://chunk/"
 MEMBER_SEP = "!/"  # as kdbl_worker.extract.containers.MEMBER_SEP
 
 
-def file_uri(source_id: uuid.UUID | str, key: str) -> str:
+def _encoded(source_id: uuid.UUID | str, key: str) -> str:
     encoded = MEMBER_SEP.join(quote(part, safe="") for part in key.split(MEMBER_SEP))
-    return f"{PREFIX}{quote(str(source_id), safe='')}/{encoded}"
+    return f"{quote(str(source_id), safe='')}/{encoded}"
+
+
+def file_uri(source_id: uuid.UUID | str, key: str) -> str:
+    return PREFIX + _encoded(source_id, key)
+
+
+def chunk_id(source_id: uuid.UUID | str, key: str, seq: int) -> str:
+    """The stable id of chunk `seq` of a file (module docstring: why not the row id)."""
+    return f"{_encoded(source_id, key)}/{seq}"
+
+
+def chunk_uri(source_id: uuid.UUID | str, key: str, seq: int) -> str:
+    return CHUNK_PREFIX + chunk_id(source_id, key, seq)
+
+
+def parse_chunk_uri(uri: str) -> tuple[uuid.UUID, str, int]:
+    """(source_id, key, seq) of a kdbl://chunk/ URI; InvalidArgument naming `uri` when malformed."""
+    if not uri.startswith(CHUNK_PREFIX):
+        raise InvalidArgument("uri", f"expected {CHUNK_PREFIX}<source_id>/<key>/<seq>")
+    rest, sep, seq = uri[len(CHUNK_PREFIX):].rpartition("/")
+    if not sep or not seq.isdecimal() or not seq.isascii():
+        raise InvalidArgument("uri", f"expected {CHUNK_PREFIX}<source_id>/<key>/<seq>")
+    source_id, key = parse_file_uri(PREFIX + rest)
+    return source_id, key, int(seq)
 
 
 def parse_file_uri(uri: str) -> tuple[uuid.UUID, str]:

@@ -193,3 +193,18 @@ def snippet(text: str, lexemes: frozenset[str], ts_config: str) -> str:
 
 
 __all__ = ["MARK", "UNMARK", "snippet"]
+
+
+PREVIEW_CHARS = 200
+
+
+def preview(text: str, chars: int = PREVIEW_CHARS) -> str:
+    """The chunk's first ~`chars` characters as plain text (no marks, no escaping: agents read it),
+    whitespace runs folded, cut at the last word boundary with an ellipsis when longer. The snippet
+    shows where the query matched; the preview shows what the chunk is about, for response_mode
+    `preview` (about a fifth of the tokens of the ~1,800-character window)."""
+    flat = " ".join(text.split())
+    if len(flat) <= chars:
+        return flat
+    cut = flat.rfind(" ", chars // 2, chars)
+    return flat[:cut if cut > 0 else chars].rstrip() + "…"

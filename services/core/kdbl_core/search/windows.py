@@ -1,4 +1,6 @@
-"""Turn ranked chunk ids into answerable hits: the chunk plus neighbours, a <mark> snippet, locators."""
+"""Turn ranked chunk ids into answerable hits: the chunk plus neighbours, a <mark> snippet, locators;
+and, for search_content's response modes, each hit's file facts (title, chunk count, type, mtime) and
+the head of its chunk, in one more statement that the default shape never runs."""
 
 from __future__ import annotations
 
@@ -22,6 +24,41 @@ SELECT c.file_id, c.seq, c.text, c.page_no, c.char_start, c.char_end, c.ts_start
        (SELECT array_agg(DISTINCT lexeme) FROM unnest(to_tsvector(CAST(%(cfg)s AS regconfig), %(query)s))) AS lexemes
   FROM h JOIN chunks c ON c.file_id = h.file_id AND c.seq BETWEEN h.seq - 1 AND h.seq + 1
 """
+
+
+# The file facts and chunk head of hits named by (source_id, key, seq), under the caller's RLS.
+_HIT_FACTS = """
+SELECT f.source_id, f.key, h.seq, f.title, f.chunk_count, f.content_type, f.mtime,
+       left(c.text, %(head)s) AS head
+  FROM unnest(CAST(%(sids)s AS uuid[]), CAST(%(keys)s AS text[]), CAST(%(seqs)s AS int[])) AS h(source_id, key, seq)
+  JOIN files f ON f.source_id = h.source_id AND f.key = h.key
+  LEFT JOIN chunks c ON c.file_id = f.id AND c.seq = h.seq
+"""
+HEAD_CHARS = 600  # enough for a ~200-character preview after whitespace folding
+
+
+@dataclass(frozen=True, slots=True)
+class HitFacts:
+    title: str | None
+    total_chunks: int
+    content_type: str | None
+    mtime: str | None  # ISO 8601
+    head: str  # the chunk's first HEAD_CHARS characters
+
+
+async def hit_facts(conn: Connection, hits: list[dict[str, Any]]) -> dict[tuple[str, str, int], HitFacts]:
+    """{(source_id, key, seq): HitFacts} for hits as expand_hits returns them (one round trip)."""
+    if not hits:
+        return {}
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(_HIT_FACTS, {
+            "sids": [h["source_id"] for h in hits], "keys": [h["key"] for h in hits],
+            "seqs": [h["seq"] for h in hits], "head": HEAD_CHARS,
+        })
+        rows = await cur.fetchall()
+    return {(str(r["source_id"]), r["key"], r["seq"]): HitFacts(
+        r["title"], r["chunk_count"] or 0, r["content_type"],
+        r["mtime"].isoformat() if r["mtime"] is not None else None, r["head"] or "") for r in rows}
 
 
 @dataclass(frozen=True, slots=True)
