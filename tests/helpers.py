@@ -116,10 +116,10 @@ def running_fetch(worker_engine, token: str) -> Iterator[str]:
         yield url
 
 
-def make_pdf(pages: list[bytes], *, encrypt: bool = False) -> bytes:
+def make_pdf(pages: list[bytes], *, encrypt: bool = False, info: bytes = b"") -> bytes:
     """A PDF 1.4 file written by hand: one content stream per page, Helvetica text (PDF 32000-1 7.5).
     `encrypt` adds a standard security handler whose /U entry matches no password, so readers ask
-    for one (an RC4 rev-2 dictionary, PDF 32000-1 7.6.3)."""
+    for one (an RC4 rev-2 dictionary, PDF 32000-1 7.6.3). `info`: Info dictionary entries (b"/Author (A)")."""
     objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"",
                b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
     kids = []
@@ -134,6 +134,9 @@ def make_pdf(pages: list[bytes], *, encrypt: bool = False) -> bytes:
     if encrypt:
         objects.append(b"<< /Filter /Standard /V 1 /R 2 /O <%s> /U <%s> /P -4 >>" % (b"ab" * 32, b"cd" * 32))
         trailer_extra = b" /Encrypt %d 0 R /ID [<%s> <%s>]" % (len(objects), b"01" * 16, b"01" * 16)
+    if info:
+        objects.append(b"<< %s >>" % info)
+        trailer_extra += b" /Info %d 0 R" % len(objects)
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for number, body in enumerate(objects, 1):

@@ -51,6 +51,7 @@ from kdbl_worker.connectors import Connector, connector_for
 from kdbl_worker.connectors.fs import FsConnector
 from kdbl_worker.extract import containers, media, ocr
 from kdbl_worker.globs import Selection
+from kdbl_worker.labels import NO_LABELS, Labeler
 from kdbl_worker.queue import Activity, QueueOptions, QueueRunner, make_holder
 from kdbl_worker.sidecars import Sidecars, is_subtitle
 
@@ -160,6 +161,7 @@ class _SourceContext:
     row: SourceRow
     connector: Connector
     max_bytes: int
+    labeler: Labeler  # the source's `labels` / `label_globs` (kdbl_worker.labels)
 
 
 class Indexer:
@@ -402,7 +404,9 @@ class Indexer:
             for item, outcome in gen:
                 while len(inflight) >= 2 * self.writers:
                     collect(block=True)
-                inflight[self._pool().submit(self._finish, item, outcome)] = item
+                ctx = contexts.get(item.source_id)
+                labeler = ctx.labeler if ctx else NO_LABELS
+                inflight[self._pool().submit(self._finish, item, outcome, labeler)] = item
                 finished.add(item.id)
                 collect(block=False)
                 if stop.is_set():
@@ -467,7 +471,8 @@ class Indexer:
                 limit = row.config.get("max_file_bytes")
                 max_bytes = limit if isinstance(limit, int) and limit > 0 else self.settings.max_file_bytes
                 connector = connector_for(row.protocol, row.config)
-                contexts[item.source_id] = _SourceContext(row, connector, max_bytes)
+                contexts[item.source_id] = _SourceContext(row, connector, max_bytes,
+                                                          Labeler.from_config(row.config))
         return contexts[item.source_id]
 
     def _task(self, item: jobs.ItemClaim, contexts: dict,
@@ -518,12 +523,14 @@ class Indexer:
             return None
         return extract.Sidecar(item.sidecar_key, data)
 
-    def _finish(self, item: jobs.ItemClaim, outcome: sandbox.Outcome) -> tuple[int, int] | None:
+    def _finish(self, item: jobs.ItemClaim, outcome: sandbox.Outcome,
+                labeler: Labeler = NO_LABELS) -> tuple[int, int] | None:
         """Write one file and complete its item in one transaction (a writer thread). (chunks, failed) or
-        None when the item was not completed here (lease lost, or released after an error)."""
+        None when the item was not completed here (lease lost, or released after an error). `labeler`:
+        the file's labels from its source's config and its own tags."""
         meta = replace(item.file, content_type=outcome.content_type)
         rows = [Chunk(*c) for c in outcome.chunks]
-        members = member_files(item.file.key, item.file.mtime, outcome.children)
+        members = member_files(item.file.key, item.file.mtime, outcome.children, labeler)
         if self._stop is not None and self._stop.is_set():  # stopped before its turn: hand it back
             with self.pool.connection() as conn:
                 jobs.release_unstarted(conn, [item])
@@ -540,6 +547,7 @@ class Indexer:
                     then=[jobs.complete_item_statement(item.id, item.lease, status=outcome.status,
                                                        chunks=len(rows))],
                     members=members, container=containers.is_container(item.file.key),
+                    authors=outcome.authors, labels=labeler(item.file.key, outcome.tags),
                 )
             except store.FenceLost:
                 log.warning("item lease lost; another worker indexes it",
@@ -598,7 +606,8 @@ class Indexer:
             self._record_failed(item, None, item.reason or "given up")
 
 
-def member_files(parent_key: str, mtime, children: list[sandbox.Child]) -> list[store.MemberFile]:
+def member_files(parent_key: str, mtime, children: list[sandbox.Child],
+                 labeler: Labeler = NO_LABELS) -> list[store.MemberFile]:
     """A container's members (all levels) as child rows: key = parent key + '!/' + member path, the
     member's size, the parent's mtime. A path seen twice in one archive keeps its first entry; a key
     longer than MAX_MEMBER_KEY_BYTES is left out (with what it holds) and logged."""
@@ -617,7 +626,8 @@ def member_files(parent_key: str, mtime, children: list[sandbox.Child]) -> list[
             o = kid.outcome
             out.append(store.MemberFile(
                 FileMeta(key=key, size=kid.size, mtime=mtime, content_type=o.content_type),
-                o.status, o.reason, o.title, [Chunk(*c) for c in o.chunks], o.text_chars))
+                o.status, o.reason, o.title, [Chunk(*c) for c in o.chunks], o.text_chars,
+                authors=o.authors, labels=labeler(key, o.tags)))
             walk(key, o.children)
 
     walk(parent_key, children)

@@ -105,6 +105,8 @@ class Outcome:
     chunks: list[tuple] = field(default_factory=list)
     recycle: bool = False
     children: list[Child] = field(default_factory=list)  # a container's members, each extracted like a file
+    authors: list[str] = field(default_factory=list)  # the document's own properties (Extraction.authors)
+    tags: list[str] = field(default_factory=list)  # its own labels (Markdown front matter `tags`)
 
     @classmethod
     def failed(cls, reason: str, content_type: str | None = None) -> Outcome:
@@ -130,6 +132,12 @@ class _Nesting:
     budget: Any
     depth: int
     deadline: float  # time.monotonic() by which members stop being extracted (CONTAINER_BUDGET_SHARE)
+
+
+def _names(values: list[str]) -> list[str]:
+    """Authors or tags as stored: cleaned, stripped, first occurrence of each, at most 64 of 200 chars."""
+    out = dict.fromkeys(clean(v).strip()[:200] for v in values if isinstance(v, str))
+    return [v for v in out if v][:64]
 
 
 def clean(value: str) -> str:
@@ -168,7 +176,8 @@ def extract_and_chunk(name: str, size: int, stream: BinaryIO, limits: Limits,
     outcome = Outcome(result.status, result.reason, clean(result.title) if result.title else None,
                       result.content_type or content_type, len(full_text),
                       [(c.seq, c.text, c.char_start, c.char_end, c.page_no, c.ts_start_ms, c.ts_end_ms)
-                       for c in chunks])
+                       for c in chunks],
+                      authors=_names(result.authors), tags=_names(result.tags))
     try:
         return _expand(outcome, name, stream, limits, nesting or started,
                        lambda member, size, data, inner, left: extract_and_chunk(

@@ -44,6 +44,8 @@ class MemberFile:
     title: str | None
     chunks: Sequence[Chunk]
     text_chars: int
+    authors: Sequence[str] = ()  # the member's own document properties (migration 0013)
+    labels: Sequence[str] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,16 +98,17 @@ _FILE_UPSERT = """old AS (
      WHERE f.source_id = %(source_id)s AND f.key = %(key)s
 ), f AS (
     INSERT INTO files (tenant_id, source_id, key, size, mtime, etag, content_type, storage_class, owner,
-                       mode, uid, gid, status, status_reason, title, chunk_count, text_chars, index_runs,
+                       mode, uid, gid, status, status_reason, title, authors, labels, chunk_count, text_chars, index_runs,
                        indexed_at, seen_at)
     SELECT %(tenant_id)s, %(source_id)s, %(key)s, %(size)s, %(mtime)s, %(etag)s, %(content_type)s, %(storage_class)s, %(owner)s,
-           %(mode)s, %(uid)s, %(gid)s, %(status)s, %(status_reason)s, %(title)s, %(chunk_count)s, %(text_chars)s, 1, now(), now()
+           %(mode)s, %(uid)s, %(gid)s, %(status)s, %(status_reason)s, %(title)s, %(authors)s, %(labels)s, %(chunk_count)s, %(text_chars)s, 1, now(), now()
       FROM old WHERE old.n = 0
     ON CONFLICT (source_id, key) DO UPDATE SET
         size = EXCLUDED.size, mtime = EXCLUDED.mtime, etag = EXCLUDED.etag,
         content_type = EXCLUDED.content_type, storage_class = EXCLUDED.storage_class,
         owner = EXCLUDED.owner, mode = EXCLUDED.mode, uid = EXCLUDED.uid, gid = EXCLUDED.gid,
         status = EXCLUDED.status, status_reason = EXCLUDED.status_reason, title = EXCLUDED.title,
+        authors = EXCLUDED.authors, labels = EXCLUDED.labels,
         chunk_count = EXCLUDED.chunk_count, text_chars = EXCLUDED.text_chars, parent_id = NULL,
         index_runs = files.index_runs + 1, indexed_at = now(), seen_at = now()
     RETURNING id
@@ -114,10 +117,10 @@ _FILE_UPSERT = """old AS (
 # folder 'x!' holding 'y' beside container 'x' with member 'y'; that file keeps its row).
 _MEMBER_INSERT = """old AS (SELECT 0 AS n), f AS (
     INSERT INTO files (tenant_id, source_id, key, size, mtime, etag, content_type, storage_class, owner,
-                       mode, uid, gid, status, status_reason, title, chunk_count, text_chars, index_runs,
+                       mode, uid, gid, status, status_reason, title, authors, labels, chunk_count, text_chars, index_runs,
                        indexed_at, seen_at, parent_id)
     SELECT %(tenant_id)s, %(source_id)s, %(key)s, %(size)s, %(mtime)s, %(etag)s, %(content_type)s, %(storage_class)s, %(owner)s,
-           %(mode)s, %(uid)s, %(gid)s, %(status)s, %(status_reason)s, %(title)s, %(chunk_count)s, %(text_chars)s, 1, now(), now(),
+           %(mode)s, %(uid)s, %(gid)s, %(status)s, %(status_reason)s, %(title)s, %(authors)s, %(labels)s, %(chunk_count)s, %(text_chars)s, 1, now(), now(),
            p.id
       FROM files p WHERE p.source_id = %(source_id)s AND p.key = %(parent_key)s AND p.parent_id IS NULL
     ON CONFLICT (source_id, key) DO NOTHING
@@ -276,6 +279,8 @@ class FileWriter:
         then: Sequence[Statement] = (),
         members: Sequence[MemberFile] = (),
         container: bool = False,
+        authors: Sequence[str] = (),
+        labels: Sequence[str] = (),
     ) -> None:
         """`write_file` in its own transaction, sent with its COMMIT in one round trip (see `run`).
 
@@ -290,9 +295,12 @@ class FileWriter:
 
         `members` (a container's, `container=True`): its old members go and these come in, in the same
         transaction (one statement each); an ordinary file sends nothing more.
+
+        `authors` (the document's own properties) and `labels` (its source's config and its own tags) are
+        stored as given, replacing the old ones (migration 0013).
         """
         params = _file_params(tenant_id, source_id, meta, status, status_reason, title, chunks, text_chars,
-                              ts_config)
+                              ts_config, authors, labels)
         setup = (_FILE_TX, {"tenant": str(tenant_id), "sync": "on" if durable else "off"})
         kin = _member_statements(tenant_id, source_id, meta.key, members, ts_config)
         container = container or bool(members)
@@ -313,13 +321,14 @@ class FileWriter:
 
 def _file_params(tenant_id: uuid.UUID, source_id: uuid.UUID, meta: FileMeta, status: str,
                  status_reason: str | None, title: str | None, chunks: Sequence[Chunk], text_chars: int,
-                 ts_config: str) -> dict:
+                 ts_config: str, authors: Sequence[str] = (), labels: Sequence[str] = ()) -> dict:
     return {
         "tenant_id": tenant_id, "source_id": source_id, "key": meta.key, "size": meta.size,
         "mtime": meta.mtime, "etag": meta.etag, "content_type": meta.content_type,
         "storage_class": meta.storage_class, "owner": meta.owner, "mode": meta.mode, "uid": meta.uid,
         "gid": meta.gid, "status": status, "status_reason": status_reason, "title": title,
-        "chunk_count": len(chunks), "text_chars": text_chars, "cfg": ts_config,
+        "authors": list(authors), "labels": list(labels), "chunk_count": len(chunks), "text_chars": text_chars,
+        "cfg": ts_config,
         "seqs": [c.seq for c in chunks], "bodies": [c.text for c in chunks],
         "pages": [c.page_no for c in chunks], "starts": [c.char_start for c in chunks],
         "ends": [c.char_end for c in chunks], "ts_starts": [c.ts_start_ms for c in chunks],
@@ -332,7 +341,7 @@ def _member_statements(tenant_id: uuid.UUID, source_id: uuid.UUID, parent_key: s
     out = []
     for m in members:
         params = _file_params(tenant_id, source_id, m.meta, m.status, m.status_reason, m.title, m.chunks,
-                              m.text_chars, ts_config)
+                              m.text_chars, ts_config, m.authors, m.labels)
         params["parent_key"] = parent_key
         out.append((_WRITE_MEMBER, params))
     return out
@@ -367,6 +376,8 @@ def write_file(
     replace: bool = True,
     members: Sequence[MemberFile] = (),
     container: bool = False,
+    authors: Sequence[str] = (),
+    labels: Sequence[str] = (),
 ) -> int:
     """Replace one file's metadata, chunks and keyword index (and, for a container, its members). Returns
     the file id.
@@ -375,7 +386,7 @@ def write_file(
     statement. A wrong hint costs one more statement, never correctness.
     """
     params = _file_params(tenant_id, source_id, meta, status, status_reason, title, chunks, text_chars,
-                          ts_config)
+                          ts_config, authors, labels)
     if replace:
         conn.execute(_DROP_BY_KEY, params)
     if replace and (container or members):

@@ -14,6 +14,9 @@ Stored fields (unchanged, so existing rows and Source resources keep working):
                   verify_tls    default true; ca_file: a CA bundle (s3, webdav, http)
                   include / exclude  glob lists (kdbl_worker.globs; empty = everything / nothing)
                   ocr           default true; false leaves images and scanned pages unread
+                  labels        a list of labels every file of the source gets (search filter `labels`)
+                  label_globs   {"glob": ["label", ...]}: more labels for the keys a glob matches (the
+                                include/exclude glob rules); a file's labels are the union, deduplicated
                   max_file_bytes  per-source cap (default KDBL_MAX_FILE_BYTES)
                   honor_file_permissions, credentials_secret, k8s   the operator's bookkeeping
   fs      root (an absolute folder inside the worker; no credentials)
@@ -84,6 +87,8 @@ class SourceConfig:
     ocr: bool = True
     max_file_bytes: int | None = None
     honor_file_permissions: bool = False
+    labels: tuple[str, ...] = ()
+    label_globs: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (glob, its labels), in the config's order
 
     @property
     def verify(self) -> bool | str:
@@ -190,6 +195,27 @@ def _globs(config: Mapping[str, Any], name: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+MAX_LABEL_CHARS = 200
+
+
+def label_list(value: Any, name: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if (not isinstance(value, list)
+            or not all(isinstance(v, str) and v.strip() and len(v) <= MAX_LABEL_CHARS for v in value)):
+        raise InvalidArgument(name, f"must be a list of non-empty labels of at most {MAX_LABEL_CHARS} characters")
+    return tuple(dict.fromkeys(v.strip() for v in value))
+
+
+def label_globs(config: Mapping[str, Any]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    value = config.get("label_globs")
+    if value is None:
+        return ()
+    if not isinstance(value, dict) or not all(isinstance(g, str) and g for g in value):
+        raise InvalidArgument("label_globs", 'must be an object {"glob": ["label", ...]}')
+    return tuple((glob, label_list(labels, "label_globs")) for glob, labels in value.items())
+
+
 def _credentials(protocol: str, ref: Any) -> tuple[dict | None, bool]:
     """(reference, anonymous). Only the shape is checked here: names and files are read by the worker
     (kdbl_worker.connectors.read_credentials), and an error never echoes a value."""
@@ -233,6 +259,7 @@ def _common(protocol: str, config: Mapping[str, Any]) -> dict[str, Any]:
         "include": _globs(config, "include"), "exclude": _globs(config, "exclude"),
         "ocr": _bool(config, "ocr", True), "max_file_bytes": max_bytes,
         "honor_file_permissions": _bool(config, "honor_file_permissions", False),
+        "labels": label_list(config.get("labels"), "labels"), "label_globs": label_globs(config),
     }
     if protocol == "s3":
         common["anonymous"] = anonymous

@@ -31,6 +31,8 @@ class Extraction:
     reason: str | None = None
     content_type: str | None = None
     title: str | None = None
+    authors: list[str] = field(default_factory=list)  # document properties: who wrote it (files.authors)
+    tags: list[str] = field(default_factory=list)  # the file's own labels (Markdown front matter `tags`)
 
     @classmethod
     def failed(cls, reason: str, content_type: str | None = None) -> "Extraction":

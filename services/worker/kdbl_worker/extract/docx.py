@@ -13,6 +13,7 @@ import docx
 from docx.opc.exceptions import PackageNotFoundError
 from docx.oxml import parse_xml
 
+from kdbl_worker.extract import authors
 from kdbl_worker.extract.archive import LegacyBinary, PackageError, check_zip, guarded_ooxml, read_member
 from kdbl_worker.extract.base import Block, Extraction, Source
 
@@ -127,4 +128,4 @@ def extract_docx(source: Source) -> Extraction:
     blocks = []
     _walk(document.element.body, blocks)
     title = (document.core_properties.title or "").strip() or None
-    return Extraction(blocks=blocks, title=title)
+    return Extraction(blocks=blocks, title=title, authors=authors.names(document.core_properties.author))

@@ -17,7 +17,9 @@ import io
 from email import policy
 from email.message import EmailMessage
 from email.parser import BytesParser
+from email.utils import getaddresses
 
+from kdbl_worker.extract import authors
 from kdbl_worker.extract.base import Block, Extraction, Source
 from kdbl_worker.extract.encoding import SNIFF_BYTES, Decoded, decode
 from kdbl_worker.extract.html import extract_html
@@ -103,6 +105,15 @@ def attachment_lines(message: EmailMessage) -> list[str]:
     return lines
 
 
+def _senders(message: EmailMessage) -> list[str]:
+    """The From header's display names and addresses, each its own entry (a filter matches either)."""
+    try:
+        pairs = getaddresses([str(v) for v in message.get_all("From", [])])
+    except (ValueError, TypeError, IndexError):  # a malformed header names nobody
+        return []
+    return authors.names(*(part for pair in pairs for part in pair))
+
+
 def extract_eml(source: Source) -> Extraction:
     data, file_note = message_bytes(source.stream.read())
     message = BytesParser(policy=policy.default).parsebytes(data)
@@ -124,4 +135,5 @@ def extract_eml(source: Source) -> Extraction:
         status="partial" if lossy or body_lost else "ok",
         reason="; ".join(r for r in reasons if r) or None,
         title=_header(message, "Subject") or None,
+        authors=_senders(message),
     )

@@ -14,6 +14,7 @@ from urllib.parse import unquote
 import defusedxml
 import defusedxml.ElementTree as safe_et
 
+from kdbl_worker.extract import authors
 from kdbl_worker.extract.archive import ENCRYPTED, PackageError, check_zip, read_member
 from kdbl_worker.extract.base import Block, Extraction, Source
 from kdbl_worker.extract.html import extract_html
@@ -38,8 +39,8 @@ def _encrypted_names(package) -> set[str]:
     return {unquote(ref.get("URI", "")) for ref in root.iter(f"{_ENC}CipherReference")}
 
 
-def _spine(package) -> tuple[list[str], str | None]:
-    """Zip paths of the spine's XHTML documents in reading order, and the book title."""
+def _spine(package) -> tuple[list[str], str | None, list[str]]:
+    """Zip paths of the spine's XHTML documents in reading order, the book title and its dc:creators."""
     container = _xml(package, "META-INF/container.xml")
     rootfile = container.find(f".//{_CONTAINER}rootfile")
     if rootfile is None or not rootfile.get("full-path"):
@@ -61,13 +62,13 @@ def _spine(package) -> tuple[list[str], str | None]:
             paths.append(path)
     title_element = opf.find(f".//{_DC}title")
     title = " ".join((title_element.text or "").split()) if title_element is not None else ""
-    return paths, title or None
+    return paths, title or None, authors.names(*(c.text for c in opf.iter(f"{_DC}creator")))
 
 
 def extract_epub(source: Source) -> Extraction:
     try:
         with check_zip(source.stream) as package:
-            paths, title = _spine(package)
+            paths, title, by = _spine(package)
             if set(paths) & _encrypted_names(package):
                 return Extraction.failed(ENCRYPTED)
             blocks: list[Block] = []
@@ -88,5 +89,5 @@ def extract_epub(source: Source) -> Extraction:
         return Extraction.failed(f"invalid EPUB metadata: {type(exc).__name__}: {exc}")
     if missing:
         reason = f"{len(missing)} of {len(paths)} spine documents missing (first: {missing[0]})"
-        return Extraction(blocks=blocks, status="partial", reason=reason, title=title)
-    return Extraction(blocks=blocks, title=title)
+        return Extraction(blocks=blocks, status="partial", reason=reason, title=title, authors=by)
+    return Extraction(blocks=blocks, title=title, authors=by)

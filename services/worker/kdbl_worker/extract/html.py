@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
+from kdbl_worker.extract import authors
 from kdbl_worker.extract.base import Block, Extraction, Source
 from kdbl_worker.extract.encoding import decode
 
@@ -28,6 +29,7 @@ class _Collector(HTMLParser):
         self.stack: list[str] = []
         self.title: list[str] = []
         self.in_title = False
+        self.authors: list[str] = []  # <meta name="author" content="...">
         # Two streams: everything, and only what sits inside <main>/<article>.
         self.all_blocks: list[str] = [""]
         self.main_blocks: list[str] = [""]
@@ -41,6 +43,8 @@ class _Collector(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "title":
             self.in_title = True
+        if tag == "meta" and any(k == "name" and (v or "").strip().lower() == "author" for k, v in attrs):
+            self.authors.extend(v for k, v in attrs if k == "content" and v)
         if tag in _VOID:
             if tag in _BLOCK:
                 self._break()
@@ -106,4 +110,4 @@ def extract_html(source: Source) -> Extraction:
     blocks = main if main else _clean(parser.all_blocks)
     title = " ".join("".join(parser.title).split()) or None
     return Extraction(blocks=blocks, status="partial" if decoded.lossy else "ok", reason=decoded.note,
-                      title=title)
+                      title=title, authors=authors.names(*parser.authors))

@@ -19,7 +19,7 @@ import time
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
-from kdbl_worker.extract import ocr
+from kdbl_worker.extract import authors, ocr
 from kdbl_worker.extract.archive import ENCRYPTED
 from kdbl_worker.extract.base import Block, Extraction, Source
 
@@ -72,12 +72,13 @@ def _ocr_page(doc: pdfium.PdfDocument, index: int, engine: ocr.Engine) -> str:
         page.close()
 
 
-def _title(doc: pdfium.PdfDocument) -> str | None:
+def _properties(doc: pdfium.PdfDocument) -> tuple[str | None, list[str]]:
+    """The Info dictionary's /Title and /Author (XMP dc:creator is not read: pdfium has no XMP API)."""
     try:
-        title = doc.get_metadata_dict().get("Title", "")
+        info = doc.get_metadata_dict()
     except pdfium.PdfiumError:
-        return None
-    return " ".join(title.split()) or None
+        return None, []
+    return " ".join(info.get("Title", "").split()) or None, authors.names(info.get("Author"))
 
 
 def extract_pdf(source: Source, *, max_pages: int = MAX_PAGES) -> Extraction:
@@ -89,7 +90,7 @@ def extract_pdf(source: Source, *, max_pages: int = MAX_PAGES) -> Extraction:
         return Extraction.failed(f"unreadable PDF: {exc}")
     try:
         page_count = len(doc)
-        title = _title(doc)
+        title, by = _properties(doc)
         blocks: list[Block] = []
         failed: list[int] = []
         scanned: list[int] = []  # pages with an image and no text that were not OCRed
@@ -151,7 +152,7 @@ def extract_pdf(source: Source, *, max_pages: int = MAX_PAGES) -> Extraction:
         reason = f"{NO_TEXT}; {unread}" if scanned and unread else NO_TEXT
         if read and not scanned:
             reason = f"{NO_TEXT}; OCR found no text on {len(read)} pages"
-        return Extraction(status="skipped", reason=reason, title=title)
+        return Extraction(status="skipped", reason=reason, title=title, authors=by)
     if scanned:
         problems.append(
             f"{len(scanned)} of {page_count} pages have no text layer (scanned?), first: page {scanned[0]}"
@@ -162,4 +163,5 @@ def extract_pdf(source: Source, *, max_pages: int = MAX_PAGES) -> Extraction:
         status="partial" if problems else "ok",
         reason="; ".join(problems) or None,
         title=title,
+        authors=by,
     )

@@ -11,6 +11,7 @@ import pptx
 from pptx.exc import PackageNotFoundError
 from pptx.shapes.group import GroupShape
 
+from kdbl_worker.extract import authors
 from kdbl_worker.extract.archive import LegacyBinary, PackageError, guarded_ooxml
 from kdbl_worker.extract.base import Block, Extraction, Source
 
@@ -109,4 +110,5 @@ def extract_pptx(source: Source) -> Extraction:
         status="partial" if problems else "ok",
         reason="; ".join(problems[:5]) or None,
         title=_title(presentation),
+        authors=authors.names(presentation.core_properties.author),
     )

@@ -16,6 +16,7 @@ import zipfile
 import openpyxl
 from openpyxl.utils.exceptions import InvalidFileException
 
+from kdbl_worker.extract import authors
 from kdbl_worker.extract.archive import LegacyBinary, PackageError, guarded_ooxml
 from kdbl_worker.extract.base import Block, Extraction, Source
 
@@ -101,9 +102,10 @@ def extract_xlsx(source: Source, *, max_cells: int = MAX_CELLS) -> Extraction:
                     capped_at = name
                     break
             title = (workbook.properties.title or "").strip() or None
+            by = authors.names(workbook.properties.creator)
         finally:
             workbook.close()
     if capped_at is not None:
         reason = f"cell cap reached ({max_cells} cells) in sheet {capped_at!r}; later rows and sheets skipped"
-        return Extraction(blocks=blocks, status="partial", reason=reason, title=title)
-    return Extraction(blocks=blocks, title=title)
+        return Extraction(blocks=blocks, status="partial", reason=reason, title=title, authors=by)
+    return Extraction(blocks=blocks, title=title, authors=by)

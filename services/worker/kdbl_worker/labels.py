@@ -1,0 +1,48 @@
+"""A file's labels: what its source's config gives it (`labels` for every file, `label_globs` for the
+keys a glob matches, the include/exclude glob rules of kdbl_worker.globs) and its own tags (Markdown
+front matter `tags`, S3 object tags are not read: see docs/architecture.md). Stored in files.labels,
+searched by the `labels` filter (any-of, exact match).
+
+The union keeps the first occurrence of each label: the source's list, then the globs in config order,
+then the file's own tags. At most MAX_LABELS per file (a front matter with thousands of tags must not
+bloat the row; 64 is far above any real tagging scheme we saw).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kdbl_core.errors import InvalidArgument
+from kdbl_core.sources import config as source_config
+from kdbl_worker.globs import Selection
+
+MAX_LABELS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Labeler:
+    common: tuple[str, ...] = ()
+    globs: tuple[tuple[Selection, tuple[str, ...]], ...] = ()
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Labeler:
+        """From a stored source config; InvalidArgument names `labels` / `label_globs` when malformed."""
+        parsed = source_config.label_list(config.get("labels"), "labels")
+        pairs = source_config.label_globs(config)
+        try:
+            return cls(parsed, tuple((Selection.of([glob]), labels) for glob, labels in pairs))
+        except InvalidArgument as exc:
+            raise InvalidArgument("label_globs", str(exc).split(": ", 1)[-1]) from None
+
+    def __call__(self, key: str, own: Iterable[str] = ()) -> list[str]:
+        out = list(self.common)
+        for selects, labels in self.globs:
+            if selects(key):
+                out.extend(labels)
+        out.extend(own)
+        return list(dict.fromkeys(label for label in out if label))[:MAX_LABELS]
+
+
+NO_LABELS = Labeler()
