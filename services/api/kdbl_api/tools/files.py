@@ -88,5 +88,5 @@ async def get_file_metadata(ctx: ToolContext, args: FileRefArgs) -> tuple[dict[s
         content_type=row["content_type"], mode=None if row["mode"] is None else f"{row['mode']:04o}",
         uid=row["uid"], gid=row["gid"], title=row["title"], status=row["status"],
         status_reason=row["status_reason"], total_chunks=row["chunk_count"], indexed_at=row["indexed_at"],
-        url=ctx.download_url(str(args.source_id), args.key),
+        url=ctx.download_url(str(args.source_id), args.key), authors=row["authors"], labels=row["labels"],
     ).model_dump(mode="json"), _read(args, 1)

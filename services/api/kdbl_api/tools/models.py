@@ -67,6 +67,15 @@ class SearchContentArgs(_Args):
     path: Text | None = Field(default=None, max_length=4096, description="Only keys starting with this prefix.")
     content_type: Text | None = Field(
         default=None, max_length=255, description="MIME type, or a family such as 'text/*' or 'application'.")
+    source_ids: list[UUID] | None = Field(
+        default=None, min_length=1, max_length=100, description="Restrict to any of these sources.")
+    content_types: list[Annotated[Text, Field(min_length=1, max_length=255)]] | None = Field(
+        default=None, min_length=1, max_length=32, description="Any of these MIME types or families.")
+    authors: list[Annotated[Text, Field(min_length=1, max_length=200)]] | None = Field(
+        default=None, min_length=1, max_length=32, description="Files by any of these authors (a whole name or "
+        "e-mail address, case-insensitive).")
+    labels: list[Annotated[Text, Field(min_length=1, max_length=200)]] | None = Field(
+        default=None, min_length=1, max_length=32, description="Files carrying any of these labels (exact).")
     modified_after: IsoDateTime | None = Field(
         default=None, description="ISO 8601; files modified at/after (no zone: UTC).")
     modified_before: IsoDateTime | None = Field(
@@ -239,6 +248,10 @@ class FileMetadataResult(BaseModel):
     total_chunks: int
     indexed_at: datetime | None
     url: str | None
+    authors: list[str] = Field(description="Who wrote it, from the document's own properties (PDF Author, "
+                               "Office/EPUB creator, e-mail From name and address, HTML meta author).")
+    labels: list[str] = Field(description="Its source's labels (config labels, label_globs) and its own tags "
+                              "(Markdown front matter).")
 
 
 class EmbeddingProgress(BaseModel):

@@ -37,7 +37,9 @@ async def search_content(ctx: ToolContext, args: SearchContentArgs) -> tuple[dic
         query=args.query, mode=args.mode, limit=args.limit,
         explain=args.explain or (chosen is not None and "scores" in chosen),
         filters=Filters(source_id=args.source_id, path=args.path, content_type=args.content_type,
-                        modified_after=args.modified_after, modified_before=args.modified_before))
+                        modified_after=args.modified_after, modified_before=args.modified_before,
+                        source_ids=tuple(args.source_ids or ()), content_types=tuple(args.content_types or ()),
+                        authors=tuple(args.authors or ()), labels=tuple(args.labels or ())))
     result = await pipeline.search(ctx.conn, request, settings=ctx.settings, embedder=ctx.services.embedder,
                                    allowed_modes=ctx.policy.modes)
     hits = result.hits

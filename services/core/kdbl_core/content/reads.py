@@ -10,7 +10,7 @@ from kdbl_core.db.async_pool import AsyncPool, Connection
 
 _FILE = """
 SELECT f.id, f.source_id, f.key, f.size, f.mtime, f.etag, f.content_type, f.storage_class, f.owner,
-       f.mode, f.uid, f.gid, f.status, f.status_reason, f.title, f.chunk_count, f.indexed_at
+       f.mode, f.uid, f.gid, f.status, f.status_reason, f.title, f.chunk_count, f.indexed_at, f.authors, f.labels
   FROM files f
  WHERE f.tenant_id = kdbl_tenant() AND f.source_id = %(source_id)s AND f.key = %(key)s
 """

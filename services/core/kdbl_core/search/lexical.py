@@ -27,16 +27,27 @@ B = 0.75
 
 @dataclass(frozen=True, slots=True)
 class Filters:
+    """What a search is restricted to; every filter given narrows (AND). The list filters match any of
+    their values: `source_ids` (with `source_id`, both hold), `content_types` (each a MIME type or a family
+    like `content_type`), `authors` (a stored author equal to one, ignoring case: lower() on both sides,
+    whole names, no substring) and `labels` (exact, case-sensitive: `files.labels && values`, served by
+    the GIN index of migration 0013). All apply inside each arm, before its top-N."""
+
     source_id: uuid.UUID | None = None
     path: str | None = None  # key prefix
     content_type: str | None = None
     modified_after: datetime | None = None
     modified_before: datetime | None = None
+    source_ids: tuple[uuid.UUID, ...] = ()
+    content_types: tuple[str, ...] = ()
+    authors: tuple[str, ...] = ()
+    labels: tuple[str, ...] = ()
 
     @property
     def touches_files(self) -> bool:
         return any(v is not None for v in (self.path, self.content_type, self.modified_after,
-                                           self.modified_before))
+                                           self.modified_before)) or bool(self.content_types or self.authors
+                                                                          or self.labels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,18 +66,31 @@ def _like_prefix(prefix: str) -> str:
     return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
+def _content_type_sql(content_type: str, params: dict, name: str) -> str:
+    """A MIME type (exact) or a family ('text/*' or 'text'): a prefix match."""
+    if content_type.endswith("/*") or "/" not in content_type:
+        params[f"{name}_prefix"] = _like_prefix(content_type.removesuffix("*").rstrip("/") + "/")
+        return f"f.content_type LIKE %({name}_prefix)s"
+    params[name] = content_type
+    return f"f.content_type = %({name})s"
+
+
 def file_filter_sql(filters: Filters, params: dict) -> str:
     clauses = []
     if filters.path is not None:
         clauses.append("f.key LIKE %(path_prefix)s")
         params["path_prefix"] = _like_prefix(filters.path.lstrip("/"))
     if filters.content_type is not None:
-        if filters.content_type.endswith("/*") or "/" not in filters.content_type:
-            clauses.append("f.content_type LIKE %(ctype_prefix)s")
-            params["ctype_prefix"] = _like_prefix(filters.content_type.removesuffix("*").rstrip("/") + "/")
-        else:
-            clauses.append("f.content_type = %(ctype)s")
-            params["ctype"] = filters.content_type
+        clauses.append(_content_type_sql(filters.content_type, params, "ctype"))
+    if filters.content_types:
+        clauses.append("(" + " OR ".join(_content_type_sql(ct, params, f"ctype{i}")
+                                         for i, ct in enumerate(filters.content_types)) + ")")
+    if filters.authors:
+        clauses.append("EXISTS (SELECT 1 FROM unnest(f.authors) AS a(name) WHERE lower(a.name) = ANY (%(authors)s))")
+        params["authors"] = [a.lower() for a in filters.authors]
+    if filters.labels:
+        clauses.append("f.labels && CAST(%(labels)s AS text[])")
+        params["labels"] = list(filters.labels)
     if filters.modified_after is not None:
         clauses.append("f.mtime >= %(mod_after)s")
         params["mod_after"] = filters.modified_after
@@ -82,6 +106,9 @@ def filters_sql(filters: Filters, params: dict, alias: str) -> str:
     if filters.source_id is not None:
         extra += f" AND {alias}.source_id = %(source_id)s"
         params["source_id"] = filters.source_id
+    if filters.source_ids:
+        extra += f" AND {alias}.source_id = ANY (CAST(%(source_ids)s AS uuid[]))"
+        params["source_ids"] = list(filters.source_ids)
     if filters.touches_files:
         extra += (f" AND {alias}.file_id IN (SELECT f.id FROM files f WHERE f.tenant_id = kdbl_tenant() AND "
                   f"{file_filter_sql(filters, params)})")

@@ -40,6 +40,8 @@ _PREFLIGHT = """
 SELECT (SELECT t.hybrid_enabled FROM tenants t WHERE t.id = kdbl_tenant()) AS tenant_on,
        (SELECT s.hybrid_enabled FROM sources s
          WHERE s.tenant_id = kdbl_tenant() AND s.id = CAST(%(sid)s AS uuid)) AS source_on,
+       (SELECT CASE WHEN count(*) = cardinality(CAST(%(sids)s AS uuid[])) THEN coalesce(bool_or(s.hybrid_enabled), false) END
+          FROM sources s WHERE s.tenant_id = kdbl_tenant() AND s.id = ANY (CAST(%(sids)s AS uuid[]))) AS sources_on,
        ARRAY(SELECT DISTINCT lexeme FROM unnest(to_tsvector(CAST(%(cfg)s AS regconfig), CAST(%(query)s AS text))))
            AS terms,
        CASE WHEN %(tune)s THEN set_config('hnsw.ef_search', %(ef)s, true) END AS ef_search,
@@ -85,17 +87,19 @@ class _Preflight:
     tenant_on: bool | None
     source_on: bool | None
     terms: list[str]
+    sources_on: bool | None = None  # source_ids: NULL when one is not visible, else whether any has hybrid on
 
 
 async def _preflight(conn: Connection, request: SearchRequest, settings: Settings, *,
                      vectors: bool) -> _Preflight | None:
     """The preflight row, or None when the request needs none (lexical without a source filter)."""
     sid = request.filters.source_id
-    if not vectors and sid is None:
+    sids = list(dict.fromkeys(request.filters.source_ids))
+    if not vectors and sid is None and not sids:
         return None
     depth = max(request.limit, settings.hybrid_depth)
     cur = await conn.execute(_PREFLIGHT, {
-        "sid": str(sid) if sid else None, "cfg": settings.text_search_config,
+        "sid": str(sid) if sid else None, "sids": [str(s) for s in sids], "cfg": settings.text_search_config,
         "query": request.query if vectors and request.mode == "hybrid" else None,
         "tune": vectors, "ef": str(min(1000, max(64, 2 * depth))),
     })
@@ -103,7 +107,9 @@ async def _preflight(conn: Connection, request: SearchRequest, settings: Setting
     assert row is not None  # one row, always
     if sid is not None and row.source_on is None:
         raise InvalidArgument("source_id", f"unknown source {sid} (or not visible to you)")
-    return _Preflight(row.tenant_on, row.source_on, list(row.terms or ()))
+    if sids and row.sources_on is None:  # one message whether a source is missing or hidden: no oracle
+        raise InvalidArgument("source_ids", "an unknown source (or one not visible to you)")
+    return _Preflight(row.tenant_on, row.source_on, list(row.terms or ()), row.sources_on)
 
 
 def _choose_mode(request: SearchRequest, allowed_modes: tuple[str, ...] | frozenset[str],
@@ -120,6 +126,8 @@ def _choose_mode(request: SearchRequest, allowed_modes: tuple[str, ...] | frozen
         return "lexical", "hybrid is disabled for this tenant"
     if request.filters.source_id is not None and pre.source_on is False:
         return "lexical", "hybrid is disabled for this source"
+    if request.filters.source_ids and pre.sources_on is False:
+        return "lexical", "hybrid is disabled for these sources"
     return request.mode, None
 
 
