@@ -11,7 +11,9 @@ A handler (tool, resource, download) returns `AuditFacts` next to its result; a 
 and the facts. Handlers used to fill a shared context that three places copied into the row with
 their own rules (the MCP server, downloads, the front door's refusals). The row is the last
 statement of the call's own transaction, sent with its COMMIT in one round trip (`write`), or of a
-transaction of its own for a call that failed or was refused (`write_alone`).
+transaction of its own for a call that failed or was refused (`write_alone`). `request_id` is the
+call's id (kdbl_api.request_meta: the one in the X-Request-Id header, the log line and the result's
+meta); NULL for a download, which the front door does not see.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 
 from starlette.requests import HTTPConnection
 
+from kdbl_api import request_meta
 from kdbl_core.access.principal import Principal, rls_transaction
 from kdbl_core.db.async_pool import AsyncPool, Connection
 
@@ -60,12 +63,14 @@ def audit_row(principal: Principal, request: HTTPConnection | None, tool: str, a
               facts: AuditFacts, started: float) -> dict[str, Any]:
     """The row's columns (record_and_commit bounds and stores them)."""
     client = request.client if request is not None else None
+    meta = request_meta.of_scope(request.scope) if request is not None else None
     return {
         "tenant_id": principal.tenant_id, "principal": principal.subject, "token_id": principal.token_id,
         "tool": tool, "arguments": arguments if isinstance(arguments, dict) else {},
         "source_ids": facts.source_ids, "keys": facts.keys, "row_count": facts.row_count,
         "status": facts.status, "error": facts.error, "client_ip": client.host if client else None,
         "duration_ms": (time.perf_counter() - started) * 1000,
+        "request_id": meta.request_id if meta is not None else None,
     }
 
 
@@ -93,9 +98,9 @@ STATUSES = ("ok", "error", "denied", "rate_limited", "unauthenticated")
 
 _INSERT = """
 INSERT INTO audit (tenant_id, principal, token_id, tool, arguments, source_ids, keys, row_count, status,
-                   error, client_ip, duration_ms)
+                   error, client_ip, duration_ms, request_id)
 VALUES (%(tenant_id)s, %(principal)s, %(token_id)s, %(tool)s, CAST(%(arguments)s AS jsonb), CAST(%(source_ids)s AS uuid[]),
-        %(keys)s, %(row_count)s, %(status)s, %(error)s, %(client_ip)s, %(duration_ms)s)
+        %(keys)s, %(row_count)s, %(status)s, %(error)s, %(client_ip)s, %(duration_ms)s, %(request_id)s)
 """
 
 
@@ -114,6 +119,7 @@ async def record_and_commit(
     error: str | None,
     client_ip: str | None,
     duration_ms: float,
+    request_id: str | None = None,
 ) -> None:
     """Insert the row and COMMIT the transaction in one round trip (psycopg pipeline: INSERT, COMMIT,
     one Sync). The row is the last statement of every unit of work it audits, so a call's transaction
@@ -125,7 +131,7 @@ async def record_and_commit(
         "arguments": arguments_json(arguments), "source_ids": sorted(set(source_ids)),
         "keys": list(dict.fromkeys(keys))[:1000], "row_count": row_count, "status": status,
         "error": (error or None) and storable(error[:2000]), "client_ip": client_ip,
-        "duration_ms": duration_ms,
+        "duration_ms": duration_ms, "request_id": request_id,
     }
     # COMMIT as a statement of the pipeline, not conn.commit(): that syncs (waits) on its own, and the
     # pipeline's exit then sends a second, empty Sync, so it would still be two round trips. psycopg

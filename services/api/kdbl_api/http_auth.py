@@ -10,6 +10,10 @@ resources/* (get_file_text by another name) get 403 unless get_file_text is allo
 that do work take from the shared rate-limit buckets (kdbl_api.ratelimit) and carry RateLimit-*
 headers. Every refusal here writes an audit row (kdbl_api.audit). Each refusal is a
 kdbl_core.errors class rendered by `jsonrpc_response_of` (its JSON-RPC code and HTTP status).
+
+First of all the door opens the call's `kdbl_api.request_meta.CallMeta`: its request id (the client's
+sane `X-Request-Id` or a new one) is on every response from here, refusals included, and in the
+audit row and log line of every refusal; its `auth` time is this door's work before the SDK.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kdbl_api import audit, bearer, jsonrpc_envelope, scope_check
+from kdbl_api import audit, bearer, jsonrpc_envelope, request_meta, scope_check
 from kdbl_api.audit import AuditFacts
 from kdbl_api.bearer import SdkTokenVerifier
 from kdbl_api.observability import Observability
@@ -82,6 +86,9 @@ class McpFrontDoor:
                        status: str, reason: str, started: float) -> None:
         _, tool, arguments = calls[0] if calls else ("", "mcp", {})
         facts = AuditFacts.refused(status, reason)
+        meta = request_meta.of_scope(request.scope)
+        log.info("mcp request refused", extra={"request_id": meta.request_id if meta else None, "tool": tool,
+                                               "status": status})
         await audit.write_alone(self.pool, principal,
                                       audit.audit_row(principal, request, tool, arguments, facts, started))
 
@@ -99,6 +106,8 @@ class McpFrontDoor:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
+        meta = scope[request_meta.SCOPE_KEY] = request_meta.CallMeta.begin(request.headers.get("x-request-id"))
+        send = _with_headers(send, {request_meta.HEADER: meta.request_id})
         if not self.settings.mcp_enabled:
             await http_response_of(NotFound("MCP is disabled on this server (KDBL_MCP_ENABLED=false)")
                                    ).response()(scope, receive, send)
@@ -193,6 +202,7 @@ class McpFrontDoor:
 
         bearer.authenticated(scope, access)
         scope[POLICY_KEY] = policy
+        meta.add("auth", meta.started)
         await self.sdk_app(scope, _replay(body), _with_headers(send, decision.headers() if decision else None))
 
     async def _read_body(self, request: Request) -> bytes | None:

@@ -6,6 +6,10 @@ own transaction, an unexpected failure too), and is counted in the metrics. The 
 in the request scope by the front door) limits the tools listed and callable: a tool outside its
 allowlist is refused exactly as an unknown tool. Scopes are checked once, by the front door
 (kdbl_api.scope_check), before the SDK parses the request.
+
+Every tool result carries `meta` (kdbl_api.request_meta): the call's request id, its time by part and
+whether a cache answered; the same id is in the call's audit row and its one JSON log line ("mcp call":
+request_id, tool, status, took_ms).
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from kdbl_api import audit, bearer
+from kdbl_api import audit, bearer, request_meta
 from kdbl_api.audit import AuditFacts
 from kdbl_api.observability import Observability
+from kdbl_api.request_meta import CallMeta
 from kdbl_api.tools import files
 from kdbl_api.tools.context import Services, ToolContext
 from kdbl_api.tools.models import FileRefArgs
@@ -75,6 +80,17 @@ def _policy(ctx: ServerRequestContext[Any]) -> TenantPolicy:
     return found if found is not None else TenantPolicy()
 
 
+def _meta(ctx: ServerRequestContext[Any]) -> CallMeta:
+    """The call's CallMeta, opened by the front door (one of its own when the door did not run)."""
+    request = ctx.request
+    if request is None:
+        return CallMeta.begin()
+    found = request_meta.of_scope(request.scope)
+    if found is None:
+        found = request.scope[request_meta.SCOPE_KEY] = CallMeta.begin()
+    return found
+
+
 def _status(exc: KdblError | MCPError) -> str:
     if isinstance(exc, Forbidden) or (isinstance(exc, MCPError) and exc.error.code == FORBIDDEN):
         return "denied"
@@ -111,11 +127,16 @@ def build_server(pool: AsyncPool, state: AppState) -> Server[Any]:
         principal = _principal(ctx)
         assert state.services is not None, "app lifespan did not run"
         started = time.perf_counter()
+        meta = _meta(ctx)
         ok, mode = False, None
         try:
             async with rls_transaction(pool, principal) as conn:
-                tctx = ToolContext(conn=conn, principal=principal, services=state.services, policy=_policy(ctx))
+                tctx = ToolContext(conn=conn, principal=principal, services=state.services, policy=_policy(ctx),
+                                   meta=meta)
+                parts = len(meta.took_ms)
                 result, facts = await work(tctx)
+                if len(meta.took_ms) == parts:  # the handler did not break its time down: its reads
+                    meta.add("db", started)
                 row = audit.audit_row(principal, ctx.request, name, arguments, facts, started)
                 await audit.write(conn, row)
             ok, mode = True, facts.mode
@@ -130,11 +151,13 @@ def build_server(pool: AsyncPool, state: AppState) -> Server[Any]:
             internal = f"internal error ({type(exc).__name__})"
             await _audit_failure(ctx, principal, name, arguments, "error", internal, started)
             # the SDK would send str(exc) with code 0; the caller gets -32603 and no internals
-            log.exception("tool call failed unexpectedly", extra={"tool": name})
+            log.exception("tool call failed unexpectedly", extra={"tool": name, "request_id": meta.request_id})
             raise mcp_error_of(KdblError(f"internal error in {name}; the server logged it")) from None
         finally:
             seconds = time.perf_counter() - started
             state.observability.record_call(name, "ok" if ok else "error", seconds, mode)
+            log.info("mcp call", extra={"request_id": meta.request_id, "tool": name, "status": "ok" if ok else "error",
+                                        "took_ms": round((time.perf_counter() - meta.started) * 1000, 3)})
 
     async def _audit_failure(ctx: ServerRequestContext[Any], principal: Principal, tool: str,
                              arguments: dict[str, Any], status: str, reason: str, started: float) -> None:
@@ -164,6 +187,8 @@ def build_server(pool: AsyncPool, state: AppState) -> Server[Any]:
             return await spec.handler(tctx, args)
 
         structured = await run(ctx, spec.name, arguments, work)
+        structured.pop("meta", None)  # last in the result, after the reference's fields
+        structured["meta"] = _meta(ctx).as_json()
         return types.CallToolResult(content=content_blocks(spec, structured), structured_content=structured)
 
     async def list_resources(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None

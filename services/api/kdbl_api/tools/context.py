@@ -1,11 +1,14 @@
 """What a tool handler gets: the open RLS connection, the principal, its tenant's policy and settings.
 
-A handler returns its result and its `kdbl_api.audit.AuditFacts`; nothing here collects them."""
+A handler returns its result and its `kdbl_api.audit.AuditFacts`; nothing here collects them. `meta` is the
+call's kdbl_api.request_meta.CallMeta: a handler adds the time of its parts (took_ms) and a cache sets
+`cache_hit`; the server puts it in the result."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kdbl_api.request_meta import CallMeta
 from kdbl_core.access.policy import TenantPolicy
 from kdbl_core.access.principal import Principal
 from kdbl_core.access.signing import CursorCodec, DownloadSigner
@@ -30,6 +33,7 @@ class ToolContext:
     principal: Principal
     services: Services
     policy: TenantPolicy = field(default_factory=TenantPolicy)
+    meta: CallMeta = field(default_factory=CallMeta.begin)
 
     @property
     def settings(self) -> Settings:

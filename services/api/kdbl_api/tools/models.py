@@ -53,6 +53,29 @@ class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
 
 
+class RequestMeta(BaseModel):
+    """Every tool result's `meta` (kdbl_api.request_meta fills it; the server adds it to each result)."""
+
+    request_id: str = Field(description="This call's id: the X-Request-Id response header and the audit row's.")
+    took_ms: dict[str, float] = Field(description=(
+        "Milliseconds by part: auth (the front door: token, policy, scope, rate limit); search_content: embed, "
+        "keyword (BM25 arm), vector (vector arm), rerank, windows (hit windows and snippets); other tools: db "
+        "(the handler's reads); total (the whole call in the server, audit row included: at least the sum "
+        "of the parts). A part that did not run is absent."))
+    cache_hit: bool = Field(description="True when a result cache answered the call.")
+
+
+def _meta_required(schema: dict[str, Any]) -> None:
+    schema.setdefault("required", []).append("meta")
+
+
+class _Result(BaseModel):
+    """A tool result: the server sets `meta` on every one (handlers leave it None)."""
+
+    model_config = ConfigDict(json_schema_extra=_meta_required)
+    meta: RequestMeta | None = Field(default=None, description="The call's request id, timings and cache hit.")
+
+
 SearchMode = Literal["hybrid", "lexical", "semantic"]
 ResponseMode = Literal["ids_only", "metadata", "preview", "full"]
 
@@ -180,7 +203,7 @@ class ModeHit(BaseModel):
     scores: HitScores = None  # type: ignore[assignment]
 
 
-class SearchContentResult(BaseModel):
+class SearchContentResult(_Result):
     hits: list[Hit | ModeHit] = Field(description="Classic hits, or response_mode hits when one was asked for.")
     mode: SearchMode = Field(description="The mode actually used.")
     degraded: bool = Field(description="True when a semantic mode was requested but lexical served it.")
@@ -197,7 +220,7 @@ class ChunkOut(BaseModel):
     ts_end_ms: int | None
 
 
-class FileTextResult(BaseModel):
+class FileTextResult(_Result):
     source_id: str
     key: str
     uri: str
@@ -217,7 +240,7 @@ class WindowInfo(BaseModel):
     returned: int
 
 
-class FileWindowResult(BaseModel):
+class FileWindowResult(_Result):
     source_id: str
     key: str
     uri: str
@@ -229,7 +252,7 @@ class FileWindowResult(BaseModel):
     text: str
 
 
-class FileMetadataResult(BaseModel):
+class FileMetadataResult(_Result):
     source_id: str
     key: str
     uri: str
@@ -271,7 +294,7 @@ class SourceOut(BaseModel):
     embedding: EmbeddingProgress
 
 
-class ListSourcesResult(BaseModel):
+class ListSourcesResult(_Result):
     sources: list[SourceOut]
     next_cursor: str | None
 
@@ -286,7 +309,7 @@ class FileOut(BaseModel):
     total_chunks: int
 
 
-class ListFilesResult(BaseModel):
+class ListFilesResult(_Result):
     source_id: str
     files: list[FileOut]
     next_cursor: str | None

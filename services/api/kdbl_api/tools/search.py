@@ -41,7 +41,7 @@ async def search_content(ctx: ToolContext, args: SearchContentArgs) -> tuple[dic
                         source_ids=tuple(args.source_ids or ()), content_types=tuple(args.content_types or ()),
                         authors=tuple(args.authors or ()), labels=tuple(args.labels or ())))
     result = await pipeline.search(ctx.conn, request, settings=ctx.settings, embedder=ctx.services.embedder,
-                                   allowed_modes=ctx.policy.modes)
+                                   allowed_modes=ctx.policy.modes, timings=ctx.meta.took_ms)
     hits = result.hits
     for hit in hits:
         hit["uri"] = file_uri(hit["source_id"], hit["key"])

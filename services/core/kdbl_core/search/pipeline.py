@@ -14,10 +14,15 @@ at once whether the filtered source is visible, the tenant's and source's hybrid
 lexemes, and sets the HNSW scan settings for the transaction (was four statements: source check, toggles,
 query terms, settings); the rare-identifier pin is one statement (was two). hybrid: 10 -> 7 statements,
 lexical: unchanged (2, or 3 with a source_id filter).
+
+`timings` (optional, milliseconds by part) receives where the time went: embed, keyword (the BM25 arm
+and the identifier pin), vector (the vector arm), rerank (fusion, rescoring, diversification), windows
+(hit windows and snippets); the MCP tool passes its result's `meta.took_ms`. Five perf_counter reads.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +52,14 @@ SELECT (SELECT t.hybrid_enabled FROM tenants t WHERE t.id = kdbl_tenant()) AS te
        CASE WHEN %(tune)s THEN set_config('hnsw.ef_search', %(ef)s, true) END AS ef_search,
        CASE WHEN %(tune)s THEN set_config('hnsw.iterative_scan', 'relaxed_order', true) END AS iterative_scan
 """
+
+
+def _lap(timings: dict[str, float] | None, part: str, since: float) -> float:
+    """Adds the milliseconds since `since` to timings[part] (when timings are asked for); returns now."""
+    now = time.perf_counter()
+    if timings is not None:
+        timings[part] = timings.get(part, 0.0) + (now - since) * 1000
+    return now
 
 
 def check_query(query: str, settings: Settings) -> None:
@@ -132,12 +145,15 @@ def _choose_mode(request: SearchRequest, allowed_modes: tuple[str, ...] | frozen
 
 
 async def _with_vectors(conn: Connection, request: SearchRequest, mode: str, settings: Settings, embedder: Embedder,
-                        terms: list[str]) -> list[hybrid.Fused]:
+                        terms: list[str], timings: dict[str, float] | None = None) -> list[hybrid.Fused]:
     """hybrid: both arms fused (and rescored); semantic: the vector arm alone, in its own order."""
     filters = request.filters
     depth = max(request.limit, settings.hybrid_depth)
+    lap = time.perf_counter()
     query_vector = await anyio.to_thread.run_sync(embedder.embed_query, request.query)
+    lap = _lap(timings, "embed", lap)
     vec = await vector.search(conn, query_vector, embedder.model_id, filters, limit=depth, tuned=True)
+    lap = _lap(timings, "vector", lap)
     lex: list[ChunkHit] = []
     pinned: set[int] = set()
     if mode == "hybrid":
@@ -145,6 +161,7 @@ async def _with_vectors(conn: Connection, request: SearchRequest, mode: str, set
                                    ts_config=settings.text_search_config, common_df=settings.bm25_common_df)
         pinned = await lexical.chunks_with_rare_terms(conn, [h.chunk_id for h in lex],
                                                       [t for t in terms if hybrid.is_identifier(t)])
+        lap = _lap(timings, "keyword", lap)
     fused = hybrid.fuse(lex, vec, k=settings.hybrid_rrf_k, vector_weight=settings.hybrid_vector_weight,
                         pinned_chunks=pinned)
     if mode == "hybrid" and settings.hybrid_rerank == "scores":
@@ -158,11 +175,14 @@ async def _with_vectors(conn: Connection, request: SearchRequest, mode: str, set
                                                     [i for i in ids if i not in vec_scores]))
         fused = hybrid.rescore(fused, lex_scores, vec_scores,
                                lexical_weight=settings.hybrid_rerank_lexical_weight)
-    return hybrid.diversify(fused, limit=request.limit, max_per_file=settings.hybrid_max_per_file)
+    chosen = hybrid.diversify(fused, limit=request.limit, max_per_file=settings.hybrid_max_per_file)
+    _lap(timings, "rerank", lap)
+    return chosen
 
 
 async def search(conn: Connection, request: SearchRequest, *, settings: Settings, embedder: Embedder | None = None,
-                 allowed_modes: tuple[str, ...] | frozenset[str] = MODES) -> SearchResult:
+                 allowed_modes: tuple[str, ...] | frozenset[str] = MODES,
+                 timings: dict[str, float] | None = None) -> SearchResult:
     """The whole pipeline, in the caller's RLS transaction `conn` (only what the principal sees counts).
 
     `allowed_modes` is the tenant policy's mcp.modes. Raises InvalidArgument for a source_id filter
@@ -172,19 +192,23 @@ async def search(conn: Connection, request: SearchRequest, *, settings: Settings
     mode, degraded_reason = _choose_mode(request, allowed_modes, embedder, pre)
     explanations: list[dict | None]
     if mode == "lexical":
+        lap = time.perf_counter()
         ranked = await lexical.search(conn, request.query, request.filters, limit=request.limit,
                                       ts_config=settings.text_search_config,
                                       common_df=settings.bm25_common_df)
+        _lap(timings, "keyword", lap)
         refs = [HitRef(h.file_id, h.source_id, h.key, h.seq, h.score) for h in ranked]
         explanations = [{"lexical_rank": i, "lexical_score": round(h.score, 6), "vector_rank": None,
                          "vector_score": None, "fused": round(h.score, 6), "pinned_identifier": False}
                         for i, h in enumerate(ranked, 1)]
     else:
         assert embedder is not None and pre is not None
-        chosen = await _with_vectors(conn, request, mode, settings, embedder, pre.terms)
+        chosen = await _with_vectors(conn, request, mode, settings, embedder, pre.terms, timings)
         refs = [HitRef(f.hit.file_id, f.hit.source_id, f.hit.key, f.hit.seq, f.score) for f in chosen]
         explanations = [f.explanation() for f in chosen]
+    lap = time.perf_counter()
     hits = await expand_hits(conn, refs, query=request.query, ts_config=settings.text_search_config)
+    _lap(timings, "windows", lap)
     if request.explain:
         explain_by_pos = {(str(r.source_id), r.key, r.seq): e for r, e in zip(refs, explanations)}
         for hit in hits:
