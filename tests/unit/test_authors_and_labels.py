@@ -147,3 +147,20 @@ def test_a_valid_labels_config_parses_to_its_typed_record(tmp_path):
     parsed = source_config.parse("fs", {"root": str(tmp_path), "labels": [" hr ", "hr"],
                                         "label_globs": {"*.pdf": ["pdf"]}})
     assert parsed.labels == ("hr",) and parsed.label_globs == (("*.pdf", ("pdf",)),)
+
+
+def test_the_cli_stores_a_sources_labels_and_label_globs_and_refuses_a_glob_without_labels():
+    from kdbl_control.cli import build_parser, source_config
+
+    def config(*argv: str) -> dict:
+        return source_config(build_parser().parse_args(["source", "add", "--tenant", "t", "--protocol", "fs", "--path", "/data",
+                                                        *argv]))
+
+    stored = config("--label", "finance", "--label", "2024", "--label-glob", "*.pdf=pdf, scanned",
+                    "--label-glob", "reports/=report")
+    assert stored["labels"] == ["finance", "2024"]
+    assert stored["label_globs"] == {"*.pdf": ["pdf", "scanned"], "reports/": ["report"]}
+    assert "labels" not in config() and "label_globs" not in config()
+    with pytest.raises(InvalidArgument) as err:
+        config("--label-glob", "*.pdf")
+    assert err.value.field == "label-glob"

@@ -144,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--exclude", action="append", help="glob of keys to skip (repeatable)")
     sa.add_argument("--no-ocr", action="store_true",
                     help="leave images and PDF pages without a text layer unread (OCR costs CPU)")
+    sa.add_argument("--label", action="append", help="a label every file of the source gets (repeatable)")
+    sa.add_argument("--label-glob", action="append", metavar="GLOB=LABEL[,LABEL]",
+                    help="labels for the keys a glob matches (repeatable)")
     sa.add_argument("--schedule", help="crawl schedule, e.g. '@every 15m', '@hourly'")
     sa.add_argument("--name")
     sa.add_argument("--restricted", action="store_true", help="only granted principals see it")
@@ -387,9 +390,16 @@ def source_config(args: argparse.Namespace) -> dict[str, Any]:
                       "domain": args.domain}
     else:
         connection = {"url": args.url}
+    label_globs: dict[str, list[str]] = {}
+    for spec in args.label_glob or ():
+        glob, _, labels = spec.partition("=")
+        if not glob or not labels:
+            raise InvalidArgument("label-glob", "use GLOB=LABEL[,LABEL...]")
+        label_globs.setdefault(glob, []).extend(label.strip() for label in labels.split(","))
     return sources.build(args.protocol, **connection, credentials=credentials,
                          verify_tls=not args.no_verify_tls, ca_file=args.ca_file, include=args.include,
-                         exclude=args.exclude, ocr=not args.no_ocr).stored
+                         exclude=args.exclude, ocr=not args.no_ocr, labels=args.label,
+                         label_globs=label_globs or None).stored
 
 
 def source_schedule(args: argparse.Namespace) -> str | None:
