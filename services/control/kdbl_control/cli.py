@@ -226,6 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--mode", choices=["lexical", "hybrid"], default="lexical",
                     help="search mode measured (hybrid needs an embedding model: --model or KDBL_EMBED_MODEL_PATH)")
     bs.add_argument("--model", type=Path, help="GGUF embedding model for --mode hybrid (default: the cached one)")
+    bs.add_argument("--response-modes", action="store_true",
+                    help="instead: each response_mode's latency, bytes and tokens per 10 hits (1 client, limit 10); "
+                    "--dataset may then be any folder of documents")
+    bs.add_argument("--queries-file", type=Path, help="with --response-modes on a plain folder: one query per line "
+                    "(default: its Markdown headings)")
     sc = bsub.add_parser("scale", help="lexical and hybrid latency on a synthetic corpus at growing sizes")
     sc.add_argument("--dataset", type=Path, default=bs.get_default("dataset"),
                     help="BEIR folder whose token distribution and queries are used")
@@ -329,9 +334,11 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
     from kdbl_control.proctime import postmaster_pid
     from kdbl_core.db.embedded_postgres import EmbeddedDatabase
 
+    model = args.model or default_model_path(settings)
+    if args.action == "search" and args.response_modes:
+        return _bench_response_modes(args, settings, model)
     if not (args.dataset / "corpus.jsonl").exists():
         raise ConfigError(f"{args.dataset} is not a BEIR folder (no corpus.jsonl)")
-    model = args.model or default_model_path(settings)
     if args.action == "scale":
         if model is None:
             raise ConfigError("bench scale needs an embedding model (--model or KDBL_EMBED_MODEL_PATH)")
@@ -355,6 +362,25 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
             result = bench.run_search_bench(db.owner_url, args.dataset, work, **options,
                                             postgres_pid=postmaster_pid(db.data_dir / "pgdata"))
     print(json.dumps(result, indent=2, default=str) if args.json else bench.summarise(result))
+    return 0
+
+
+def _bench_response_modes(args: argparse.Namespace, settings: Settings, model: Path | None) -> int:
+    from kdbl_control import bench_modes
+    from kdbl_core.db.embedded_postgres import EmbeddedDatabase
+
+    if not args.dataset.is_dir():
+        raise ConfigError(f"{args.dataset} is not a folder")
+    work = (args.work_dir or Path(tempfile.gettempdir()) / "kdbl-bench-modes").resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    options = {"n_queries": args.queries, "search_mode": args.mode, "queries_file": args.queries_file,
+               "model_path": model}
+    if settings.database_url is not None and args.data_dir is None:
+        result = bench_modes.run_modes_bench(settings.database_url.get_secret_value(), args.dataset, work, **options)
+    else:
+        with EmbeddedDatabase(args.data_dir or work / "db") as db:
+            result = bench_modes.run_modes_bench(db.owner_url, args.dataset, work, **options)
+    print(json.dumps(result, indent=2, default=str) if args.json else bench_modes.summarise(result))
     return 0
 
 

@@ -181,6 +181,10 @@ class Embedder:
             tokens = tokens[: self._max_tokens - 1] + [self._sep]
         return tokens
 
+    def count_tokens(self, text: str) -> int:
+        """How many tokens `text` is, uncut and without ``[CLS]``/``[SEP]`` (payload sizes in tokens)."""
+        return len(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
     # ------------------------------------------------------------------ embeddings
 
     def embed(self, texts: Sequence[str], *, urgent: bool = False) -> list[list[float]]:
