@@ -50,6 +50,7 @@ from kdbl_core.errors import (
 )
 from kdbl_core.access.principal import ALL_SCOPES, Principal
 from kdbl_core.access.signing import CursorCodec
+from kdbl_core.search.cache import ResultCache
 from kdbl_core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -189,7 +190,8 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
             cursor_key = await reads.server_key(pool, "cursor")
             loaded = embedder or await anyio.to_thread.run_sync(load_embedder, settings)
             state.services = Services(settings=settings, cursors=CursorCodec(cursor_key), downloads=downloads.signer,
-                                      embedder=loaded)
+                                      embedder=loaded, search_cache=ResultCache(
+                                          settings.search_cache_bytes, settings.search_cache_ttl_seconds))
             async with manager.run():
                 yield
         finally:

@@ -214,6 +214,11 @@ class Settings(BaseSettings):
         default="scores", description="After RRF: rerank the candidates by a convex combination of their "
                                       "exact BM25 and cosine scores (see docs/benchmarks.md), or not.")
     hybrid_rerank_lexical_weight: float = Field(default=0.5, ge=0.0, le=1.0)
+    search_cache_bytes: int = Field(default=32 * 1024 * 1024, ge=0, description=(
+        "Search results cached per API process (kdbl_core.search.cache), by estimated bytes, least "
+        "recently used out first; 0 disables the cache. Keyed by the index state: never stale."))
+    search_cache_ttl_seconds: float = Field(default=300.0, gt=0, le=86_400, description=(
+        "A cached search result older than this is a miss (memory hygiene: the key already makes it exact)."))
 
     # --- kdbl-control client -----------------------------------------------------------
     api_token_file: str | None = Field(default=None, description=(

@@ -14,6 +14,7 @@ from kdbl_core.access.principal import Principal
 from kdbl_core.access.signing import CursorCodec, DownloadSigner
 from kdbl_core.db.async_pool import Connection
 from kdbl_core.embedder import Embedder
+from kdbl_core.search.cache import ResultCache
 from kdbl_core.settings import Settings
 
 
@@ -25,6 +26,7 @@ class Services:
     cursors: CursorCodec
     downloads: DownloadSigner | None = None
     embedder: Embedder | None = None
+    search_cache: ResultCache | None = None  # search_content's results (kdbl_core.search.cache); None: off
 
 
 @dataclass(slots=True)

@@ -112,6 +112,10 @@ class SearchContentArgs(_Args):
     fields: list[Text] | None = Field(
         default=None, min_length=1, max_length=32, description="Only these hit fields (a whitelist from the "
         "response_mode's fields; without response_mode, from full's).")
+    cursor: Text | None = Field(default=None, max_length=2048, description=(
+        "next_cursor of a previous page of this same search (same query, mode and filters; limit is the page "
+        "size and may change). Omit for the first page. A cursor cut from an index that has changed since is "
+        "refused (-32602 on cursor, reason 'stale: ...'): start over without it."))
 
 
 class FileRefArgs(_Args):
@@ -208,6 +212,14 @@ class SearchContentResult(_Result):
     mode: SearchMode = Field(description="The mode actually used.")
     degraded: bool = Field(description="True when a semantic mode was requested but lexical served it.")
     degraded_reason: str | None = Field(default=None, description="Why, when degraded.")
+    has_more: bool = Field(default=False, description="More hits follow: pass next_cursor to get them.")
+    next_cursor: str | None = Field(default=None, description="The next page's cursor (null on the last page).")
+    total_available: int = Field(default=0, description=(
+        "Hits this search can page through: exact when total_available_is_exact, else a lower bound."))
+    total_available_is_exact: bool = Field(default=True, description="Whether total_available is exact.")
+    capped: bool = Field(default=False, description=(
+        "Paging stops here at the candidate cap (KDBL_HYBRID_DEPTH hits): deeper hits are not served; "
+        "narrow the query or the filters instead."))
 
 
 class ChunkOut(BaseModel):

@@ -3,10 +3,17 @@ mode choice, both arms, fusion, pinning, rerank, diversification, windows, snipp
 URI and signed download link. The tenant's policy (mcp.modes) decides whether vectors may serve it.
 With `response_mode` / `fields` the hits are cut to the mode's fields (kdbl_api.tools.hit_fields);
 without them they keep the reference's shape.
+
+Pages and the cache (issue 16): the pipeline's preflight (pipeline.prepare) also reads the index state;
+a `cursor` (kdbl_core.search.paging) must be this principal's, for this query, cut from this state, and
+gives the page's offset; a result cached for this principal, these arguments and this state
+(kdbl_core.search.cache, per process) answers without searching (meta.cache_hit). Every page says
+has_more, next_cursor, total_available (exact or a lower bound) and whether paging hit the cap.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from kdbl_api.audit import AuditFacts
@@ -15,7 +22,7 @@ from kdbl_api.tools.context import ToolContext
 from kdbl_api.tools.models import SearchContentArgs
 from kdbl_core.content.uris import file_uri
 from kdbl_core.errors import InvalidArgument
-from kdbl_core.search import pipeline
+from kdbl_core.search import paging, pipeline
 from kdbl_core.search.lexical import Filters
 from kdbl_core.search.windows import hit_facts
 
@@ -31,8 +38,13 @@ def _validate(ctx: ToolContext, args: SearchContentArgs) -> tuple[str, ...] | No
     return chosen
 
 
+# Arguments that shape a page but not the ranking: a cursor stays valid when they change between pages.
+_NOT_RANKING = frozenset({"cursor", "limit", "explain", "response_mode", "fields"})
+
+
 async def search_content(ctx: ToolContext, args: SearchContentArgs) -> tuple[dict[str, Any], AuditFacts]:
     chosen = _validate(ctx, args)
+    listing = paging.listing(ctx.principal, args.model_dump(mode="json", exclude=_NOT_RANKING))
     request = pipeline.SearchRequest(
         query=args.query, mode=args.mode, limit=args.limit,
         explain=args.explain or (chosen is not None and "scores" in chosen),
@@ -40,8 +52,24 @@ async def search_content(ctx: ToolContext, args: SearchContentArgs) -> tuple[dic
                         modified_after=args.modified_after, modified_before=args.modified_before,
                         source_ids=tuple(args.source_ids or ()), content_types=tuple(args.content_types or ()),
                         authors=tuple(args.authors or ()), labels=tuple(args.labels or ())))
-    result = await pipeline.search(ctx.conn, request, settings=ctx.settings, embedder=ctx.services.embedder,
-                                   allowed_modes=ctx.policy.modes, timings=ctx.meta.took_ms)
+    # The preflight, with the index state this result is cut from: the cache key's and the cursor's.
+    pre = await pipeline.prepare(ctx.conn, request, settings=ctx.settings, embedder=ctx.services.embedder,
+                                 allowed_modes=ctx.policy.modes)
+    state = pre.state
+    if args.cursor:
+        offset = paging.decode(ctx.services.cursors, args.cursor, ctx.principal, listing, state=state)
+        request = dataclasses.replace(request, offset=offset)
+    key = (ctx.principal.tenant_id, ctx.principal.subject, listing, tuple(sorted(ctx.policy.modes)), args.limit,
+           request.explain, request.offset, state)
+    results = ctx.services.search_cache
+    result = results.get(key) if results is not None else None
+    if result is None:
+        result = await pipeline.search(ctx.conn, request, settings=ctx.settings, embedder=ctx.services.embedder,
+                                       allowed_modes=ctx.policy.modes, timings=ctx.meta.took_ms, prepared=pre)
+        if results is not None:
+            results.put(key, result)
+    else:
+        ctx.meta.cache_hit = True
     hits = result.hits
     for hit in hits:
         hit["uri"] = file_uri(hit["source_id"], hit["key"])
@@ -53,7 +81,11 @@ async def search_content(ctx: ToolContext, args: SearchContentArgs) -> tuple[dic
     if chosen is not None:
         facts_by_hit = await hit_facts(ctx.conn, hits) if hit_fields.needs_facts(chosen) else {}
         hits = hit_fields.shape(hits, chosen, facts_by_hit)
+    next_cursor = paging.encode(ctx.services.cursors, ctx.principal, listing, offset=request.offset + args.limit,
+                                state=state) if result.has_more else None
     # Built as plain JSON-ready dicts, not through SearchContentResult (its validation and dump cost
     # ~0.25 ms of the API's ~6 ms per search); the tests hold every result to the tool's outputSchema.
     return {"hits": hits, "mode": result.mode, "degraded": result.degraded,
-            "degraded_reason": result.degraded_reason}, facts
+            "degraded_reason": result.degraded_reason, "has_more": result.has_more, "next_cursor": next_cursor,
+            "total_available": result.total_available, "total_available_is_exact": result.total_exact,
+            "capped": result.capped}, facts

@@ -265,6 +265,16 @@ rate_buckets = Table(
     Column("stamp", _TS, nullable=False),
 )
 
+# The index state searches are cut from (migration 0014: triggers bump it; no foreign keys, see there).
+index_generations = Table(
+    "index_generations", metadata,
+    Column("tenant_id", UUID(as_uuid=True), nullable=False),
+    Column("scope", UUID(as_uuid=True), nullable=False),  # a source id, or the tenant id
+    Column("shard", SmallInteger, nullable=False),
+    Column("generation", BigInteger, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "scope", "shard", name="index_generations_pkey"),
+)
+
 _OPEN_JOB = "state = ANY (ARRAY['queued'::text, 'listing'::text, 'running'::text])"
 _OPEN_ITEM = "state = ANY (ARRAY['queued'::text, 'running'::text])"
 

@@ -32,6 +32,7 @@ from kdbl_core.db.async_pool import Connection
 from kdbl_core.embedder import Embedder
 from kdbl_core.errors import InvalidArgument
 from kdbl_core.search import hybrid, lexical, vector
+from kdbl_core.search.cache import INDEX_STATE
 from kdbl_core.search.lexical import ChunkHit, Filters
 from kdbl_core.search.windows import HitRef, expand_hits
 from kdbl_core.settings import Settings
@@ -41,7 +42,7 @@ MODES = ("hybrid", "lexical", "semantic")
 # Source visibility (a source_id filter the caller cannot see is an error), the hybrid toggles, the
 # query's lexemes (hybrid's identifier pinning) and the vector arm's HNSW settings, in one round trip.
 # `source_on` is NULL exactly when the source is not visible (sources.hybrid_enabled is NOT NULL).
-_PREFLIGHT = """
+_PREFLIGHT = f"""
 SELECT (SELECT t.hybrid_enabled FROM tenants t WHERE t.id = kdbl_tenant()) AS tenant_on,
        (SELECT s.hybrid_enabled FROM sources s
          WHERE s.tenant_id = kdbl_tenant() AND s.id = CAST(%(sid)s AS uuid)) AS source_on,
@@ -50,7 +51,8 @@ SELECT (SELECT t.hybrid_enabled FROM tenants t WHERE t.id = kdbl_tenant()) AS te
        ARRAY(SELECT DISTINCT lexeme FROM unnest(to_tsvector(CAST(%(cfg)s AS regconfig), CAST(%(query)s AS text))))
            AS terms,
        CASE WHEN %(tune)s THEN set_config('hnsw.ef_search', %(ef)s, true) END AS ef_search,
-       CASE WHEN %(tune)s THEN set_config('hnsw.iterative_scan', 'relaxed_order', true) END AS iterative_scan
+       CASE WHEN %(tune)s THEN set_config('hnsw.iterative_scan', 'relaxed_order', true) END AS iterative_scan,
+       {INDEX_STATE} AS state
 """
 
 
@@ -79,6 +81,7 @@ class SearchRequest:
     limit: int = 20
     filters: Filters = field(default_factory=Filters)
     explain: bool = False
+    offset: int = 0  # a cursor's page: hits [offset, offset + limit) of the ranking (kdbl_core.search.paging)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +92,10 @@ class SearchResult:
     hits: list[dict[str, Any]]
     mode: str
     degraded_reason: str | None = None
+    has_more: bool = False  # the ranking goes on past this page (within the candidate cap)
+    total_available: int = 0  # hits reachable by paging: exact when `total_exact`, else a lower bound
+    total_exact: bool = True
+    capped: bool = False  # the ranking reached the candidate cap: deeper hits are not paged (narrow the query)
 
     @property
     def degraded(self) -> bool:
@@ -101,14 +108,16 @@ class _Preflight:
     source_on: bool | None
     terms: list[str]
     sources_on: bool | None = None  # source_ids: NULL when one is not visible, else whether any has hybrid on
+    state: int = 0  # the index state the search is cut from (kdbl_core.search.cache)
 
 
 async def _preflight(conn: Connection, request: SearchRequest, settings: Settings, *,
-                     vectors: bool) -> _Preflight | None:
-    """The preflight row, or None when the request needs none (lexical without a source filter)."""
+                     vectors: bool, always: bool = False) -> _Preflight | None:
+    """The preflight row, or None when the request needs none (lexical without a source filter) and
+    the caller does not ask for the index state (`always`)."""
     sid = request.filters.source_id
     sids = list(dict.fromkeys(request.filters.source_ids))
-    if not vectors and sid is None and not sids:
+    if not vectors and sid is None and not sids and not always:
         return None
     depth = max(request.limit, settings.hybrid_depth)
     cur = await conn.execute(_PREFLIGHT, {
@@ -122,7 +131,7 @@ async def _preflight(conn: Connection, request: SearchRequest, settings: Setting
         raise InvalidArgument("source_id", f"unknown source {sid} (or not visible to you)")
     if sids and row.sources_on is None:  # one message whether a source is missing or hidden: no oracle
         raise InvalidArgument("source_ids", "an unknown source (or one not visible to you)")
-    return _Preflight(row.tenant_on, row.source_on, list(row.terms or ()), row.sources_on)
+    return _Preflight(row.tenant_on, row.source_on, list(row.terms or ()), row.sources_on, int(row.state))
 
 
 def _choose_mode(request: SearchRequest, allowed_modes: tuple[str, ...] | frozenset[str],
@@ -175,25 +184,45 @@ async def _with_vectors(conn: Connection, request: SearchRequest, mode: str, set
                                                     [i for i in ids if i not in vec_scores]))
         fused = hybrid.rescore(fused, lex_scores, vec_scores,
                                lexical_weight=settings.hybrid_rerank_lexical_weight)
-    chosen = hybrid.diversify(fused, limit=request.limit, max_per_file=settings.hybrid_max_per_file)
+    chosen = hybrid.diversify(fused, limit=_ranking_length(request, settings),
+                              max_per_file=settings.hybrid_max_per_file)
     _lap(timings, "rerank", lap)
     return chosen
 
 
+async def prepare(conn: Connection, request: SearchRequest, *, settings: Settings, embedder: Embedder | None = None,
+                  allowed_modes: tuple[str, ...] | frozenset[str] = MODES) -> _Preflight:
+    """The preflight, run always, with the index state the search will be cut from (`.state`: the
+    result cache's key and the cursor's binding); pass it to search() as `prepared`, which then skips
+    its own. Folding the state into the preflight costs hybrid and semantic no round trip; lexical
+    without a source filter, which had no preflight, gets one (measured in docs/benchmarks.md)."""
+    vectors = request.mode != "lexical" and "hybrid" in allowed_modes and embedder is not None
+    pre = await _preflight(conn, request, settings, vectors=vectors, always=True)
+    assert pre is not None  # always=True
+    return pre
+
+
+def _ranking_length(request: SearchRequest, settings: Settings) -> int:
+    """Ranked hits a page needs: through its end plus one (has_more), within the candidate cap
+    max(limit, hybrid_depth), the depth every arm runs at whatever the page (kdbl_core.search.paging)."""
+    return min(request.offset + request.limit + 1, max(request.limit, settings.hybrid_depth))
+
+
 async def search(conn: Connection, request: SearchRequest, *, settings: Settings, embedder: Embedder | None = None,
                  allowed_modes: tuple[str, ...] | frozenset[str] = MODES,
-                 timings: dict[str, float] | None = None) -> SearchResult:
+                 timings: dict[str, float] | None = None, prepared: _Preflight | None = None) -> SearchResult:
     """The whole pipeline, in the caller's RLS transaction `conn` (only what the principal sees counts).
 
     `allowed_modes` is the tenant policy's mcp.modes. Raises InvalidArgument for a source_id filter
     naming a source the caller cannot see."""
     vectors = request.mode != "lexical" and "hybrid" in allowed_modes and embedder is not None
-    pre = await _preflight(conn, request, settings, vectors=vectors)
+    pre = prepared or await _preflight(conn, request, settings, vectors=vectors)
     mode, degraded_reason = _choose_mode(request, allowed_modes, embedder, pre)
     explanations: list[dict | None]
     if mode == "lexical":
         lap = time.perf_counter()
-        ranked = await lexical.search(conn, request.query, request.filters, limit=request.limit,
+        ranked = await lexical.search(conn, request.query, request.filters,
+                                      limit=_ranking_length(request, settings),
                                       ts_config=settings.text_search_config,
                                       common_df=settings.bm25_common_df)
         _lap(timings, "keyword", lap)
@@ -206,6 +235,11 @@ async def search(conn: Connection, request: SearchRequest, *, settings: Settings
         chosen = await _with_vectors(conn, request, mode, settings, embedder, pre.terms, timings)
         refs = [HitRef(f.hit.file_id, f.hit.source_id, f.hit.key, f.hit.seq, f.score) for f in chosen]
         explanations = [f.explanation() for f in chosen]
+    wanted, end = _ranking_length(request, settings), request.offset + request.limit
+    page = slice(request.offset, end)
+    paging = {"has_more": len(refs) > end, "total_available": len(refs), "total_exact": len(refs) < wanted,
+              "capped": len(refs) == wanted <= end}
+    refs, explanations = refs[page], explanations[page]
     lap = time.perf_counter()
     hits = await expand_hits(conn, refs, query=request.query, ts_config=settings.text_search_config)
     _lap(timings, "windows", lap)
@@ -213,5 +247,5 @@ async def search(conn: Connection, request: SearchRequest, *, settings: Settings
         explain_by_pos = {(str(r.source_id), r.key, r.seq): e for r, e in zip(refs, explanations)}
         for hit in hits:
             hit["explain"] = explain_by_pos.get((hit["source_id"], hit["key"], hit["seq"]))
-    return SearchResult(hits=hits, mode=mode, degraded_reason=degraded_reason)
+    return SearchResult(hits=hits, mode=mode, degraded_reason=degraded_reason, **paging)
 
