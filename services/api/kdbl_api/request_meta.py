@@ -11,8 +11,9 @@ rate limit), the search pipeline (`embed`, `keyword`, `vector`, `rerank`, `windo
 (`db`: a handler's transaction, for tools that do not break theirs down); `total` runs from the front
 door's first line to the moment the result is finished (after the audit row's COMMIT), so it is never
 less than the sum of the parts. `cache_hit` is a field a result cache sets; it is false otherwise.
-Measured cost (300 lexical search_content calls through HTTP, one client, alternating with the code
-before it): see docs/architecture.md "MCP surface".
+Measured cost: 21 µs of CPU per call in-process (8 µs for the id, the laps and `meta`; 13 µs for the
+JSON log line), against ~4 ms of process CPU per lexical search through HTTP; 300-call p50s before and
+after were within the noise of a shared 2-core machine (docs/architecture.md "MCP surface").
 """
 
 from __future__ import annotations
