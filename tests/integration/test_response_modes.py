@@ -106,6 +106,15 @@ async def test_the_chunk_id_is_the_same_after_an_unchanged_file_is_crawled_again
     assert before == after and len(set(before)) == len(before)
 
 
+async def test_a_chunk_id_resolves_with_get_file_window_at_its_seq(world):
+    hit = next(h for h in (await search(world, response_mode="full", mode="lexical"))["hits"] if h["key"] == "guide.md")
+    source_id, key, seq = parse_chunk_uri(f"kdbl://chunk/{hit['chunk_id']}")
+    async with mcp(world["url"], world["token"]) as client:
+        window = (await client.call_tool("get_file_window", {"source_id": str(source_id), "key": key, "start": seq,
+                                                             "length": 1})).structured_content
+    assert window["chunks"][0]["seq"] == hit["seq"] and window["chunks"][0]["text"] in hit["text"]
+
+
 async def test_ids_only_costs_a_small_part_of_full(world):
     ids = await search(world, response_mode="ids_only", mode="lexical")
     full = await search(world, response_mode="full", mode="lexical")
