@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 import jsonschema
 import orjson
 import pytest
-from helpers import db_of, make_corpus, running_api
+from helpers import crawl, db_of, make_corpus, running_api
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -99,7 +99,6 @@ async def test_the_modes_nest_and_each_hit_names_its_chunk_its_file_and_the_file
 
 
 async def test_the_chunk_id_is_the_same_after_an_unchanged_file_is_crawled_again(world, worker_engine):
-    from helpers import crawl
     before = [h["chunk_id"] for h in (await search(world, response_mode="ids_only", mode="lexical"))["hits"]]
     crawl(worker_engine, world["corpus"])
     after = [h["chunk_id"] for h in (await search(world, response_mode="ids_only", mode="lexical"))["hits"]]
