@@ -507,3 +507,36 @@ def test_crawl_an_s3_source_end_to_end(owner_engine, worker_engine, unique, endp
     with pytest.raises(SourceUnavailable):
         crawl()
     assert set(rows()) == remaining  # a vanished bucket deletes nothing
+
+
+def test_object_tags_become_labels_with_one_tagging_request_per_changed_object_only_when_asked(
+        owner_engine, worker_engine, unique, endpoint, client, proxy):
+    name = f"kdbl-tags-{unique}"
+    client.create_bucket(Bucket=name)
+    client.put_object(Bucket=name, Key="tagged.md", Body=b"# Tagged\n\nfinance memo", Tagging="dept=finance&draft=")
+    client.put_object(Bucket=name, Key="plain.md", Body=b"# Plain\n\nno tags here")
+    tenant = admin.create_tenant(db_of(owner_engine), f"s3tags-{unique}")
+    cfg = {"bucket": name, "endpoint_url": proxy.url, "region": "us-east-1", "credentials": {"env": ENV},
+           "labels": ["s3"]}
+    tagged_source = admin.add_source(db_of(owner_engine), tenant.name, protocol="s3",
+                                     config={**cfg, "object_tags": True}, name=f"tags-{unique}")
+    plain_source = admin.add_source(db_of(owner_engine), tenant.name, protocol="s3", config=cfg,
+                                    name=f"notags-{unique}")
+    indexer = Indexer(db_of(worker_engine), Settings())
+
+    def crawl(source) -> dict[str, list[str]]:
+        [row] = load_sources(db_of(worker_engine), source_id=source.id)
+        indexer.crawl(row)
+        with owner_engine.connect() as conn:
+            return {r.key: list(r.labels) for r in conn.execute(
+                text("SELECT key, labels FROM files WHERE source_id = :s"), {"s": source.id})}
+
+    def tagging_requests() -> int:
+        return len([p for _, p, _ in proxy.requests("GET") if "tagging" in p])
+
+    assert crawl(plain_source) == {"tagged.md": ["s3"], "plain.md": ["s3"]}
+    assert tagging_requests() == 0  # off by default: no request at all
+    assert crawl(tagged_source) == {"tagged.md": ["s3", "dept=finance", "draft"], "plain.md": ["s3"]}
+    assert tagging_requests() == 2  # one per changed object
+    crawl(tagged_source)
+    assert tagging_requests() == 2  # unchanged objects: none

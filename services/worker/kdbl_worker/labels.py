@@ -1,11 +1,11 @@
 """A file's labels: what its source's config gives it (`labels` for every file, `label_globs` for the
-keys a glob matches, the include/exclude glob rules of kdbl_worker.globs) and its own tags (Markdown
-front matter `tags`, S3 object tags are not read: see docs/architecture.md). Stored in files.labels,
-searched by the `labels` filter (any-of, exact match).
+keys a glob matches, the include/exclude glob rules of kdbl_worker.globs) and its own tags (S3 object
+tags when the source's config has `object_tags: true`, then Markdown front matter `tags`). Stored in
+files.labels, searched by the `labels` filter (any-of, exact match).
 
 The union keeps the first occurrence of each label: the source's list, then the globs in config order,
 then the file's own tags. At most MAX_LABELS per file (a front matter with thousands of tags must not
-bloat the row; 64 is far above any real tagging scheme we saw).
+bloat the row; 64 is a chosen bound, not a measured one).
 """
 
 from __future__ import annotations

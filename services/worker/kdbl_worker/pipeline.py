@@ -162,6 +162,7 @@ class _SourceContext:
     connector: Connector
     max_bytes: int
     labeler: Labeler  # the source's `labels` / `label_globs` (kdbl_worker.labels)
+    object_tags: dict[int, list[str]] = field(default_factory=dict)  # item id -> its S3 tags (`object_tags`)
 
 
 class Indexer:
@@ -406,6 +407,8 @@ class Indexer:
                     collect(block=True)
                 ctx = contexts.get(item.source_id)
                 labeler = ctx.labeler if ctx else NO_LABELS
+                if ctx is not None and item.id in ctx.object_tags:
+                    outcome.tags[:0] = ctx.object_tags.pop(item.id)
                 inflight[self._pool().submit(self._finish, item, outcome, labeler)] = item
                 finished.add(item.id)
                 collect(block=False)
@@ -495,6 +498,9 @@ class Indexer:
             except OSError as exc:
                 return sandbox.Outcome.failed(f"cannot read file: {exc.strerror or exc}", content_type)
         try:
+            tags = getattr(ctx.connector, "object_tags", None)  # S3 with config object_tags: true
+            if tags is not None and (labels := tags(item.file.key)):
+                ctx.object_tags[item.id] = labels
             with ctx.connector.open(item.file.key) as stream:
                 if item.file.size <= INLINE_BYTES:
                     return sandbox.Task(item, item.file.key, item.file.size, data=stream.read(INLINE_BYTES + 1))

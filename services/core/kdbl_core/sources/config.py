@@ -22,7 +22,7 @@ Stored fields (unchanged, so existing rows and Source resources keep working):
   fs      root (an absolute folder inside the worker; no credentials)
   s3      bucket, prefix (a folder), endpoint_url (no user:password), region (us-east-1), path_style
           (true when endpoint_url is set), max_attempts 5, base_delay, page_size 1000, connect_timeout 10,
-          read_timeout 60, spool_max_bytes 32 MiB
+          read_timeout 60, spool_max_bytes 32 MiB, object_tags false (true: object tags become labels)
   smb     server, share, path (a folder in the share), port 445, domain, max_attempts 4, base_delay 0.5,
           max_depth 64, connect_timeout 10
   webdav / http   url (http[s], no user:password, query or fragment), max_attempts 4, base_delay 0.5,
@@ -115,6 +115,7 @@ class S3Config(SourceConfig):
     connect_timeout: float
     read_timeout: float
     spool_max_bytes: int
+    object_tags: bool = False  # each changed object's tags become labels: one GetObjectTagging per object
 
     @property
     def where(self) -> str:
@@ -303,7 +304,7 @@ def _s3(config: Mapping[str, Any], common: dict[str, Any]) -> S3Config:
         connect_timeout=_seconds(config, "connect_timeout", 10.0, 0.1, 600.0) or 10.0,
         read_timeout=_seconds(config, "read_timeout", 60.0, 0.1, 3600.0) or 60.0,
         spool_max_bytes=_number(config, "spool_max_bytes", SPOOL_MAX_BYTES, 0, 1 << 30, integer=True),
-        **common)
+        object_tags=_bool(config, "object_tags", False), **common)
 
 
 def _seconds(config: Mapping[str, Any], name: str, default: float | None, low: float,

@@ -17,6 +17,9 @@ Config (a source's `config` JSON; the schema, defaults and validation are kdbl_c
   base_delay    optional seconds: scale of the exponential backoff (botocore's own when absent)
   page_size     default 1000 keys per list_objects_v2 request
   connect_timeout / read_timeout  seconds, default 10 / 60
+  object_tags   default false; true: each changed object's tags become labels of its file ("name=value",
+                or "name" when the value is empty), at the cost of one GetObjectTagging request per changed
+                object (one more round trip beside its GET; needs s3:GetObjectTagging, else no tags)
 
 Keys are the object keys relative to the prefix. "Directory marker" objects (keys ending in "/") are skipped.
 Failures of the store as a whole (missing or forbidden bucket, unreachable endpoint, throttling that never
@@ -221,6 +224,21 @@ class S3Connector(ClosingConnector):
                     etag=etag.strip('"') if etag else None,
                     storage_class=obj.get("StorageClass") or "STANDARD",
                 )
+
+    def object_tags(self, key: str) -> list[str]:
+        """The object's tags as labels when the config asks for them (`object_tags`); [] otherwise, and
+        when they cannot be read (the file is indexed without them, logged)."""
+        if not self.config.object_tags:
+            return []
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        cfg = self.config
+        try:
+            tag_set = self._client().get_object_tagging(Bucket=cfg.bucket, Key=cfg.prefix + key)["TagSet"]
+        except (ClientError, BotoCoreError) as exc:
+            log.warning("object tags unreadable", extra={"key": key, "error": _error_code(exc) or repr(exc)[:200]})
+            return []
+        return [f"{t['Key']}={t['Value']}" if t.get("Value") else t["Key"] for t in tag_set]
 
     def open(self, key: str) -> BinaryIO:
         spool = tempfile.SpooledTemporaryFile(max_size=self.config.spool_max_bytes)  # noqa: SIM115
