@@ -39,16 +39,18 @@ FILES_A = {
                   "<body><p>A drawing of a heron standing in the reeds.</p></body></html>"),
 }
 FILES_B = {"other.md": "A heron fishing in the second source's river.\n"}
+FILES_C = {"egret.html": ('<html><head><meta name="author" content="ÉMILE Zola"></head>'
+                          "<body><p>An egret wading in the shallows.</p></body></html>")}
 
 
-def _source(owner_engine, worker_engine, root, files, tenant, config) -> Corpus:
+def _source(owner_engine, worker_engine, root, files, tenant, config, *, hybrid: bool = True) -> Corpus:
     for name, body in files.items():
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(body if isinstance(body, bytes) else body.encode())
     t = admin.create_tenant(db_of(owner_engine), tenant, exist_ok=True)
     s = admin.add_source(db_of(owner_engine), tenant, protocol="fs", config={"root": str(root), **config},
-                         name=root.name)
+                         name=root.name, hybrid=hybrid)
     corpus = Corpus(tenant, t.id, s.id, root)
     crawl(worker_engine, corpus)
     return corpus
@@ -61,11 +63,12 @@ def world(owner_engine, worker_engine, owner_url, tmp_path_factory, embedder, em
     a = _source(owner_engine, worker_engine, base / "a", FILES_A, name,
                 {"labels": ["finance"], "label_globs": {"reports/": ["report"]}})
     b = _source(owner_engine, worker_engine, base / "b", FILES_B, name, {})
+    c = _source(owner_engine, worker_engine, base / "c", FILES_C, name, {}, hybrid=False)
     assert embed_pending(db_of(worker_engine), embedder, tenant_id=a.tenant_id, batch=16) > 0
     token = admin.create_token(db_of(owner_engine), tenant_name=name, name="agent")[0]
     settings = Settings(mcp_enabled=True, embed_model_path=str(embed_model_path))
     with running_api(owner_url, settings) as url:
-        yield {"url": url, "token": token, "a": str(a.source_id), "b": str(b.source_id)}
+        yield {"url": url, "token": token, "a": str(a.source_id), "b": str(b.source_id), "c": str(c.source_id)}
 
 
 @asynccontextmanager
@@ -140,3 +143,16 @@ async def test_the_single_source_id_and_content_type_filters_keep_working_beside
     single = await call(world, "search_content", query="heron", mode="lexical", source_id=world["a"],
                         content_type="text/*")
     assert {h["key"] for h in single["hits"]} == {"notes.md", "page.html"}
+
+
+async def test_source_ids_that_all_have_hybrid_off_degrade_to_lexical_and_a_mix_does_not(world):
+    off = await call(world, "search_content", query="egret", mode="semantic", source_ids=[world["c"]])
+    mixed = await call(world, "search_content", query="egret", mode="semantic", source_ids=[world["a"], world["c"]])
+    assert (off["mode"], off["degraded_reason"]) == ("lexical", "hybrid is disabled for these sources")
+    assert [h["key"] for h in off["hits"]] == ["egret.html"]
+    assert mixed["mode"] == "semantic" and mixed["degraded"] is False
+
+
+async def test_authors_compare_ignoring_case_beyond_ascii(world):
+    result = await call(world, "search_content", query="egret", mode="lexical", authors=["émile zola"])
+    assert [h["key"] for h in result["hits"]] == ["egret.html"]

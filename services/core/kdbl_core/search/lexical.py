@@ -86,8 +86,9 @@ def file_filter_sql(filters: Filters, params: dict) -> str:
         clauses.append("(" + " OR ".join(_content_type_sql(ct, params, f"ctype{i}")
                                          for i, ct in enumerate(filters.content_types)) + ")")
     if filters.authors:
-        clauses.append("EXISTS (SELECT 1 FROM unnest(f.authors) AS a(name) WHERE lower(a.name) = ANY (%(authors)s))")
-        params["authors"] = [a.lower() for a in filters.authors]
+        clauses.append("EXISTS (SELECT 1 FROM unnest(f.authors) AS a(name) WHERE lower(a.name) IN "
+                       "(SELECT lower(v) FROM unnest(CAST(%(authors)s AS text[])) AS v))")  # one lower() both sides
+        params["authors"] = list(filters.authors)
     if filters.labels:
         clauses.append("f.labels && CAST(%(labels)s AS text[])")
         params["labels"] = list(filters.labels)
