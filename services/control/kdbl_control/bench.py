@@ -167,6 +167,7 @@ def run_search_bench(owner_url: str, dataset: Path, work_dir: Path, *, clients: 
                                   lambda line: print(line, file=sys.stderr))
         del embedder
         env["KDBL_EMBED_MODEL_PATH"] = str(model_path)
+    env["KDBL_SEARCH_CACHE_BYTES"] = "0"  # every call pays its search (the cache: bench search --cache)
     port = free_port()
     api = start_api(owner_url, port, env)
     url = f"http://127.0.0.1:{port}/mcp"

@@ -229,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--response-modes", action="store_true",
                     help="instead: each response_mode's latency, bytes and tokens per 10 hits (1 client, limit 10); "
                     "--dataset may then be any folder of documents")
+    bs.add_argument("--cache", action="store_true",
+                    help="instead: the result cache through HTTP: miss and hit p50/p95 and a replayed agent "
+                    "session's hit rate (lexical, limit 10, --queries queries; default 300 -> use ~100)")
     bs.add_argument("--queries-file", type=Path, help="with --response-modes on a plain folder: one query per line "
                     "(default: its Markdown headings)")
     sc = bsub.add_parser("scale", help="lexical and hybrid latency on a synthetic corpus at growing sizes")
@@ -337,6 +340,8 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
     model = args.model or default_model_path(settings)
     if args.action == "search" and args.response_modes:
         return _bench_response_modes(args, settings, model)
+    if args.action == "search" and args.cache:
+        return _bench_cache(args, settings)
     if not (args.dataset / "corpus.jsonl").exists():
         raise ConfigError(f"{args.dataset} is not a BEIR folder (no corpus.jsonl)")
     if args.action == "scale":
@@ -362,6 +367,22 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
             result = bench.run_search_bench(db.owner_url, args.dataset, work, **options,
                                             postgres_pid=postmaster_pid(db.data_dir / "pgdata"))
     print(json.dumps(result, indent=2, default=str) if args.json else bench.summarise(result))
+    return 0
+
+
+def _bench_cache(args: argparse.Namespace, settings: Settings) -> int:
+    from kdbl_control import bench, bench_cache
+    from kdbl_core.db.embedded_postgres import EmbeddedDatabase
+
+    work = (args.work_dir or bench.default_work_dir()).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    if settings.database_url is not None and args.data_dir is None:
+        result = bench_cache.run_cache_bench(settings.database_url.get_secret_value(), args.dataset, work,
+                                             n_queries=args.queries)
+    else:
+        with EmbeddedDatabase(args.data_dir or work / "db") as db:
+            result = bench_cache.run_cache_bench(db.owner_url, args.dataset, work, n_queries=args.queries)
+    print(json.dumps(result, indent=2, default=str) if args.json else bench_cache.summarise(result))
     return 0
 
 
