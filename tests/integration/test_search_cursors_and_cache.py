@@ -17,6 +17,7 @@ from mcp.shared.exceptions import MCPError
 
 from kdbl_control import admin
 from kdbl_core.settings import Settings
+from kdbl_worker.vectorize import embed_pending
 
 # 24 files that all hold "quokka", with different counts so BM25 orders them; "wombat" in 3 of them
 FILES = {f"note-{i:02d}.md": ("quokka " * (1 + i % 7)) + f"field note {i} about island marsupials"
@@ -143,3 +144,29 @@ async def test_a_tenant_policy_change_is_never_answered_from_the_cache(world):
 async def test_the_cache_is_per_principal(world):
     await search(world, query="quokka field", limit=3)
     assert (await search(world, world["other"], query="quokka field", limit=3))["meta"]["cache_hit"] is False
+
+
+@pytest.fixture(scope="module")
+def hybrid_world(owner_engine, worker_engine, owner_url, tmp_path_factory, embedder, embed_model_path):
+    name = f"hpages-{uuid.uuid4().hex[:10]}"
+    corpus = make_corpus(owner_engine, worker_engine, tmp_path_factory.mktemp("hpages") / "kb", FILES, tenant=name)
+    assert embed_pending(db_of(worker_engine), embedder, tenant_id=corpus.tenant_id, batch=16) > 0
+    agent = admin.create_token(db_of(owner_engine), tenant_name=name, name="agent")[0]
+    settings = Settings(mcp_enabled=True, hybrid_depth=12, embed_model_path=str(embed_model_path))
+    with running_api(owner_url, settings) as url:
+        yield {"url": url, "agent": agent}
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "semantic"])
+async def test_hybrid_and_semantic_pages_follow_one_ranking_too(hybrid_world, mode):
+    whole = await search(hybrid_world, query="island marsupial notes", mode=mode, limit=12)
+    pages, cursor = [], None
+    while True:
+        page = await search(hybrid_world, query="island marsupial notes", mode=mode, limit=5,
+                            **({"cursor": cursor} if cursor else {}))
+        assert page["mode"] == mode
+        pages += ids(page)
+        cursor = page["next_cursor"]
+        if not cursor:
+            break
+    assert pages == ids(whole) and len(set(pages)) == len(pages) == 12 and page["capped"] is True
