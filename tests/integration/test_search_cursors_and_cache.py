@@ -78,6 +78,15 @@ async def test_pages_follow_one_ranking_without_repeats_or_gaps_until_the_candid
     assert len(set(ids(first) + ids(second) + ids(third))) == 10
 
 
+
+async def test_response_mode_ranks_go_on_across_pages_as_positions_in_the_whole_ranking(world):
+    whole = await search(world, query="quokka", limit=8, response_mode="ids_only")
+    first = await search(world, query="quokka", limit=4, response_mode="ids_only")
+    second = await search(world, query="quokka", limit=4, response_mode="ids_only", cursor=first["next_cursor"])
+    assert [h["rank"] for h in first["hits"]] == [1, 2, 3, 4]
+    assert [h["rank"] for h in second["hits"]] == [5, 6, 7, 8]
+    assert [h["chunk_id"] for h in first["hits"] + second["hits"]] == [h["chunk_id"] for h in whole["hits"]]
+
 async def test_a_search_with_fewer_hits_than_the_page_says_it_is_complete_and_exact(world):
     result = await search(world, query="wombat", limit=2)
     assert result["has_more"] is True and len(result["hits"]) == 2

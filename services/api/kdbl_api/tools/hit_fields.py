@@ -56,10 +56,12 @@ def needs_facts(chosen: tuple[str, ...]) -> bool:
 
 
 def shape(hits: list[dict[str, Any]], chosen: tuple[str, ...],
-          facts: dict[tuple[str, str, int], HitFacts]) -> list[dict[str, Any]]:
-    """Hits as the pipeline returns them (with `explain` when `scores` is chosen), cut to `chosen`."""
+          facts: dict[tuple[str, str, int], HitFacts], *, offset: int = 0) -> list[dict[str, Any]]:
+    """Hits as the pipeline returns them (with `explain` when `scores` is chosen), cut to `chosen`.
+    `rank` is the 1-based position in the whole ranking: a cursor page starting at `offset` goes on
+    from offset + 1."""
     out = []
-    for position, hit in enumerate(hits, 1):
+    for position, hit in enumerate(hits, offset + 1):
         sid, key, seq = hit["source_id"], hit["key"], hit["seq"]
         fact = facts.get((sid, key, seq))
         row: dict[str, Any] = {}

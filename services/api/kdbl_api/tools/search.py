@@ -80,7 +80,7 @@ async def search_content(ctx: ToolContext, args: SearchContentArgs) -> tuple[dic
                        row_count=len(hits), mode=result.mode)
     if chosen is not None:
         facts_by_hit = await hit_facts(ctx.conn, hits) if hit_fields.needs_facts(chosen) else {}
-        hits = hit_fields.shape(hits, chosen, facts_by_hit)
+        hits = hit_fields.shape(hits, chosen, facts_by_hit, offset=request.offset)
     next_cursor = paging.encode(ctx.services.cursors, ctx.principal, listing, offset=request.offset + args.limit,
                                 state=state) if result.has_more else None
     # Built as plain JSON-ready dicts, not through SearchContentResult (its validation and dump cost
