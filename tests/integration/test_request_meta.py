@@ -147,6 +147,16 @@ async def test_a_clients_sane_request_id_is_echoed_in_header_meta_audit_row_and_
     assert line["tool"] == "list_sources" and line["status"] == "ok" and line["took_ms"] > 0
 
 
+async def test_an_admin_finds_one_calls_audit_row_by_the_request_id_its_client_saw(world, owner_engine):
+    mine, other = (f"ticket-{uuid.uuid4().hex[:12]}" for _ in range(2))
+    async with mcp(world["url"], world["token"], mine) as calls:
+        await calls.call("list_sources", {})
+    async with mcp(world["url"], world["token"], other) as calls:
+        await calls.call("search_content", {"query": "anything else", "mode": "lexical"})
+    [row] = admin.audit_rows(db_of(owner_engine), request_id=mine)
+    assert row["request_id"] == mine and row["tool"] == "list_sources"
+    assert [r["request_id"] for r in admin.audit_rows(db_of(owner_engine), limit=2)] == [other, mine]
+
 @pytest.mark.parametrize("insane", ["x" * 129, "tab\there", "caf\u00e9".encode()],
                          ids=["129 characters", "a control character", "not ASCII"])
 async def test_an_insane_client_request_id_is_replaced_by_a_generated_one(world, owner_engine, insane):

@@ -247,8 +247,9 @@ def revoke_grant(db: Pool, grant_id: int, *, force: bool = False) -> None:
 
 def audit_rows(db: Pool, *, tool: str | None = None, tenant_name: str | None = None,
                status: str | None = None, principal: str | None = None, since: datetime | None = None,
-               until: datetime | None = None, limit: int = 50) -> list[dict[str, Any]]:
-    """Newest first; every filter optional. `principal` matches 'user:NAME' or plain NAME."""
+               until: datetime | None = None, request_id: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    """Newest first; every filter optional. `principal` matches 'user:NAME' or plain NAME; `request_id`
+    finds the row of one call (the id its client saw in X-Request-Id and meta.request_id)."""
     where: list[str] = []
     params: dict[str, Any] = {"limit": limit}
     with db.connection() as conn:
@@ -270,11 +271,14 @@ def audit_rows(db: Pool, *, tool: str | None = None, tenant_name: str | None = N
         if until:
             where.append("ts < %(until)s")
             params["until"] = until
+        if request_id:
+            where.append("request_id = %(request_id)s")
+            params["request_id"] = request_id
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         with conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(
                 "SELECT ts, principal, tool, arguments, source_ids, row_count, status, error, client_ip, keys, "
-                f"duration_ms FROM audit{clause} ORDER BY id DESC LIMIT %(limit)s", params).fetchall()
+                f"duration_ms, request_id FROM audit{clause} ORDER BY id DESC LIMIT %(limit)s", params).fetchall()
     for row in rows:
         row["source_ids"] = [str(s) for s in row["source_ids"]]
     return rows

@@ -213,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--principal", help="user:NAME, group:NAME or NAME")
     au.add_argument("--since", type=parse_time, help="ISO time (e.g. 2026-01-31T12:00Z) or an age: 15m, 2h, 1d")
     au.add_argument("--until", type=parse_time, help="same forms as --since")
+    au.add_argument("--request-id", help="one call's id (its X-Request-Id response header, meta.request_id)")
     au.add_argument("--limit", type=int, default=50)
     bench = sub.add_parser("bench", help="benchmarks (numbers for docs/benchmarks.md)")
     bsub = bench.add_subparsers(dest="action", required=True)
@@ -561,9 +562,9 @@ def _dispatch(args: argparse.Namespace, settings: Settings, db: Any, admin: Any)
     elif cmd == "mcp" and action == "audit":
         _print(args, admin.audit_rows(db, tool=args.tool, tenant_name=args.tenant, status=args.status,
                                   principal=args.principal, since=args.since, until=args.until,
-                                  limit=args.limit),
-               ["ts", "principal", "tool", "status", "row_count", "source_ids", "duration_ms", "client_ip", "error",
-                "arguments"])
+                                  request_id=args.request_id, limit=args.limit),
+               ["ts", "request_id", "principal", "tool", "status", "row_count", "source_ids", "duration_ms",
+                "client_ip", "error", "arguments"])
     return 0
 
 
