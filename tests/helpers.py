@@ -116,6 +116,20 @@ def running_fetch(worker_engine, token: str) -> Iterator[str]:
         yield url
 
 
+@contextmanager
+def hybrid_tenant_api(owner_engine, worker_engine, owner_url: str, root: Path, files: dict[str, str | bytes], *,
+                      prefix: str, embedder, embed_model_path) -> Iterator[dict]:
+    """A fresh tenant whose folder source is crawled and embedded, an agent token of it, and the real API
+    (with the embedding model) serving it; yields {"url", "token", "tenant", "corpus"}."""
+    from kdbl_worker.vectorize import embed_pending
+
+    name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    corpus = make_corpus(owner_engine, worker_engine, root, files, tenant=name)
+    assert embed_pending(db_of(worker_engine), embedder, tenant_id=corpus.tenant_id, batch=16) > 0
+    token = admin.create_token(db_of(owner_engine), tenant_name=name, name="agent")[0]
+    with running_api(owner_url, Settings(mcp_enabled=True, embed_model_path=str(embed_model_path))) as url:
+        yield {"url": url, "token": token, "tenant": name, "corpus": corpus}
+
 def make_pdf(pages: list[bytes], *, encrypt: bool = False, info: bytes = b"") -> bytes:
     """A PDF 1.4 file written by hand: one content stream per page, Helvetica text (PDF 32000-1 7.5).
     `encrypt` adds a standard security handler whose /U entry matches no password, so readers ask

@@ -5,23 +5,19 @@ reference's shape."""
 
 from __future__ import annotations
 
-import uuid
 from contextlib import asynccontextmanager
 
 import jsonschema
 import orjson
 import pytest
-from helpers import crawl, db_of, make_corpus, running_api
+from helpers import crawl, hybrid_tenant_api
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from kdbl_api.tools.hit_fields import MODE_FIELDS
-from kdbl_control import admin
 from kdbl_core.content.uris import parse_chunk_uri
-from kdbl_core.settings import Settings
-from kdbl_worker.vectorize import embed_pending
 
 # The reference's hit (../shared/seeds/000: source_id, key, seq, text, truncated, snippet, locators, url,
 # rank) plus the kdbl:// uri it has always carried
@@ -38,13 +34,9 @@ FILES = {
 
 @pytest.fixture(scope="module")
 def world(owner_engine, worker_engine, owner_url, tmp_path_factory, embedder, embed_model_path):
-    name = f"rmodes-{uuid.uuid4().hex[:10]}"
-    corpus = make_corpus(owner_engine, worker_engine, tmp_path_factory.mktemp("rmodes") / "kb", FILES, tenant=name)
-    assert embed_pending(db_of(worker_engine), embedder, tenant_id=corpus.tenant_id, batch=16) > 0
-    token = admin.create_token(db_of(owner_engine), tenant_name=name, name="agent")[0]
-    settings = Settings(mcp_enabled=True, embed_model_path=str(embed_model_path))
-    with running_api(owner_url, settings) as url:
-        yield {"url": url, "token": token, "corpus": corpus}
+    with hybrid_tenant_api(owner_engine, worker_engine, owner_url, tmp_path_factory.mktemp("rmodes") / "kb", FILES,
+                           prefix="rmodes", embedder=embedder, embed_model_path=embed_model_path) as world:
+        yield world
 
 
 @asynccontextmanager

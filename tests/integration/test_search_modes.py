@@ -3,12 +3,11 @@ alone), nothing else; semantic degrades to lexical with a reason, like hybrid.""
 
 from __future__ import annotations
 
-import uuid
 from contextlib import asynccontextmanager
 
 import jsonschema
 import pytest
-from helpers import db_of, make_corpus, running_api
+from helpers import db_of, hybrid_tenant_api, running_api
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -16,7 +15,6 @@ from mcp.shared.exceptions import MCPError
 
 from kdbl_control import admin
 from kdbl_core.settings import Settings
-from kdbl_worker.vectorize import embed_pending
 
 MODES = {"hybrid", "lexical", "semantic"}
 FILES = {
@@ -29,13 +27,9 @@ FILES = {
 
 @pytest.fixture(scope="module")
 def world(owner_engine, worker_engine, owner_url, tmp_path_factory, embedder, embed_model_path):
-    name = f"modes-{uuid.uuid4().hex[:10]}"
-    corpus = make_corpus(owner_engine, worker_engine, tmp_path_factory.mktemp("modes") / "kb", FILES, tenant=name)
-    assert embed_pending(db_of(worker_engine), embedder, tenant_id=corpus.tenant_id, batch=16) > 0
-    token = admin.create_token(db_of(owner_engine), tenant_name=name, name="agent")[0]
-    settings = Settings(mcp_enabled=True, embed_model_path=str(embed_model_path))
-    with running_api(owner_url, settings) as url:
-        yield {"url": url, "token": token, "tenant": name, "corpus": corpus}
+    with hybrid_tenant_api(owner_engine, worker_engine, owner_url, tmp_path_factory.mktemp("modes") / "kb", FILES,
+                           prefix="modes", embedder=embedder, embed_model_path=embed_model_path) as world:
+        yield world
 
 
 @asynccontextmanager
