@@ -115,6 +115,7 @@ files = Table(
     _fk("parent_id", "files.id", nullable=True),
     Column("authors", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
     Column("labels", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
+    Column("own_labels", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),  # 0015
     UniqueConstraint("source_id", "key", name="files_source_id_key_key"),
     Index("files_parent_idx", "parent_id", postgresql_where=text("parent_id IS NOT NULL")),
     Index("files_labels_idx", "labels", postgresql_using="gin", postgresql_where=text("labels <> '{}'::text[]")),
@@ -139,6 +140,8 @@ chunks = Table(
     _count("token_count", Integer),
     Column("embedding", Vector()),  # any dimension; one HNSW index per dimension (module docstring)
     Column("embedding_model", Text),
+    Column("context_header", Text),  # heading path above the chunk (0015)
+    Column("text_tokens", Integer),  # the text's length in the embedding model's tokens (0015)
     UniqueConstraint("file_id", "seq", name="chunks_file_id_seq_key"),
     Index("chunks_embedding_pending_idx", "tenant_id", "source_id", "id",
           postgresql_where=text("embedding IS NULL")),
