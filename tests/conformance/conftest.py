@@ -182,12 +182,21 @@ class AuthProxy:
 
 # --- the server under test ---------------------------------------------------------------------------
 
+# The API under test: the rate limiter on, its tiers far above what a run sends (the full 2025-11-25 run is
+# ~125 requests in ~3 s, ~35 of them counted; the default burst is 60 per token), so a suite that grows
+# never turns into 429s. A test setting, not a weaker default.
+CONFORMANCE_RATE_LIMIT = 100_000
+CONFORMANCE_SETTINGS = dict(mcp_enabled=True, rate_limit_per_minute=CONFORMANCE_RATE_LIMIT,
+                            rate_limit_burst=CONFORMANCE_RATE_LIMIT)
+
+
 @dataclass(frozen=True)
 class McpServer:
     api_url: str      # the API itself: requests need their own Authorization header
     proxy: AuthProxy  # the API behind the auth-adding proxy
     token: str
     corpus: Corpus
+    rate_limit: int = CONFORMANCE_RATE_LIMIT  # the test API's burst (RateLimit-Limit), see CONFORMANCE_SETTINGS
 
     @property
     def proxy_mcp_url(self) -> str:
@@ -206,5 +215,5 @@ def mcp_server(owner_url, owner_engine, worker_engine, tmp_path_factory) -> Iter
         "policy/travel.md": "Travel policy: economy class for flights under six hours.",
     }, tenant=tenant)
     token, _ = admin.create_token(db_of(owner_engine), tenant_name=tenant, name="conformance")
-    with running_api(owner_url, Settings(mcp_enabled=True)) as api_url, AuthProxy(api_url, token) as proxy:
+    with running_api(owner_url, Settings(**CONFORMANCE_SETTINGS)) as api_url, AuthProxy(api_url, token) as proxy:
         yield McpServer(api_url, proxy, token, corpus)
