@@ -22,6 +22,7 @@ from kdbl_api.audit import AuditFacts
 from kdbl_control import admin
 from kdbl_core.access.principal import Principal, rls_transaction
 from kdbl_core.db import connect
+from kdbl_core.db.async_pool import Statement
 from kdbl_core.db.urls import for_role
 
 
@@ -68,6 +69,42 @@ async def test_begin_and_the_principals_settings_take_one_round_trip(owner_url, 
     assert began == 1  # psycopg's own BEGIN would wait for its answer before the settings are sent: 2
     assert row.tenant == str(principal.tenant_id) and principal.subject in row.s.split("\x1f")
     assert total == 3  # BEGIN + settings, the SELECT, the COMMIT
+
+
+async def test_a_calls_first_statement_rides_with_begin_and_is_answered_under_the_principals_rls(
+        owner_url, principal):
+    pool = await connect.async_pool(for_role(owner_url, "kdbl_api"), size=1)
+    first = Statement("SELECT kdbl_tenant() AS tenant, current_setting('kdbl.subjects') AS s", {})
+    try:
+        async with rls_transaction(pool, principal) as conn:
+            pass
+        with tempfile.TemporaryFile("w+") as trace:
+            conn.pgconn.trace(os.dup(trace.fileno()))
+            conn.pgconn.set_trace_flags(1)
+            try:
+                async with rls_transaction(pool, principal, also=first):
+                    began = _round_trips(trace)
+            finally:
+                conn.pgconn.untrace()
+    finally:
+        await pool.close()
+    assert began == 1  # BEGIN, the settings and the statement: one round trip (two without `also`)
+    assert first.rows is not None and len(first.rows) == 1
+    assert first.rows[0].tenant == principal.tenant_id and principal.subject in first.rows[0].s.split("\x1f")
+
+
+async def test_a_failing_first_statement_ends_the_transaction_and_leaves_the_connection_usable(
+        owner_url, principal):
+    pool = await connect.async_pool(for_role(owner_url, "kdbl_api"), size=1)
+    try:
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            async with rls_transaction(pool, principal, also=Statement("SELECT 1 / 0", {})):
+                pytest.fail("the block must not run when the first statement failed")
+        async with rls_transaction(pool, principal, also=Statement("SELECT kdbl_tenant() AS t", {})) as conn:
+            again = (await (await conn.execute("SELECT 1 AS one")).fetchall())[0].one
+    finally:
+        await pool.close()
+    assert again == 1
 
 
 def _stored(owner_engine, principal: Principal) -> int:

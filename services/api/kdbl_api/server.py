@@ -37,7 +37,7 @@ from kdbl_api.tools.registry import TOOLS, content_blocks, text_mime_type
 from kdbl_core import __version__
 from kdbl_core.access.principal import rls_transaction
 from kdbl_core.content import reads
-from kdbl_core.db.async_pool import AsyncPool
+from kdbl_core.db.async_pool import AsyncPool, Statement
 from kdbl_core.errors import (
     FORBIDDEN, Forbidden, InvalidArgument, KdblError, RateLimited, Unauthenticated, jsonrpc_error_of,
 )
@@ -122,17 +122,18 @@ Work = Callable[[ToolContext], Awaitable[tuple[dict[str, Any], AuditFacts]]]
 def build_server(pool: AsyncPool, state: AppState) -> Server[Any]:
     definitions = [spec.definition() for spec in TOOLS.values()]
 
-    async def run(ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any], work: Work
-                  ) -> dict[str, Any]:
+    async def run(ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any], work: Work,
+                  opening: Callable[[], Statement | None] | None = None) -> dict[str, Any]:
         principal = _principal(ctx)
         assert state.services is not None, "app lifespan did not run"
         started = time.perf_counter()
         meta = _meta(ctx)
         ok, mode = False, None
         try:
-            async with rls_transaction(pool, principal) as conn:
+            opened = opening() if opening is not None else None  # may refuse the arguments: audited below
+            async with rls_transaction(pool, principal, also=opened) as conn:
                 tctx = ToolContext(conn=conn, principal=principal, services=state.services, policy=_policy(ctx),
-                                   meta=meta)
+                                   meta=meta, opened=opened)
                 parts = len(meta.took_ms)
                 result, facts = await work(tctx)
                 if len(meta.took_ms) == parts:  # the handler did not break its time down: its reads
@@ -179,14 +180,24 @@ def build_server(pool: AsyncPool, state: AppState) -> Server[Any]:
                                  error.error.message, time.perf_counter())
             raise error
 
-        async def work(tctx: ToolContext) -> tuple[dict[str, Any], AuditFacts]:
-            try:
-                args = spec.args.model_validate(arguments)
-            except ValidationError as exc:
-                raise validation_error(exc) from None
-            return await spec.handler(tctx, args)
+        parsed: list[Any] = []
 
-        structured = await run(ctx, spec.name, arguments, work)
+        def validated() -> Any:
+            if not parsed:
+                try:
+                    parsed.append(spec.args.model_validate(arguments))
+                except ValidationError as exc:
+                    raise validation_error(exc) from None
+            return parsed[0]
+
+        def opening() -> Statement | None:
+            assert spec is not None and spec.opening is not None and state.services is not None
+            return spec.opening(state.services, _policy(ctx), validated())
+
+        async def work(tctx: ToolContext) -> tuple[dict[str, Any], AuditFacts]:
+            return await spec.handler(tctx, validated())
+
+        structured = await run(ctx, spec.name, arguments, work, opening if spec.opening is not None else None)
         structured.pop("meta", None)  # last in the result, after the reference's fields
         structured["meta"] = _meta(ctx).as_json()
         return types.CallToolResult(content=content_blocks(spec, structured), structured_content=structured)

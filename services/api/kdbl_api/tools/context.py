@@ -12,7 +12,7 @@ from kdbl_api.request_meta import CallMeta
 from kdbl_core.access.policy import TenantPolicy
 from kdbl_core.access.principal import Principal
 from kdbl_core.access.signing import CursorCodec, DownloadSigner
-from kdbl_core.db.async_pool import Connection
+from kdbl_core.db.async_pool import Connection, Statement
 from kdbl_core.embedder import Embedder
 from kdbl_core.search.cache import ResultCache
 from kdbl_core.settings import Settings
@@ -36,6 +36,7 @@ class ToolContext:
     services: Services
     policy: TenantPolicy = field(default_factory=TenantPolicy)
     meta: CallMeta = field(default_factory=CallMeta.begin)
+    opened: Statement | None = None  # the tool's opening statement, answered with BEGIN (registry.Opening)
 
     @property
     def settings(self) -> Settings:

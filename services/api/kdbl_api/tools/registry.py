@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from kdbl_api.audit import AuditFacts
 from kdbl_api.tools import browse, files, search
-from kdbl_api.tools.context import ToolContext
+from kdbl_api.tools.context import Services, ToolContext
 from kdbl_api.tools.models import (
     FileMetadataResult,
     FileRefArgs,
@@ -27,10 +27,15 @@ from kdbl_api.tools.models import (
     SearchContentResult,
     schema_of,
 )
+from kdbl_core.access.policy import TenantPolicy
 from kdbl_core.access.principal import SCOPE_READ, SCOPE_SEARCH
+from kdbl_core.db.async_pool import Statement
 
 # a handler returns its result and what the audit row says it did
 Handler = Callable[[ToolContext, Any], Awaitable[tuple[dict[str, Any], AuditFacts]]]
+# a handler's first statement, built from its validated arguments before the transaction opens and sent
+# with its BEGIN (one round trip fewer); it may refuse the arguments first (InvalidArgument)
+Opening = Callable[[Services, TenantPolicy, Any], Statement | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +47,7 @@ class ToolSpec:
     args: type[BaseModel]
     result: type[BaseModel]
     handler: Handler
+    opening: Opening | None = None  # the handler finds the answered statement in ToolContext.opened
 
     def definition(self) -> types.Tool:
         return types.Tool(
@@ -61,6 +67,7 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
             "plus neighbours; answer from it), a <mark> snippet, page/char/time locators and a kdbl:// uri "
             "to cite. If hits do not answer, reformulate with the corpus's own wording and search again."),
         args=SearchContentArgs, result=SearchContentResult, handler=search.search_content,
+        opening=search.opening,
     ),
     ToolSpec(
         name="get_file_text", title="Get file text", scope=SCOPE_READ,

@@ -18,18 +18,21 @@ from typing import Any
 
 from kdbl_api.audit import AuditFacts
 from kdbl_api.tools import hit_fields
-from kdbl_api.tools.context import ToolContext
+from kdbl_api.tools.context import Services, ToolContext
 from kdbl_api.tools.models import SearchContentArgs
+from kdbl_core.access.policy import TenantPolicy
 from kdbl_core.content.uris import file_uri
+from kdbl_core.db.async_pool import Statement
 from kdbl_core.errors import InvalidArgument
 from kdbl_core.search import paging, pipeline
 from kdbl_core.search.lexical import Filters
 from kdbl_core.search.windows import hit_facts
+from kdbl_core.settings import Settings
 
 
-def _validate(ctx: ToolContext, args: SearchContentArgs) -> tuple[str, ...] | None:
+def _validate(settings: Settings, args: SearchContentArgs) -> tuple[str, ...] | None:
     """Raises InvalidArgument for a broken argument; returns the response mode's hit fields (None: classic)."""
-    pipeline.check_query(args.query, ctx.settings)
+    pipeline.check_query(args.query, settings)
     if args.modified_after and args.modified_before and args.modified_after >= args.modified_before:
         raise InvalidArgument("modified_after", "must be earlier than modified_before")
     chosen = hit_fields.selection(args.response_mode, args.fields)
@@ -42,19 +45,31 @@ def _validate(ctx: ToolContext, args: SearchContentArgs) -> tuple[str, ...] | No
 _NOT_RANKING = frozenset({"cursor", "limit", "explain", "response_mode", "fields"})
 
 
-async def search_content(ctx: ToolContext, args: SearchContentArgs) -> tuple[dict[str, Any], AuditFacts]:
-    chosen = _validate(ctx, args)
-    listing = paging.listing(ctx.principal, args.model_dump(mode="json", exclude=_NOT_RANKING))
-    request = pipeline.SearchRequest(
+def _request(args: SearchContentArgs, chosen: tuple[str, ...] | None) -> pipeline.SearchRequest:
+    return pipeline.SearchRequest(
         query=args.query, mode=args.mode, limit=args.limit,
         explain=args.explain or (chosen is not None and "scores" in chosen),
         filters=Filters(source_id=args.source_id, path=args.path, content_type=args.content_type,
                         modified_after=args.modified_after, modified_before=args.modified_before,
                         source_ids=tuple(args.source_ids or ()), content_types=tuple(args.content_types or ()),
                         authors=tuple(args.authors or ()), labels=tuple(args.labels or ())))
-    # The preflight, with the index state this result is cut from: the cache key's and the cursor's.
+
+
+def opening(services: Services, policy: TenantPolicy, args: SearchContentArgs) -> Statement:
+    """The preflight (with the index state), sent with the call's BEGIN; bad arguments are refused first."""
+    request = _request(args, _validate(services.settings, args))
+    return pipeline.preflight_statement(request, settings=services.settings, embedder=services.embedder,
+                                        allowed_modes=policy.modes)
+
+
+async def search_content(ctx: ToolContext, args: SearchContentArgs) -> tuple[dict[str, Any], AuditFacts]:
+    chosen = _validate(ctx.settings, args)
+    listing = paging.listing(ctx.principal, args.model_dump(mode="json", exclude=_NOT_RANKING))
+    request = _request(args, chosen)
+    # The preflight, with the index state this result is cut from: the cache key's and the cursor's
+    # (answered with BEGIN when the server sent `opening`'s statement, else one round trip here).
     pre = await pipeline.prepare(ctx.conn, request, settings=ctx.settings, embedder=ctx.services.embedder,
-                                 allowed_modes=ctx.policy.modes)
+                                 allowed_modes=ctx.policy.modes, opened=ctx.opened)
     state = pre.state
     if args.cursor:
         offset = paging.decode(ctx.services.cursors, args.cursor, ctx.principal, listing, state=state)

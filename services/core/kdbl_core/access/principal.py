@@ -16,7 +16,7 @@ from uuid import UUID
 
 from psycopg_pool import ConnectionPool
 
-from kdbl_core.db.async_pool import AsyncPool
+from kdbl_core.db.async_pool import AsyncPool, Statement
 from kdbl_core.db.async_pool import Connection as AsyncConnection
 from kdbl_core.db.connect import Connection
 
@@ -53,11 +53,13 @@ def principal_params(principal: Principal) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def rls_transaction(pool: AsyncPool, principal: Principal) -> AsyncIterator[AsyncConnection]:
+async def rls_transaction(pool: AsyncPool, principal: Principal, *, also: Statement | None = None
+                          ) -> AsyncIterator[AsyncConnection]:
     """One transaction scoped to `principal` (row-level security reads `kdbl.tenant_id` and
     `kdbl.subjects`; SET LOCAL: they vanish at COMMIT/ROLLBACK). The settings travel with BEGIN in one
-    round trip. Yields psycopg's AsyncConnection: `%(name)s` SQL, named-tuple rows."""
-    async with pool.transaction(_SET_PRINCIPAL, principal_params(principal)) as conn:
+    round trip, and `also` (the call's first statement, under RLS already) with them. Yields psycopg's
+    AsyncConnection: `%(name)s` SQL, named-tuple rows."""
+    async with pool.transaction(_SET_PRINCIPAL, principal_params(principal), also=also) as conn:
         yield conn
 
 

@@ -24,6 +24,7 @@ import time
 from collections import namedtuple
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -45,6 +46,16 @@ CONNECT_TIMEOUT_S = 2  # libpq's minimum; a host that does not answer fails afte
 RETRY_AFTER_S = 1
 UNAVAILABLE_MESSAGE = "the database is unreachable; retry shortly"
 LOST_MESSAGE = "the database connection was lost during the request; retry shortly"
+
+
+@dataclass(slots=True)
+class Statement:
+    """A statement to ride in a transaction's opening round trip (`AsyncPool.transaction(also=...)`):
+    its rows are there once the transaction is open."""
+
+    sql: str
+    params: Params
+    rows: list[Any] | None = None
 
 
 @lru_cache(maxsize=512)
@@ -198,10 +209,12 @@ class AsyncPool:
         raise AssertionError("unreachable")
 
     @asynccontextmanager
-    async def transaction(self, first_sql: str, params: Params) -> AsyncIterator[Connection]:
-        """BEGIN and `first_sql` (e.g. the principal's settings) in one round trip; COMMIT on a clean
-        exit (nothing when the block already sent one: the audit row's pipeline), ROLLBACK on an error.
-        Yields psycopg's connection.
+    async def transaction(self, first_sql: str, params: Params, *, also: Statement | None = None
+                          ) -> AsyncIterator[Connection]:
+        """BEGIN and `first_sql` (e.g. the principal's settings) in one round trip, with `also` (the
+        caller's first statement, e.g. the search preflight: its rows land in `also.rows`) in the same
+        one; COMMIT on a clean exit (nothing when the block already sent one: the audit row's pipeline),
+        ROLLBACK on an error. Yields psycopg's connection.
 
         The pool's connections are in autocommit and the BEGIN is an explicit statement of the
         pipeline: psycopg's own BEGIN (non-autocommit) is followed by a Sync that waits for its answer
@@ -212,6 +225,9 @@ class AsyncPool:
             async with raw.pipeline():
                 await raw.execute("BEGIN")
                 await raw.execute(first_sql, params)
+                cur = await raw.execute(also.sql, also.params) if also is not None else None
+            if also is not None and cur is not None:
+                also.rows = await cur.fetchall()
 
         pool, raw = await self._start(begin)
         try:

@@ -28,7 +28,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from kdbl_core.db.async_pool import Connection
+from kdbl_core.db.async_pool import Connection, Statement
 from kdbl_core.embedder import Embedder
 from kdbl_core.errors import InvalidArgument
 from kdbl_core.search import hybrid, lexical, vector
@@ -111,21 +111,44 @@ class _Preflight:
     state: int = 0  # the index state the search is cut from (kdbl_core.search.cache)
 
 
-async def _preflight(conn: Connection, request: SearchRequest, settings: Settings, *,
-                     vectors: bool, always: bool = False) -> _Preflight | None:
-    """The preflight row, or None when the request needs none (lexical without a source filter) and
-    the caller does not ask for the index state (`always`)."""
-    sid = request.filters.source_id
+def _vectors(request: SearchRequest, allowed_modes: tuple[str, ...] | frozenset[str],
+             embedder: Embedder | None) -> bool:
+    return request.mode != "lexical" and "hybrid" in allowed_modes and embedder is not None
+
+
+def _preflight_statement(request: SearchRequest, settings: Settings, *, vectors: bool) -> Statement:
     sids = list(dict.fromkeys(request.filters.source_ids))
-    if not vectors and sid is None and not sids and not always:
-        return None
     depth = max(request.limit, settings.hybrid_depth)
-    cur = await conn.execute(_PREFLIGHT, {
+    sid = request.filters.source_id
+    return Statement(_PREFLIGHT, {
         "sid": str(sid) if sid else None, "sids": [str(s) for s in sids], "cfg": settings.text_search_config,
         "query": request.query if vectors and request.mode == "hybrid" else None,
         "tune": vectors, "ef": str(min(1000, max(64, 2 * depth))),
     })
-    row = await cur.fetchone()
+
+
+def preflight_statement(request: SearchRequest, *, settings: Settings, embedder: Embedder | None = None,
+                        allowed_modes: tuple[str, ...] | frozenset[str] = MODES) -> Statement:
+    """The preflight prepare() runs, as a statement to send with the transaction's BEGIN (one round trip
+    fewer: kdbl_core.db.async_pool.AsyncPool.transaction `also`); hand it back to prepare() as `opened`."""
+    return _preflight_statement(request, settings, vectors=_vectors(request, allowed_modes, embedder))
+
+
+async def _preflight(conn: Connection, request: SearchRequest, settings: Settings, *,
+                     vectors: bool, always: bool = False, opened: Statement | None = None) -> _Preflight | None:
+    """The preflight row (from `opened` when its rows came with the transaction's opening round trip), or
+    None when the request needs none (lexical without a source filter) and the caller does not ask for
+    the index state (`always`)."""
+    sid = request.filters.source_id
+    sids = request.filters.source_ids
+    if opened is not None and opened.rows is not None:
+        row = opened.rows[0]
+    else:
+        if not vectors and sid is None and not sids and not always:
+            return None
+        statement = _preflight_statement(request, settings, vectors=vectors)
+        cur = await conn.execute(statement.sql, statement.params)
+        row = await cur.fetchone()
     assert row is not None  # one row, always
     if sid is not None and row.source_on is None:
         raise InvalidArgument("source_id", f"unknown source {sid} (or not visible to you)")
@@ -191,13 +214,15 @@ async def _with_vectors(conn: Connection, request: SearchRequest, mode: str, set
 
 
 async def prepare(conn: Connection, request: SearchRequest, *, settings: Settings, embedder: Embedder | None = None,
-                  allowed_modes: tuple[str, ...] | frozenset[str] = MODES) -> _Preflight:
+                  allowed_modes: tuple[str, ...] | frozenset[str] = MODES,
+                  opened: Statement | None = None) -> _Preflight:
     """The preflight, run always, with the index state the search will be cut from (`.state`: the
     result cache's key and the cursor's binding); pass it to search() as `prepared`, which then skips
-    its own. Folding the state into the preflight costs hybrid and semantic no round trip; lexical
-    without a source filter, which had no preflight, gets one (measured in docs/benchmarks.md)."""
-    vectors = request.mode != "lexical" and "hybrid" in allowed_modes and embedder is not None
-    pre = await _preflight(conn, request, settings, vectors=vectors, always=True)
+    its own. `opened`: preflight_statement()'s statement, already answered with the transaction's
+    BEGIN (no round trip here). Folding the state into the preflight costs hybrid and semantic no round
+    trip; sent with BEGIN, lexical's costs none either (measured in docs/benchmarks.md)."""
+    vectors = _vectors(request, allowed_modes, embedder)
+    pre = await _preflight(conn, request, settings, vectors=vectors, always=True, opened=opened)
     assert pre is not None  # always=True
     return pre
 
@@ -215,8 +240,7 @@ async def search(conn: Connection, request: SearchRequest, *, settings: Settings
 
     `allowed_modes` is the tenant policy's mcp.modes. Raises InvalidArgument for a source_id filter
     naming a source the caller cannot see."""
-    vectors = request.mode != "lexical" and "hybrid" in allowed_modes and embedder is not None
-    pre = prepared or await _preflight(conn, request, settings, vectors=vectors)
+    pre = prepared or await _preflight(conn, request, settings, vectors=_vectors(request, allowed_modes, embedder))
     mode, degraded_reason = _choose_mode(request, allowed_modes, embedder, pre)
     explanations: list[dict | None]
     if mode == "lexical":
