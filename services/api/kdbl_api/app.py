@@ -33,6 +33,7 @@ from kdbl_api.bearer import SdkTokenVerifier
 from kdbl_api.downloads import Downloads
 from kdbl_api.host_hint import HostHint
 from kdbl_api.http_auth import PRM_PATH, McpFrontDoor, public_base
+from kdbl_api.legacy_sse import MESSAGES_PATH, SSE_PATH, LegacySse
 from kdbl_api.observability import MetricsPort
 from kdbl_api.ratelimit import RateLimiter
 from kdbl_api.server import AppState, build_server
@@ -207,6 +208,10 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
         Route(PRM_PATH, protected_resource, methods=["GET"]),
         Route(PRM_PATH + "/mcp", protected_resource, methods=["GET"]),
     ]
+    if settings.legacy_sse_enabled:  # opt-in; off, /sse and /messages are 404
+        legacy = LegacySse(front_door, settings)
+        routes += [Route(SSE_PATH, HostHint(legacy.stream, settings), methods=["GET"]),
+                   Route(MESSAGES_PATH, HostHint(legacy.messages, settings), methods=["POST"])]
     middleware = [Middleware(MetricsPort, port=settings.metrics_port, observability=state.observability)]
     if settings.trusted_proxies:  # X-Forwarded-* from these peers only (never by default, not even loopback)
         middleware.append(Middleware(ProxyHeadersMiddleware, trusted_hosts=list(settings.trusted_proxies)))

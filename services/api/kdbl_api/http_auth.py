@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kdbl_api import audit, bearer, jsonrpc_envelope, request_meta, scope_check
 from kdbl_api.audit import AuditFacts
-from kdbl_api.bearer import SdkTokenVerifier
+from kdbl_api.bearer import PrincipalToken, SdkTokenVerifier
 from kdbl_api.observability import Observability
 from kdbl_api.ratelimit import Decision, RateLimiter
 from kdbl_api.server import POLICY_KEY
@@ -82,6 +82,35 @@ class McpFrontDoor:
         return {**policy.describe()["rate_limit"], "remaining": decision.as_json() if decision else None,
                 "scope": "shared by every API replica (token buckets in PostgreSQL)"}
 
+    async def authenticate(self, request: Request) -> PrincipalToken | Response:
+        """The request's bearer token verified, or the refusal to send: 401 with its challenge, 429 +
+        Retry-After, 403 (an admin token); a known token's refusal is audited. /mcp and the legacy SSE
+        endpoints (kdbl_api.legacy_sse) authenticate here, so both refuse alike."""
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            self.obs.auth_failures.labels("missing").inc()
+            return _refuse(Unauthenticated("authentication required: send Authorization: Bearer <token>"),
+                           {"WWW-Authenticate": self._challenge(request)})
+        started = time.perf_counter()
+        try:
+            return await self.verifier.authenticate(token.strip())
+        except TokenRefused as exc:  # a known token of a known tenant: audited
+            self.obs.auth_failures.labels("invalid").inc()
+            if exc.tenant_id is not None:
+                who = Principal(tenant_id=exc.tenant_id, tenant_name=exc.tenant_name, subject=exc.subject,
+                                token_id=exc.token_id)
+                await self._refused(request, who, [], "unauthenticated", exc.message, started)
+            return _refuse(exc, {"WWW-Authenticate": self._challenge(request, "invalid_token", exc.message)})
+        except Unauthenticated as exc:
+            self.obs.auth_failures.labels("invalid").inc()
+            return _refuse(exc, {"WWW-Authenticate": self._challenge(request, "invalid_token", exc.message)})
+        except RateLimited as exc:
+            self.obs.auth_failures.labels("throttled").inc()
+            return _refuse(exc)
+        except Forbidden as exc:
+            self.obs.auth_failures.labels("forbidden").inc()
+            return _refuse(exc)
+
     async def _refused(self, request: Request, principal: Principal, calls: list[tuple[str, str, Any]],
                        status: str, reason: str, started: float) -> None:
         _, tool, arguments = calls[0] if calls else ("", "mcp", {})
@@ -117,43 +146,16 @@ class McpFrontDoor:
                            status_code=405, headers={"Allow": "POST"})(scope, receive, send)
             return
 
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            self.obs.auth_failures.labels("missing").inc()
-            await _refuse(Unauthenticated("authentication required: send Authorization: Bearer <token>"),
-                          {"WWW-Authenticate": self._challenge(request)})(scope, receive, send)
-            return
         started = time.perf_counter()
-        try:
-            access = await self.verifier.authenticate(token.strip())
-        except TokenRefused as exc:  # a known token of a known tenant: audited
-            self.obs.auth_failures.labels("invalid").inc()
-            if exc.tenant_id is not None:
-                who = Principal(tenant_id=exc.tenant_id, tenant_name=exc.tenant_name, subject=exc.subject,
-                                token_id=exc.token_id)
-                await self._refused(request, who, [], "unauthenticated", exc.message, started)
-            await _refuse(exc, {"WWW-Authenticate": self._challenge(request, "invalid_token", exc.message)})(
-                scope, receive, send)
-            return
-        except Unauthenticated as exc:
-            self.obs.auth_failures.labels("invalid").inc()
-            await _refuse(exc, {"WWW-Authenticate": self._challenge(request, "invalid_token", exc.message)})(
-                scope, receive, send)
-            return
-        except RateLimited as exc:
-            self.obs.auth_failures.labels("throttled").inc()
-            await _refuse(exc)(scope, receive, send)
-            return
-        except Forbidden as exc:
-            self.obs.auth_failures.labels("forbidden").inc()
-            await _refuse(exc)(scope, receive, send)
+        access = await self.authenticate(request)
+        if isinstance(access, Response):
+            await access(scope, receive, send)
             return
 
         principal = access.principal
         policy = await self.policies.get(principal.tenant_id)
         try:
-            body = await self._read_body(request)
+            body = await self.read_body(request)
         except TimeoutError:  # a stalled body holds a connection: 408, and uvicorn closes it
             message = f"request body not received within {self.settings.body_read_timeout_s:g} s"
             await _refuse(RequestTimeout(message), {"Connection": "close"})(scope, receive, send)
@@ -205,7 +207,7 @@ class McpFrontDoor:
         meta.add("auth", meta.started)
         await self.sdk_app(scope, _replay(body), _with_headers(send, decision.headers() if decision else None))
 
-    async def _read_body(self, request: Request) -> bytes | None:
+    async def read_body(self, request: Request) -> bytes | None:
         """The body (None: over the size limit); TimeoutError if it does not arrive in
         KDBL_BODY_READ_TIMEOUT_S (a client that sent headers and half a body held it > 25 s)."""
         limit = self.settings.max_request_bytes

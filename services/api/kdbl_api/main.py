@@ -45,6 +45,9 @@ def main() -> None:
         settings.require_database_url()
         if settings.metrics_port == settings.api_port:
             raise ConfigError("KDBL_METRICS_PORT must differ from KDBL_API_PORT (or be 0: no metrics)")
+        if settings.legacy_sse_enabled and settings.api_workers > 1:  # the kernel spreads POSTs over processes
+            raise ConfigError("KDBL_LEGACY_SSE_ENABLED needs KDBL_API_WORKERS=1: an SSE session lives in one "
+                              "process and its POST /messages must reach that process")
     except ConfigError as exc:
         print(f"kdbl-api: {exc.message}", file=sys.stderr)
         sys.exit(2)

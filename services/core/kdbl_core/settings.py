@@ -141,6 +141,17 @@ class Settings(BaseSettings):
     metrics_port: int = Field(default=9464, ge=0, le=65535, description=(
         "kdbl-api serves GET /metrics (Prometheus) on this port only, not on the API port, so a "
         "NetworkPolicy can limit it to the monitoring namespace. 0: no metrics listener."))
+    legacy_sse_enabled: bool = Field(default=False, description=(
+        "Also serve the 2024-11-05 HTTP+SSE transport for clients that speak only it: GET /sse opens a "
+        "session, POST /messages?session_id=... carries its requests through the /mcp path (kdbl_api."
+        "legacy_sse). Off: both are 404. Needs KDBL_API_WORKERS=1 (a POST must reach its stream's process)."))
+    legacy_sse_keepalive_s: float = Field(default=15.0, gt=0, le=300, description=(
+        "An idle SSE session gets a comment line this often, well inside the 60 s idle timeouts of common "
+        "proxies and load balancers, so it survives between searches."))
+    legacy_sse_max_sessions: int = Field(default=256, ge=1, le=100_000, description=(
+        "Open SSE sessions per API process; one more is refused with 503."))
+    legacy_sse_max_sessions_per_token: int = Field(default=8, ge=1, le=10_000, description=(
+        "Open SSE sessions per token (an OIDC subject: per subject); one more is refused with 429."))
 
     # --- OIDC access tokens, verified offline against a JWKS file (no IdP call at request time) ---
     oidc_issuer: str | None = None
@@ -224,6 +235,9 @@ class Settings(BaseSettings):
     api_token_file: str | None = Field(default=None, description=(
         "File holding the PAT `kdbl-control mcp smoke` sends (--api-token-file); a file, not argv, so the "
         "token stays out of ps and shell history."))
+    api_token: SecretStr | None = Field(default=None, description=(
+        "The PAT `kdbl-control mcp stdio` sends when no --token-file is given (KDBL_API_TOKEN, e.g. from a "
+        "desktop client's `env` block); never a command-line flag, never logged."))
 
     # --- embedded PostgreSQL ----------------------------------------------------------------
     runtime_dir: str | None = Field(default=None, description=(
