@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from kdbl_core.access import policy
 from kdbl_core.access.principal import ALL_SCOPES
 from kdbl_core.settings import OperatorSettings
 from kdbl_operator import desired, election
@@ -55,6 +58,13 @@ def test_a_minimal_tenant_gets_the_crd_defaults_and_a_bootstrap_token_in_the_ope
 
 def test_the_operator_knows_exactly_the_scopes_the_platform_has():
     assert set(desired.SCOPES) == set(ALL_SCOPES)
+
+
+def test_the_operator_knows_exactly_the_tools_the_platform_has_and_defaults_to_the_six():
+    assert desired.ALL_TOOLS == policy.ALL_TOOLS and desired.TOOLS == policy.TOOLS
+    crd = yaml.safe_load((Path(__file__).resolve().parents[2] / "operator" / "crds" / "tenants.yaml").read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert tuple(spec["properties"]["mcp"]["properties"]["tools"]["items"]["enum"]) == policy.ALL_TOOLS
 
 
 def test_a_full_tenant_spec_maps_to_the_settings_document():

@@ -87,7 +87,7 @@ def update_tenant(db: Pool, name: str, *, enabled: bool | None = None, tools: st
         _guard(tenant, force)
         settings = policy.apply_update(
             tenant.settings or {}, enabled=enabled,
-            tools=policy.parse_list(tools, policy.TOOLS, "tools") if tools is not None else None,
+            tools=policy.parse_list(tools, policy.ALL_TOOLS, "tools") if tools is not None else None,
             modes=policy.parse_list(modes, policy.MODES, "modes") if modes is not None else None,
             rate=policy.parse_rate(rate_limit) if rate_limit is not None else None,
             tenant_rate=policy.parse_rate(tenant_rate_limit, "tenant-rate-limit")

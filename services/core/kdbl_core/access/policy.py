@@ -5,7 +5,7 @@ The operator (from the Tenant resource) and `kdbl-control tenant update` write t
 them through `parse`, so every reader applies the same defaults:
 
     enabled        true
-    mcp.tools      the six tools;  mcp.modes  lexical + hybrid (hybrid also allows the semantic mode)
+    mcp.tools      the six tools (an allowlist may add get_contents, find_similar, answer);  mcp.modes  lexical + hybrid (hybrid also allows the semantic mode)
     rate_limit     per token: per_minute/per_hour/per_day (+ burst, the minute bucket's size);
                    rate_limit.tenant: the same tiers for all of the tenant's tokens together.
                    Absent per-token tiers fall back to the installation default (KDBL_RATE_LIMIT_*).
@@ -38,6 +38,9 @@ from kdbl_core.errors import InvalidArgument
 from kdbl_core.settings import Settings
 
 TOOLS = ("search_content", "get_file_text", "get_file_window", "get_file_metadata", "list_sources", "list_files")
+# Tools beyond the reference's six: off unless a tenant's allowlist names them (issue 17).
+OPTIONAL_TOOLS = ("get_contents", "find_similar", "answer")
+ALL_TOOLS = TOOLS + OPTIONAL_TOOLS
 MODES = ("lexical", "hybrid")
 DOWNLOAD_MODES = ("off", "inline", "attachment")
 DEFAULT_LINK_TTL_S = 15 * 60
@@ -81,7 +84,7 @@ class TenantPolicy:
     def describe(self) -> dict[str, Any]:
         """The effective policy as JSON (for `tenant show` and /capacity)."""
         return {
-            "enabled": self.enabled, "tools": [t for t in TOOLS if t in self.tools],
+            "enabled": self.enabled, "tools": [t for t in ALL_TOOLS if t in self.tools],
             "modes": [m for m in MODES if m in self.modes],
             "rate_limit": {"per_token": _tiers_json(self.token_tiers), "tenant": _tiers_json(self.tenant_tiers)},
             "downloads": self.downloads, "link_ttl_seconds": self.link_ttl_s, "quotas": dict(self.quotas),
@@ -131,7 +134,7 @@ def parse(settings: Mapping[str, Any] | None, *, default_per_minute: int | None 
     quotas = s.get("quotas") if isinstance(s.get("quotas"), Mapping) else {}
     return TenantPolicy(
         enabled=s.get("enabled") is not False,
-        tools=frozenset(t for t in tools if t in TOOLS) if isinstance(tools, list) else frozenset(TOOLS),
+        tools=frozenset(t for t in tools if t in ALL_TOOLS) if isinstance(tools, list) else frozenset(TOOLS),
         modes=frozenset(m for m in modes if m in MODES) if isinstance(modes, list) else frozenset(MODES),
         token_tiers=tiers(rate, default_per_minute=default_per_minute, default_burst=default_burst),
         tenant_tiers=tiers(rate.get("tenant")),
