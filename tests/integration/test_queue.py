@@ -24,8 +24,8 @@ from kdbl_core.content import store
 from kdbl_core.content.records import Chunk, FileMeta
 from kdbl_core.db.urls import for_role
 from kdbl_core.settings import Settings
+from kdbl_core.sources.globs import Selection
 from kdbl_worker import jobs, queue
-from kdbl_worker.globs import Selection
 from kdbl_worker.pipeline import Indexer, load_sources
 from kdbl_worker.queue import QueueOptions, QueueRunner
 from kdbl_worker.sandbox import Limits, Sandbox, Task

@@ -12,9 +12,9 @@ import pytest
 from helpers import make_pdf, pdf_text_page
 from kdbl_core.errors import InvalidArgument
 from kdbl_core.sources import config as source_config
+from kdbl_core.sources.labels import MAX_LABELS, Labeler
 from kdbl_worker import sandbox
 from kdbl_worker.extract import Extraction, Source, extract
-from kdbl_worker.labels import MAX_LABELS, Labeler
 
 
 def run_bytes(data: bytes, name: str) -> Extraction:

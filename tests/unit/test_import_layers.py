@@ -56,11 +56,11 @@ def _copy(tmp_path: Path) -> list[Path]:
 
 def test_a_worker_module_importing_the_api_inside_a_function_breaks_the_build(tmp_path):
     roots = _copy(tmp_path)
-    module = tmp_path / "services/worker/kdbl_worker/globs.py"
+    module = tmp_path / "services/worker/kdbl_worker/sidecars.py"
     module.write_text(module.read_text() + "\n\ndef _sideways():\n    from kdbl_api import app  # noqa\n")
     result = _lint(tmp_path, roots)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "kdbl_worker.globs -> kdbl_api.app" in result.stdout
+    assert "kdbl_worker.sidecars -> kdbl_api.app" in result.stdout
 
 
 def test_a_core_module_importing_a_service_breaks_the_build(tmp_path):

@@ -49,7 +49,7 @@ STORED: list[tuple[str, dict[str, Any]]] = [
                 "base_delay": 0.0, "read_timeout": 5, "spool_max_bytes": 1024}),
     ("http", {"url": "http://docs.internal/manuals/"}),
     ("http", {"url": "http://127.0.0.1:8080/pub/", "verify_tls": False, "legacy_key": "kept as it is"}),
-    ("fs", {"root": "/srv/a", "include": "*.md"}),  # one pattern as a string (kdbl_worker.globs reads it)
+    ("fs", {"root": "/srv/a", "include": "*.md"}),  # one pattern as a string (kdbl_core.sources.globs reads it)
 ]
 
 

@@ -15,10 +15,12 @@ from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from kdbl_core import sources
 from kdbl_core.access import policy, tokens
 from kdbl_core.access.principal import ALL_SCOPES
 from kdbl_core.db.connect import Pool
 from kdbl_core.errors import Conflict, InvalidArgument, NotFound
+from kdbl_core.sources import relabel
 
 _TENANT = "SELECT * FROM tenants WHERE name = %s"
 
@@ -129,6 +131,33 @@ def add_source(db: Pool, tenant_name: str, *, protocol: str, config: dict[str, A
             "VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING *",
             (tenant.id, name, protocol, Jsonb(config), "restricted" if restricted else "tenant", hybrid,
              schedule)).fetchone()
+
+
+def update_source_labels(db: Pool, source_id: uuid.UUID, *, labels: list[str] | None = None,
+                         label_globs: dict[str, list[str]] | None = None, object_tags: bool | None = None,
+                         force: bool = False) -> dict[str, Any]:
+    """Change a source's `labels`, `label_globs` or (s3) `object_tags` (None keeps one; [] / {} / False
+    removes it) and relabel its files in the same transaction (kdbl_core.sources.relabel). Returns the
+    new label config with the relabel's counts."""
+    with db.connection() as conn:
+        source = conn.execute("SELECT * FROM sources WHERE id = %s FOR UPDATE", (source_id,)).fetchone()
+        if source is None:
+            raise NotFound(f"no source {source_id}")
+        _guard(source, force)
+        if object_tags and source.protocol != "s3":
+            raise InvalidArgument("object-tags", "only protocol s3 has object tags")
+        config = dict(source.config)
+        for key, value in (("labels", labels), ("label_globs", label_globs), ("object_tags", object_tags)):
+            if value is not None:
+                config.pop(key, None)
+                if value not in ([], {}, False):
+                    config[key] = value
+        sources.parse(source.protocol, config)  # InvalidArgument names `labels` / `label_globs`
+        conn.execute("UPDATE sources SET config = %s, updated_at = now() WHERE id = %s", (Jsonb(config), source_id))
+        done = relabel.apply_config_change(conn, source_id, source.config, config)
+    return {"id": source_id, "labels": config.get("labels", []), "label_globs": config.get("label_globs", {}),
+            "object_tags": bool(config.get("object_tags")), "files": done.files if done else 0,
+            "relabelled": done.changed if done else 0}
 
 
 def list_sources(db: Pool, tenant_name: str | None = None) -> list[dict[str, Any]]:

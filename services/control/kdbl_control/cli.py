@@ -152,6 +152,15 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--restricted", action="store_true", help="only granted principals see it")
     sa.add_argument("--no-hybrid", action="store_true")
     sa.add_argument("--force", action="store_true", help="even in a tenant the operator manages")
+    su = source.add_parser("update", help="change a source's labels (its files are relabelled at once)")
+    su.add_argument("--source", type=uuid.UUID, required=True)
+    su.add_argument("--label", action="append", help="a label every file gets (repeatable; replaces the list)")
+    su.add_argument("--label-glob", action="append", metavar="GLOB=LABEL[,LABEL]",
+                    help="labels for the keys a glob matches (repeatable; replaces the globs)")
+    su.add_argument("--no-labels", action="store_true", help="remove the source's labels and label globs")
+    su.add_argument("--object-tags", action=argparse.BooleanOptionalAction, default=None,
+                    help="s3: object tags become labels (reaches a file at its next re-index)")
+    su.add_argument("--force", action="store_true", help="even for a source the operator manages")
     sl = source.add_parser("list")
     sl.add_argument("--tenant")
     sf = source.add_parser("files", help="what the crawl made of each file: statuses and grouped reasons")
@@ -438,16 +447,23 @@ def source_config(args: argparse.Namespace) -> dict[str, Any]:
                       "domain": args.domain}
     else:
         connection = {"url": args.url}
-    label_globs: dict[str, list[str]] = {}
+    return sources.build(args.protocol, **connection, credentials=credentials,
+                         verify_tls=not args.no_verify_tls, ca_file=args.ca_file, include=args.include,
+                         exclude=args.exclude, ocr=not args.no_ocr, labels=args.label,
+                         label_globs=label_globs(args) or None).stored
+
+
+def label_globs(args: argparse.Namespace) -> dict[str, list[str]]:
+    """--label-glob GLOB=LABEL[,LABEL...] options as the stored `label_globs` (a glob given twice: one entry)."""
+    from kdbl_core.errors import InvalidArgument
+
+    out: dict[str, list[str]] = {}
     for spec in args.label_glob or ():
         glob, _, labels = spec.partition("=")
         if not glob or not labels:
             raise InvalidArgument("label-glob", "use GLOB=LABEL[,LABEL...]")
-        label_globs.setdefault(glob, []).extend(label.strip() for label in labels.split(","))
-    return sources.build(args.protocol, **connection, credentials=credentials,
-                         verify_tls=not args.no_verify_tls, ca_file=args.ca_file, include=args.include,
-                         exclude=args.exclude, ocr=not args.no_ocr, labels=args.label,
-                         label_globs=label_globs or None).stored
+        out.setdefault(glob, []).extend(label.strip() for label in labels.split(","))
+    return out
 
 
 def source_schedule(args: argparse.Namespace) -> str | None:
@@ -520,6 +536,12 @@ def _dispatch(args: argparse.Namespace, settings: Settings, db: Any, admin: Any)
                               name=args.name, restricted=args.restricted, hybrid=not args.no_hybrid,
                               schedule=source_schedule(args), force=args.force)
         print(source.id)
+    elif cmd == "source" and action == "update":
+        globs = label_globs(args)
+        _print(args, admin.update_source_labels(
+            db, args.source, labels=[] if args.no_labels else args.label,
+            label_globs={} if args.no_labels else (globs or None), object_tags=args.object_tags,
+            force=args.force))
     elif cmd == "source" and action == "files":
         from kdbl_control import file_report
 

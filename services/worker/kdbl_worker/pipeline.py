@@ -46,12 +46,12 @@ from kdbl_core.content.records import Chunk, FileMeta
 from kdbl_core.db.connect import Pool
 from kdbl_core.errors import PermanentError
 from kdbl_core.settings import Settings
+from kdbl_core.sources.globs import Selection
+from kdbl_core.sources.labels import NO_LABELS, Labeler, own_labels
 from kdbl_worker import deadlines, extract, jobs, sandbox
 from kdbl_worker.connectors import Connector, connector_for
 from kdbl_worker.connectors.fs import FsConnector
 from kdbl_worker.extract import containers, media, ocr
-from kdbl_worker.globs import Selection
-from kdbl_worker.labels import NO_LABELS, Labeler
 from kdbl_worker.queue import Activity, QueueOptions, QueueRunner, make_holder
 from kdbl_worker.sidecars import Sidecars, is_subtitle
 
@@ -161,7 +161,7 @@ class _SourceContext:
     row: SourceRow
     connector: Connector
     max_bytes: int
-    labeler: Labeler  # the source's `labels` / `label_globs` (kdbl_worker.labels)
+    labeler: Labeler  # the source's `labels` / `label_globs` (kdbl_core.sources.labels)
     object_tags: dict[int, list[str]] = field(default_factory=dict)  # item id -> its S3 tags (`object_tags`)
 
 
@@ -554,6 +554,7 @@ class Indexer:
                                                        chunks=len(rows))],
                     members=members, container=containers.is_container(item.file.key),
                     authors=outcome.authors, labels=labeler(item.file.key, outcome.tags),
+                    own_labels=own_labels(outcome.tags),
                 )
             except store.FenceLost:
                 log.warning("item lease lost; another worker indexes it",
@@ -633,7 +634,7 @@ def member_files(parent_key: str, mtime, children: list[sandbox.Child],
             out.append(store.MemberFile(
                 FileMeta(key=key, size=kid.size, mtime=mtime, content_type=o.content_type),
                 o.status, o.reason, o.title, [Chunk(*c) for c in o.chunks], o.text_chars,
-                authors=o.authors, labels=labeler(key, o.tags)))
+                authors=o.authors, labels=labeler(key, o.tags), own_labels=own_labels(o.tags)))
             walk(key, o.children)
 
     walk(parent_key, children)

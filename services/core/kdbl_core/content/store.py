@@ -46,6 +46,7 @@ class MemberFile:
     text_chars: int
     authors: Sequence[str] = ()  # the member's own document properties (migration 0013)
     labels: Sequence[str] = ()
+    own_labels: Sequence[str] = ()  # its own tags alone (migration 0015; kdbl_core.sources.relabel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,17 +99,18 @@ _FILE_UPSERT = """old AS (
      WHERE f.source_id = %(source_id)s AND f.key = %(key)s
 ), f AS (
     INSERT INTO files (tenant_id, source_id, key, size, mtime, etag, content_type, storage_class, owner,
-                       mode, uid, gid, status, status_reason, title, authors, labels, chunk_count, text_chars, index_runs,
-                       indexed_at, seen_at)
+                       mode, uid, gid, status, status_reason, title, authors, labels, own_labels, chunk_count, text_chars,
+                       index_runs, indexed_at, seen_at)
     SELECT %(tenant_id)s, %(source_id)s, %(key)s, %(size)s, %(mtime)s, %(etag)s, %(content_type)s, %(storage_class)s, %(owner)s,
-           %(mode)s, %(uid)s, %(gid)s, %(status)s, %(status_reason)s, %(title)s, %(authors)s, %(labels)s, %(chunk_count)s, %(text_chars)s, 1, now(), now()
+           %(mode)s, %(uid)s, %(gid)s, %(status)s, %(status_reason)s, %(title)s, %(authors)s, %(labels)s, %(own_labels)s,
+           %(chunk_count)s, %(text_chars)s, 1, now(), now()
       FROM old WHERE old.n = 0
     ON CONFLICT (source_id, key) DO UPDATE SET
         size = EXCLUDED.size, mtime = EXCLUDED.mtime, etag = EXCLUDED.etag,
         content_type = EXCLUDED.content_type, storage_class = EXCLUDED.storage_class,
         owner = EXCLUDED.owner, mode = EXCLUDED.mode, uid = EXCLUDED.uid, gid = EXCLUDED.gid,
         status = EXCLUDED.status, status_reason = EXCLUDED.status_reason, title = EXCLUDED.title,
-        authors = EXCLUDED.authors, labels = EXCLUDED.labels,
+        authors = EXCLUDED.authors, labels = EXCLUDED.labels, own_labels = EXCLUDED.own_labels,
         chunk_count = EXCLUDED.chunk_count, text_chars = EXCLUDED.text_chars, parent_id = NULL,
         index_runs = files.index_runs + 1, indexed_at = now(), seen_at = now()
     RETURNING id
@@ -117,11 +119,11 @@ _FILE_UPSERT = """old AS (
 # folder 'x!' holding 'y' beside container 'x' with member 'y'; that file keeps its row).
 _MEMBER_INSERT = """old AS (SELECT 0 AS n), f AS (
     INSERT INTO files (tenant_id, source_id, key, size, mtime, etag, content_type, storage_class, owner,
-                       mode, uid, gid, status, status_reason, title, authors, labels, chunk_count, text_chars, index_runs,
-                       indexed_at, seen_at, parent_id)
+                       mode, uid, gid, status, status_reason, title, authors, labels, own_labels, chunk_count, text_chars,
+                       index_runs, indexed_at, seen_at, parent_id)
     SELECT %(tenant_id)s, %(source_id)s, %(key)s, %(size)s, %(mtime)s, %(etag)s, %(content_type)s, %(storage_class)s, %(owner)s,
-           %(mode)s, %(uid)s, %(gid)s, %(status)s, %(status_reason)s, %(title)s, %(authors)s, %(labels)s, %(chunk_count)s, %(text_chars)s, 1, now(), now(),
-           p.id
+           %(mode)s, %(uid)s, %(gid)s, %(status)s, %(status_reason)s, %(title)s, %(authors)s, %(labels)s, %(own_labels)s,
+           %(chunk_count)s, %(text_chars)s, 1, now(), now(), p.id
       FROM files p WHERE p.source_id = %(source_id)s AND p.key = %(parent_key)s AND p.parent_id IS NULL
     ON CONFLICT (source_id, key) DO NOTHING
     RETURNING id
@@ -281,6 +283,7 @@ class FileWriter:
         container: bool = False,
         authors: Sequence[str] = (),
         labels: Sequence[str] = (),
+        own_labels: Sequence[str] = (),
     ) -> None:
         """`write_file` in its own transaction, sent with its COMMIT in one round trip (see `run`).
 
@@ -297,10 +300,11 @@ class FileWriter:
         transaction (one statement each); an ordinary file sends nothing more.
 
         `authors` (the document's own properties) and `labels` (its source's config and its own tags) are
-        stored as given, replacing the old ones (migration 0013).
+        stored as given, replacing the old ones (migration 0013); `own_labels` (its own tags alone,
+        migration 0015) too, so a label config change can relabel it (kdbl_core.sources.relabel).
         """
         params = _file_params(tenant_id, source_id, meta, status, status_reason, title, chunks, text_chars,
-                              ts_config, authors, labels)
+                              ts_config, authors, labels, own_labels)
         setup = (_FILE_TX, {"tenant": str(tenant_id), "sync": "on" if durable else "off"})
         kin = _member_statements(tenant_id, source_id, meta.key, members, ts_config)
         container = container or bool(members)
@@ -321,13 +325,14 @@ class FileWriter:
 
 def _file_params(tenant_id: uuid.UUID, source_id: uuid.UUID, meta: FileMeta, status: str,
                  status_reason: str | None, title: str | None, chunks: Sequence[Chunk], text_chars: int,
-                 ts_config: str, authors: Sequence[str] = (), labels: Sequence[str] = ()) -> dict:
+                 ts_config: str, authors: Sequence[str] = (), labels: Sequence[str] = (),
+                 own_labels: Sequence[str] = ()) -> dict:
     return {
         "tenant_id": tenant_id, "source_id": source_id, "key": meta.key, "size": meta.size,
         "mtime": meta.mtime, "etag": meta.etag, "content_type": meta.content_type,
         "storage_class": meta.storage_class, "owner": meta.owner, "mode": meta.mode, "uid": meta.uid,
         "gid": meta.gid, "status": status, "status_reason": status_reason, "title": title,
-        "authors": list(authors), "labels": list(labels), "chunk_count": len(chunks), "text_chars": text_chars,
+        "authors": list(authors), "labels": list(labels), "own_labels": list(own_labels), "chunk_count": len(chunks), "text_chars": text_chars,
         "cfg": ts_config,
         "seqs": [c.seq for c in chunks], "bodies": [c.text for c in chunks],
         "pages": [c.page_no for c in chunks], "starts": [c.char_start for c in chunks],
@@ -341,7 +346,7 @@ def _member_statements(tenant_id: uuid.UUID, source_id: uuid.UUID, parent_key: s
     out = []
     for m in members:
         params = _file_params(tenant_id, source_id, m.meta, m.status, m.status_reason, m.title, m.chunks,
-                              m.text_chars, ts_config, m.authors, m.labels)
+                              m.text_chars, ts_config, m.authors, m.labels, m.own_labels)
         params["parent_key"] = parent_key
         out.append((_WRITE_MEMBER, params))
     return out
@@ -378,6 +383,7 @@ def write_file(
     container: bool = False,
     authors: Sequence[str] = (),
     labels: Sequence[str] = (),
+    own_labels: Sequence[str] = (),
 ) -> int:
     """Replace one file's metadata, chunks and keyword index (and, for a container, its members). Returns
     the file id.
@@ -386,7 +392,7 @@ def write_file(
     statement. A wrong hint costs one more statement, never correctness.
     """
     params = _file_params(tenant_id, source_id, meta, status, status_reason, title, chunks, text_chars,
-                          ts_config, authors, labels)
+                          ts_config, authors, labels, own_labels)
     if replace:
         conn.execute(_DROP_BY_KEY, params)
     if replace and (container or members):

@@ -12,7 +12,7 @@ Stored fields (unchanged, so existing rows and Source resources keep working):
   every protocol  credentials   a *reference*, never a value: {"env": {NAME: ENV_VAR}}, {"dir": PATH}
                                 (a mounted Secret, one file per name); s3 also {"anonymous": true}
                   verify_tls    default true; ca_file: a CA bundle (s3, webdav, http)
-                  include / exclude  glob lists (kdbl_worker.globs; empty = everything / nothing)
+                  include / exclude  glob lists (kdbl_core.sources.globs; empty = everything / nothing)
                   ocr           default true; false leaves images and scanned pages unread
                   labels        a list of labels every file of the source gets (search filter `labels`)
                   label_globs   {"glob": ["label", ...]}: more labels for the keys a glob matches (the
@@ -44,6 +44,7 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from kdbl_core.errors import InvalidArgument
+from kdbl_core.sources import globs
 
 __all__ = ["PROTOCOLS", "CREDENTIAL_NAMES", "SourceConfig", "FsConfig", "S3Config", "SmbConfig", "HttpConfig",
            "build", "parse"]
@@ -189,7 +190,7 @@ def _globs(config: Mapping[str, Any], name: str) -> tuple[str, ...]:
     value = config.get(name)
     if value is None:
         return ()
-    if isinstance(value, str) and value:  # one pattern: kdbl_worker.globs always read it so
+    if isinstance(value, str) and value:  # one pattern: kdbl_core.sources.globs always read it so
         return (value,)
     if not isinstance(value, list) or not all(isinstance(p, str) and p for p in value):
         raise InvalidArgument(name, "must be a list of non-empty glob patterns")
@@ -214,6 +215,11 @@ def label_globs(config: Mapping[str, Any]) -> tuple[tuple[str, tuple[str, ...]],
         return ()
     if not isinstance(value, dict) or not all(isinstance(g, str) and g for g in value):
         raise InvalidArgument("label_globs", 'must be an object {"glob": ["label", ...]}')
+    for glob in value:  # refused when written, not at the first crawl
+        try:
+            globs.Selection.of([glob])
+        except InvalidArgument as exc:
+            raise InvalidArgument("label_globs", f"{glob!r}: {str(exc).split(': ', 1)[-1]}") from None
     return tuple((glob, label_list(labels, "label_globs")) for glob, labels in value.items())
 
 

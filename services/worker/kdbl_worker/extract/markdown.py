@@ -1,5 +1,5 @@
 """Markdown: paragraphs and headings in reading order; YAML front matter dropped from the text, its
-`tags` kept as the file's own labels (files.labels, with its source's; kdbl_worker.labels).
+`tags` kept as the file's own labels (files.labels, with its source's; kdbl_core.sources.labels).
 
 `tags` is read in the three forms front matter tools write (Jekyll, Hugo, Obsidian): a flow list
 `tags: [a, "b c"]`, a comma-separated scalar `tags: a, b`, or a block list (`tags:` then `- a` lines).

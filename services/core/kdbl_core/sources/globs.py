@@ -1,4 +1,6 @@
-"""Which keys of a source are indexed: `include` / `exclude` glob lists from `sources.config`.
+"""Which keys of a source are indexed: `include` / `exclude` glob lists from `sources.config`; the same
+rules select the keys a `label_globs` glob labels (kdbl_core.sources.labels). In the core since the
+relabel (run by kdbl-control and the operator when a source's label config changes) matches them too.
 
 Patterns match the whole key (the path relative to the source root, `/`-separated), as in .gitignore:
 
