@@ -16,6 +16,8 @@ from uuid import UUID
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
 
+from kdbl_core.search.lexical import Filters
+
 MAX_FILE_TEXT_CHUNKS = 5000
 # get_file_text's bound in UTF-8 bytes of chunk text (~250k tokens; a 3 MB file used to answer 9.5 MB):
 # beyond it the result is `truncated` with `next_start` for get_file_window
@@ -80,13 +82,11 @@ SearchMode = Literal["hybrid", "lexical", "semantic"]
 ResponseMode = Literal["ids_only", "metadata", "preview", "full"]
 
 
-class SearchContentArgs(_Args):
-    query: Text = Field(min_length=1, description="What to look for. Lead with the most distinctive terms.")
+class SearchFilters(_Args):
+    """The filters every searching tool takes (search_content, find_similar, answer); `filters()` gives the
+    search pipeline's Filters. All apply inside each arm, before its top-N."""
+
     source_id: UUID | None = Field(default=None, description="Restrict to one source.")
-    limit: StrictInt = Field(default=20, ge=1, le=100, description="Number of hits (1-100).")
-    mode: SearchMode = Field(
-        default="hybrid", description="hybrid (semantic + keyword, fused; default), lexical (keyword only: "
-        "faster, exact terms) or semantic (meaning only: embeddings, no keyword match needed).")
     path: Text | None = Field(default=None, max_length=4096, description="Only keys starting with this prefix.")
     content_type: Text | None = Field(
         default=None, max_length=255, description="MIME type, or a family such as 'text/*' or 'application'.")
@@ -103,6 +103,20 @@ class SearchContentArgs(_Args):
         default=None, description="ISO 8601; files modified at/after (no zone: UTC).")
     modified_before: IsoDateTime | None = Field(
         default=None, description="ISO 8601; files modified before (no zone: UTC).")
+
+    def filters(self) -> Filters:
+        return Filters(source_id=self.source_id, path=self.path, content_type=self.content_type,
+                       modified_after=self.modified_after, modified_before=self.modified_before,
+                       source_ids=tuple(self.source_ids or ()), content_types=tuple(self.content_types or ()),
+                       authors=tuple(self.authors or ()), labels=tuple(self.labels or ()))
+
+
+class SearchContentArgs(SearchFilters):
+    query: Text = Field(min_length=1, description="What to look for. Lead with the most distinctive terms.")
+    limit: StrictInt = Field(default=20, ge=1, le=100, description="Number of hits (1-100).")
+    mode: SearchMode = Field(
+        default="hybrid", description="hybrid (semantic + keyword, fused; default), lexical (keyword only: "
+        "faster, exact terms) or semantic (meaning only: embeddings, no keyword match needed).")
     explain: StrictBool = Field(default=False, description="Add each hit's per-arm ranks and scores.")
     response_mode: ResponseMode | None = Field(
         default=None, description="How much of each hit to return: ids_only (chunk_id, rank, score), "
@@ -328,7 +342,8 @@ class ListFilesResult(_Result):
 
 
 def schema_of(model: type[BaseModel]) -> dict[str, Any]:
-    """A compact JSON Schema (no titles) for tools/list."""
+    """A compact JSON Schema (no titles) for tools/list; required properties first (a model that takes
+    shared filters, SearchFilters, lists its own `query` before them: a reader sees what it must send)."""
 
     def strip(node: Any) -> Any:
         if isinstance(node, dict):
@@ -337,4 +352,10 @@ def schema_of(model: type[BaseModel]) -> dict[str, Any]:
             return [strip(v) for v in node]
         return node
 
-    return strip(model.model_json_schema())
+    schema = strip(model.model_json_schema())
+    required = schema.get("required") or []
+    if isinstance(schema.get("properties"), dict) and required:
+        props = schema["properties"]
+        schema["properties"] = {k: props[k] for k in required if k in props} | {
+            k: v for k, v in props.items() if k not in required}
+    return schema

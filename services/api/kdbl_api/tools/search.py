@@ -25,7 +25,6 @@ from kdbl_core.content.uris import file_uri
 from kdbl_core.db.async_pool import Statement
 from kdbl_core.errors import InvalidArgument
 from kdbl_core.search import paging, pipeline
-from kdbl_core.search.lexical import Filters
 from kdbl_core.search.windows import hit_facts
 from kdbl_core.settings import Settings
 
@@ -48,11 +47,7 @@ _NOT_RANKING = frozenset({"cursor", "limit", "explain", "response_mode", "fields
 def _request(args: SearchContentArgs, chosen: tuple[str, ...] | None) -> pipeline.SearchRequest:
     return pipeline.SearchRequest(
         query=args.query, mode=args.mode, limit=args.limit,
-        explain=args.explain or (chosen is not None and "scores" in chosen),
-        filters=Filters(source_id=args.source_id, path=args.path, content_type=args.content_type,
-                        modified_after=args.modified_after, modified_before=args.modified_before,
-                        source_ids=tuple(args.source_ids or ()), content_types=tuple(args.content_types or ()),
-                        authors=tuple(args.authors or ()), labels=tuple(args.labels or ())))
+        explain=args.explain or (chosen is not None and "scores" in chosen), filters=args.filters())
 
 
 def opening(services: Services, policy: TenantPolicy, args: SearchContentArgs) -> Statement:
