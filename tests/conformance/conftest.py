@@ -1,6 +1,6 @@
 """Fixtures for checking /mcp from outside with the official MCP JavaScript tools.
 
-* `mcp_js` — Node 22 plus the pinned conformance suite and Inspector under tools/ (see
+* `mcp_js` — Node 22 plus the pinned conformance suite, Inspector and mcp-remote under tools/ (see
   .ci/install-node.sh). When they are missing or were installed from another lockfile the script is run
   once; if it cannot install, the tests FAIL: a conformance suite that silently skips proves nothing.
 * `mcp_server` — the real API (`running_api`) with a crawled tenant and a PAT, plus `AuthProxy`, a tiny
@@ -37,6 +37,7 @@ JS_DIR = REPO_ROOT / "tools" / "mcp-js"
 MCP_PACKAGES = JS_DIR / "node_modules" / "@modelcontextprotocol"
 CONFORMANCE = MCP_PACKAGES / "conformance" / "dist" / "index.js"
 INSPECTOR = MCP_PACKAGES / "inspector" / "clients" / "launcher" / "build" / "index.js"
+MCP_REMOTE = JS_DIR / "node_modules" / "mcp-remote" / "dist" / "proxy.js"
 STAMP = JS_DIR / ".kdbl-install-stamp"
 
 
@@ -45,6 +46,7 @@ class McpJs:
     node: Path
     conformance: Path
     inspector: Path
+    mcp_remote: Path  # the npm stdio -> Streamable HTTP bridge (test_bridges.py)
 
 
 def _installed_stamp_is_current() -> bool:
@@ -57,7 +59,7 @@ def _installed_stamp_is_current() -> bool:
 
 @pytest.fixture(scope="session")
 def mcp_js() -> McpJs:
-    installed = NODE.is_file() and CONFORMANCE.is_file() and INSPECTOR.is_file()
+    installed = all(p.is_file() for p in (NODE, CONFORMANCE, INSPECTOR, MCP_REMOTE))
     if not (installed and _installed_stamp_is_current()):
         try:
             proc = subprocess.run(["bash", str(INSTALL_SCRIPT)], capture_output=True, text=True, timeout=600)
@@ -67,10 +69,10 @@ def mcp_js() -> McpJs:
         if proc.returncode != 0:
             pytest.fail(f"{INSTALL_SCRIPT} failed (rc={proc.returncode}); the conformance tests need "
                         f"Node 22 and the MCP tools.\n{proc.stdout}\n{proc.stderr}", pytrace=False)
-    missing = [str(p) for p in (NODE, CONFORMANCE, INSPECTOR) if not p.is_file()]
+    missing = [str(p) for p in (NODE, CONFORMANCE, INSPECTOR, MCP_REMOTE) if not p.is_file()]
     if missing or not _installed_stamp_is_current():
         pytest.fail(f"after {INSTALL_SCRIPT}: missing {missing} or a stale install stamp", pytrace=False)
-    return McpJs(NODE, CONFORMANCE, INSPECTOR)
+    return McpJs(NODE, CONFORMANCE, INSPECTOR, MCP_REMOTE)
 
 
 # --- the auth-adding reverse proxy -------------------------------------------------------------------
