@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--host", default="127.0.0.1",
                     help="address to serve on (default 127.0.0.1; 0.0.0.0 serves every interface and admits "
                          "this machine's names and addresses as Host headers; KDBL_ALLOWED_HOSTS adds more)")
+    up.add_argument("--legacy-sse", action="store_true",
+                    help="also serve the 2024-11-05 HTTP+SSE transport (GET /sse, POST /messages) for clients "
+                         "that speak only it (KDBL_LEGACY_SSE_ENABLED)")
 
     db = sub.add_parser("db", help="database schema").add_subparsers(dest="action", required=True)
     mig = db.add_parser("migrate", help="apply migrations (owner URL); let runtime roles log in")
@@ -215,6 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     mcp = sub.add_parser("mcp").add_subparsers(dest="action", required=True)
     sm = mcp.add_parser("smoke", help="initialize → tools/list → tools/call against --api-url")
     sm.add_argument("--query", default="search")
+    ms = mcp.add_parser("stdio", help="a stdio MCP server for desktop clients, forwarding to --api-url's POST /mcp")
+    ms.add_argument("--token-file", type=Path,
+                    help="file holding the PAT (else KDBL_API_TOKEN_FILE, else the KDBL_API_TOKEN variable)")
     au = mcp.add_parser("audit", help="recent MCP calls")
     au.add_argument("--tool")
     au.add_argument("--tenant")
@@ -295,7 +301,16 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "up":
         from kdbl_control.up import run_up
 
+        if args.legacy_sse:
+            settings = settings.model_copy(update={"legacy_sse_enabled": True})
         return run_up(args.folders, (args.data_dir or Path(".kdbl")).resolve(), args.port, args.host, settings)
+    if args.command == "mcp" and args.action == "stdio":  # stdout is the protocol's: JSON logs on stderr only
+        from kdbl_control import stdio_bridge
+        from kdbl_core import logging_setup
+
+        logging_setup.configure(settings.log_level, "json")
+        return stdio_bridge.serve(args.api_url, args.token_file or args.api_token_file, settings,
+                                  token_in_argv=args.api_token is not None)
     if args.command == "mcp" and args.action == "smoke":
         from kdbl_control.smoke import read_token, run_smoke
 

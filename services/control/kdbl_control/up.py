@@ -255,6 +255,9 @@ def _banner(url: str, data_dir: Path, config_file: Path, settings: Settings, hos
     if host not in LOOPBACK:
         lines.append("Host headers accepted (add more with KDBL_ALLOWED_HOSTS): "
                      + ", ".join(settings.allowed_hosts))
+    if settings.legacy_sse_enabled:
+        lines.append(f"Legacy HTTP+SSE (2024-11-05) clients: {url.removesuffix('/mcp')}/sse with the same "
+                     "Authorization: Bearer header")
     lines += [f"Smoke test: {control_command()} --api-url {shlex.quote(url.removesuffix('/mcp'))} "
               f"--api-token-file {shlex.quote(str(token_file))} mcp smoke",
               "Indexing continues in the background (search finds what is indexed so far; "
