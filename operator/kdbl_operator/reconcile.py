@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kdbl_core.sources import relabel
 from kdbl_operator import desired
 from kdbl_operator import db_sync as db
 from kdbl_operator.db_sync import Pool
@@ -83,6 +84,9 @@ def converge_source(pool: Pool, want: desired.DesiredSource) -> Converged:
             diff = desired.changes(row, values)
             db.update_source(conn, source_id, diff)
             changed = sorted(diff)
+            # spec.labels / spec.labelGlobs changed: every file's labels follow in this transaction
+            if "config" in diff and relabel.apply_config_change(conn, source_id, row["config"], values["config"]):
+                changed.append("files.labels")
         add, remove = desired.grant_changes(db.source_grants(conn, source_id), want.grants)
         db.change_grants(conn, tenant["id"], source_id, add=add, remove=remove)
         if add or remove:

@@ -68,6 +68,9 @@ def test_crds_render_with_the_keep_policy_and_toggle_off(chart: Chart) -> None:
                 "schedule",
                 "hybrid",
                 "acl",
+                "labels",
+                "labelGlobs",
+                "objectTags",
             },  # fmt: skip
         ),
     ],
@@ -85,9 +88,21 @@ def test_crds_have_a_real_schema_and_a_status_subresource(
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert "x-kubernetes-preserve-unknown-fields" not in spec
     assert fields <= set(spec["properties"])
-    assert "additionalProperties" not in str(crd), (
-        "structural schemas prune; additionalProperties is forbidden"
-    )
+    # structural schemas: additionalProperties only as a map's value schema, never beside properties
+    maps = list(_maps(version["schema"]["openAPIV3Schema"]))
+    assert all("properties" not in node and isinstance(node["additionalProperties"], dict) for node in maps)
+    assert len(maps) == (1 if kind == "Source" else 0)  # Source.spec.labelGlobs: glob -> labels
+
+
+def _maps(node: Any) -> Any:
+    if isinstance(node, dict):
+        if "additionalProperties" in node:
+            yield node
+        for value in node.values():
+            yield from _maps(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _maps(value)
 
 
 def _strict_jsonschema(node: Any) -> Any:
@@ -129,6 +144,9 @@ SOURCE = {
         "schedule": "@every 30m",
         "hybrid": False,
         "acl": {"mode": "restricted", "groups": ["finance"]},
+        "labels": ["finance"],
+        "labelGlobs": {"reports/**/*.xlsx": ["report", "spreadsheet"]},
+        "objectTags": True,
     },
 }
 
@@ -146,6 +164,11 @@ def test_example_custom_resources_validate_against_the_crds() -> None:
         {"connection": {"port": 70000}},
         {"unknownField": 1},
         {"acl": {"mode": "everyone"}},
+        {"labels": [""]},
+        {"labels": "finance"},
+        {"labelGlobs": {"*.pdf": ["x" * 201]}},
+        {"labelGlobs": ["*.pdf"]},
+        {"objectTags": "true"},
     ],
 )
 def test_invalid_sources_are_rejected(patch: dict[str, Any]) -> None:

@@ -153,6 +153,31 @@ def test_each_protocols_connection_becomes_the_workers_config(protocol, connecti
     assert want.protocol == protocol and want.schedule == "@every 1h" and want.enabled is True
 
 
+def test_labels_label_globs_and_s3_object_tags_become_the_source_configs_label_fields():
+    want = desired.source(source_body(protocol="s3", connection={"bucket": "b"}, labels=["finance", "2024"],
+                                      labelGlobs={"reports/": ["report"], "**/*.xlsx": ["sheet", "report"]},
+                                      objectTags=True))
+    assert want.config["labels"] == ["finance", "2024"]
+    assert want.config["label_globs"] == {"reports/": ["report"], "**/*.xlsx": ["sheet", "report"]}
+    assert want.config["object_tags"] is True
+    bare = desired.source(source_body(labels=[], labelGlobs={}, objectTags=False))
+    assert not {"labels", "label_globs", "object_tags"} & set(bare.config)
+
+
+@pytest.mark.parametrize("spec,where", [
+    ({"labels": ["ok", " "]}, "spec.labels"),
+    ({"labels": "finance"}, "spec.labels"),
+    ({"labelGlobs": {"reports/": "report"}}, "spec.labelGlobs"),
+    ({"labelGlobs": {"[z-a]": ["x"]}}, "spec.labelGlobs"),  # a glob no regex can be made of
+    ({"objectTags": True}, "spec.objectTags"),  # fs has no object tags
+    ({"protocol": "s3", "connection": {"bucket": "b"}, "objectTags": "yes"}, "spec.objectTags"),
+])
+def test_a_bad_label_field_is_refused_naming_its_spec_path(spec, where):
+    with pytest.raises(InvalidSpec) as exc:
+        desired.source(source_body(**spec))
+    assert exc.value.reason == desired.INVALID_SPEC and exc.value.message.startswith(f"{where}: "), exc.value.message
+
+
 def test_credentials_travel_as_a_reference_to_the_mounted_secret_never_as_values():
     want = desired.source(source_body(protocol="s3", connection={"bucket": "b", "tls": {
         "insecureSkipVerify": True, "caSecretRef": {"name": "minio-ca"}}}, credentialsSecretRef={"name": "s3"}),

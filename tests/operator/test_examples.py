@@ -82,6 +82,16 @@ def test_every_example_validates(name, index, doc):
     ("Source", {"spec": {"tenantRef": {"name": "a"}, "protocol": "fs", "connection": {"path": "/x"},
                          "name": "no spaces please"}}),
     ("Source", {"spec": {"tenantRef": {"name": "a"}, "protocol": "fs"}}),
+    ("Source", {"spec": {"tenantRef": {"name": "a"}, "protocol": "fs", "connection": {"path": "/x"}, "labels": "x"}}),
+    ("Source", {"spec": {"tenantRef": {"name": "a"}, "protocol": "fs", "connection": {"path": "/x"}, "labels": [" "]}}),
+    ("Source", {"spec": {"tenantRef": {"name": "a"}, "protocol": "fs", "connection": {"path": "/x"},
+                         "labels": ["x" * 201]}}),
+    ("Source", {"spec": {"tenantRef": {"name": "a"}, "protocol": "fs", "connection": {"path": "/x"},
+                         "labelGlobs": {"*.md": "docs"}}}),
+    ("Source", {"spec": {"tenantRef": {"name": "a"}, "protocol": "fs", "connection": {"path": "/x"},
+                         "labelGlobs": {"*.md": [""]}}}),
+    ("Source", {"spec": {"tenantRef": {"name": "a"}, "protocol": "s3", "connection": {"bucket": "b"},
+                         "objectTags": "yes"}}),
 ])
 def test_invalid_resources_are_rejected_by_the_schema(kind, patch):
     body = {"apiVersion": "kdbl.io/v1alpha1", "kind": kind, "metadata": {"name": "x"}, **patch}
@@ -90,10 +100,13 @@ def test_invalid_resources_are_rejected_by_the_schema(kind, patch):
 
 
 def test_the_crds_are_structural_schemas():
-    """Every property has a type (or preserves unknown fields), and none uses additionalProperties."""
+    """Every property has a type (or preserves unknown fields); additionalProperties only as the schema of
+    a map's values (never beside properties, never a boolean)."""
     def walk(node: dict[str, Any], where: str) -> None:
         assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), where
-        assert "additionalProperties" not in node, where
+        if "additionalProperties" in node:
+            assert "properties" not in node and isinstance(node["additionalProperties"], dict), where
+            walk(node["additionalProperties"], f"{where}{{}}")
         for key, child in (node.get("properties") or {}).items():
             walk(child, f"{where}.{key}")
         if "items" in node:
