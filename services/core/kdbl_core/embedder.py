@@ -256,3 +256,46 @@ class Embedder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Tokenizer:
+    """The model's tokenizer alone: a vocab-only load (no weights, no context; ~35 ms, +6 MB RSS beside
+    llama_cpp's own ~40 MB), for counting tokens where nothing is embedded (the worker's per-chunk
+    `text_tokens`, kdbl_worker.token_counts). Counts equal `Embedder.count_tokens` (no [CLS]/[SEP]).
+    Thread-safe: one reusable token buffer behind a lock (SciFact: 0.06 s per MB of text)."""
+
+    def __init__(self, model_path: str | Path) -> None:
+        if llama_cpp is None:
+            raise ConfigError(f"llama-cpp-python is not installed: {_IMPORT_ERROR}")
+        from llama_cpp import _internals
+
+        path = Path(model_path).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"embedding model not found: {path}", data={"model_path": str(path)})
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        try:
+            with _LOAD_LOCK:  # verbose=False redirects fds 1 and 2 while it loads: see Embedder
+                self._model = _internals.LlamaModel(path_model=str(path), params=params, verbose=False)
+        except (ValueError, RuntimeError) as exc:
+            raise ConfigError(f"cannot load the tokenizer of {path}: {exc}") from exc
+        self._lock = threading.Lock()
+        self._buffer = (llama_cpp.llama_token * 4096)()
+
+    def count(self, text: str) -> int:
+        """How many tokens `text` is (a WordPiece token spans at least one byte: len(bytes) bounds it)."""
+        data = text.encode("utf-8")
+        with self._lock:
+            for _ in range(2):
+                if len(data) + 8 > len(self._buffer):
+                    self._buffer = (llama_cpp.llama_token * (len(data) + 8))()
+                n = llama_cpp.llama_tokenize(self._model.vocab, data, len(data), self._buffer,
+                                             len(self._buffer), False, False)
+                if n >= 0:
+                    return n
+                self._buffer = (llama_cpp.llama_token * -n)()  # llama.cpp says how many it needs
+        return -n
+
+    def close(self) -> None:
+        with self._lock:
+            self._model.close()

@@ -3,6 +3,10 @@
 The file's extracted text is the blocks joined by blank lines; every chunk is a slice
 `text[char_start:char_end]` of it, so locators index into what `get_file_text` returns.
 A chunk never spans two pages; long blocks are cut at sentence or word boundaries.
+Each chunk's `context_header` is the heading path of its first block (Block.heading, set by the
+extractors that have headings), parts joined by " > ", at most HEADER_CHARS characters. A chunk that
+opens with headings ("# Manual", "## Heliostats": short blocks that each start a section) takes the path
+of the text they introduce ("Manual > Heliostats"), not the first heading's alone.
 """
 
 from __future__ import annotations
@@ -19,6 +23,21 @@ SEPARATOR = "\n\n"
 DEFAULT_TARGET = 1200
 DEFAULT_MAX = 1800
 _SENTENCE_END = re.compile(r"[.!?。]\s|\n")
+HEADER_CHARS = 512
+HEADER_SEP = " > "
+_PART_CHARS = 160
+
+
+def context_header(path: tuple[str, ...]) -> str | None:
+    """A heading path as one line: each part's whitespace folded and cut at _PART_CHARS, the whole at most
+    HEADER_CHARS (the middle parts give way first, to "…": the outermost and the nearest headings stay)."""
+    parts = [p if len(p) <= _PART_CHARS else p[:_PART_CHARS - 1] + "…"
+             for p in (" ".join(part.split()) for part in path) if p]
+    if not parts:
+        return None
+    while len(HEADER_SEP.join(parts)) > HEADER_CHARS and len(parts) > 3:
+        parts[1:3] = ["…"]  # one "…" for the parts below the first, outermost first, until it fits
+    return HEADER_SEP.join(parts)[:HEADER_CHARS]
 
 
 @dataclass(slots=True)
@@ -28,6 +47,8 @@ class _Span:
     page_no: int | None
     ts_start_ms: int | None
     ts_end_ms: int | None
+    header: str | None = None
+    opener: bool = False  # a short block that starts a section (a heading): the text after it names the chunk
 
 
 def _split_long(text: str, start: int, end: int, max_chars: int, target: int,
@@ -62,6 +83,8 @@ def chunk_blocks(blocks: list[Block], *, target: int = DEFAULT_TARGET, max_chars
     parts: list[str] = []
     spans: list[_Span] = []
     offset = 0
+    small = target // 4  # a title or heading: it joins the text it introduces when that fits max_chars
+    path: tuple[str, ...] = ()
     for block in blocks:
         body = block.text.strip()
         if not body:
@@ -70,7 +93,10 @@ def chunk_blocks(blocks: list[Block], *, target: int = DEFAULT_TARGET, max_chars
             parts.append(SEPARATOR)
             offset += len(SEPARATOR)
         parts.append(body)
-        spans.append(_Span(offset, offset + len(body), block.page_no, block.ts_start_ms, block.ts_end_ms))
+        opener = bool(block.heading) and block.heading != path and len(body) < small
+        path = block.heading
+        spans.append(_Span(offset, offset + len(body), block.page_no, block.ts_start_ms, block.ts_end_ms,
+                           context_header(block.heading), opener))
         offset += len(body)
     full = "".join(parts)
 
@@ -81,7 +107,7 @@ def chunk_blocks(blocks: list[Block], *, target: int = DEFAULT_TARGET, max_chars
             pieces.append(span)
             continue
         for s, e in _split_long(full, span.start, span.end, max_chars, target, lines):
-            pieces.append(_Span(s, e, span.page_no, span.ts_start_ms, span.ts_end_ms))
+            pieces.append(_Span(s, e, span.page_no, span.ts_start_ms, span.ts_end_ms, span.header))
 
     chunks: list[Chunk] = []
     current: _Span | None = None
@@ -91,10 +117,9 @@ def chunk_blocks(blocks: list[Block], *, target: int = DEFAULT_TARGET, max_chars
             chunks.append(Chunk(
                 seq=len(chunks), text=full[current.start:current.end], char_start=current.start,
                 char_end=current.end, page_no=current.page_no, ts_start_ms=current.ts_start_ms,
-                ts_end_ms=current.ts_end_ms,
+                ts_end_ms=current.ts_end_ms, context_header=current.header,
             ))
 
-    small = target // 4  # a title or heading: it joins the text it introduces when that fits max_chars
     for piece in pieces:
         if (current is not None and piece.page_no == current.page_no
                 and (piece.end - current.start <= target
@@ -104,8 +129,11 @@ def chunk_blocks(blocks: list[Block], *, target: int = DEFAULT_TARGET, max_chars
                 current.ts_end_ms = piece.ts_end_ms
             if current.ts_start_ms is None:
                 current.ts_start_ms = piece.ts_start_ms
+            if current.opener:  # so far only headings: the chunk is named by what follows them
+                current.header, current.opener = piece.header, piece.opener
             continue
         flush()
-        current = _Span(piece.start, piece.end, piece.page_no, piece.ts_start_ms, piece.ts_end_ms)
+        current = _Span(piece.start, piece.end, piece.page_no, piece.ts_start_ms, piece.ts_end_ms, piece.header,
+                        piece.opener)
     flush()
     return full, chunks

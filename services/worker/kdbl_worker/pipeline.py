@@ -48,7 +48,7 @@ from kdbl_core.errors import PermanentError
 from kdbl_core.settings import Settings
 from kdbl_core.sources.globs import Selection
 from kdbl_core.sources.labels import NO_LABELS, Labeler, own_labels
-from kdbl_worker import deadlines, extract, jobs, sandbox
+from kdbl_worker import deadlines, extract, jobs, sandbox, token_counts
 from kdbl_worker.connectors import Connector, connector_for
 from kdbl_worker.connectors.fs import FsConnector
 from kdbl_worker.extract import containers, media, ocr
@@ -173,6 +173,7 @@ class Indexer:
                  writers: int | None = None, stall_s: float | None = None) -> None:
         self.pool = pool
         self.settings = settings
+        self.count_tokens = token_counts.counter(settings)  # each chunk's text_tokens
         self.box = box or sandbox.shared(getattr(settings, "extract_processes", None), limits_from(settings))
         # See store.FileWriter.write: per-file commits need not wait for the WAL flush.
         self.durable = bool(getattr(settings, "durable_file_commits", False)) if durable_commits is None \
@@ -535,8 +536,8 @@ class Indexer:
         None when the item was not completed here (lease lost, or released after an error). `labeler`:
         the file's labels from its source's config and its own tags."""
         meta = replace(item.file, content_type=outcome.content_type)
-        rows = [Chunk(*c) for c in outcome.chunks]
-        members = member_files(item.file.key, item.file.mtime, outcome.children, labeler)
+        rows = chunk_rows(outcome.chunks, self.count_tokens)
+        members = member_files(item.file.key, item.file.mtime, outcome.children, labeler, self.count_tokens)
         if self._stop is not None and self._stop.is_set():  # stopped before its turn: hand it back
             with self.pool.connection() as conn:
                 jobs.release_unstarted(conn, [item])
@@ -613,8 +614,13 @@ class Indexer:
             self._record_failed(item, None, item.reason or "given up")
 
 
-def member_files(parent_key: str, mtime, children: list[sandbox.Child],
-                 labeler: Labeler = NO_LABELS) -> list[store.MemberFile]:
+def chunk_rows(chunks: list[tuple], count: Callable[[str], int]) -> list[Chunk]:
+    """The sandbox's chunk tuples as rows, each with its text's length in tokens (kdbl_worker.token_counts)."""
+    return [Chunk(*c, text_tokens=count(c[1])) for c in chunks]
+
+
+def member_files(parent_key: str, mtime, children: list[sandbox.Child], labeler: Labeler = NO_LABELS,
+                 count_tokens: Callable[[str], int] = token_counts.estimate) -> list[store.MemberFile]:
     """A container's members (all levels) as child rows: key = parent key + '!/' + member path, the
     member's size, the parent's mtime. A path seen twice in one archive keeps its first entry; a key
     longer than MAX_MEMBER_KEY_BYTES is left out (with what it holds) and logged."""
@@ -633,7 +639,7 @@ def member_files(parent_key: str, mtime, children: list[sandbox.Child],
             o = kid.outcome
             out.append(store.MemberFile(
                 FileMeta(key=key, size=kid.size, mtime=mtime, content_type=o.content_type),
-                o.status, o.reason, o.title, [Chunk(*c) for c in o.chunks], o.text_chars,
+                o.status, o.reason, o.title, chunk_rows(o.chunks, count_tokens), o.text_chars,
                 authors=o.authors, labels=labeler(key, o.tags), own_labels=own_labels(o.tags)))
             walk(key, o.children)
 

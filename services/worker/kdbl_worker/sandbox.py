@@ -101,7 +101,8 @@ class Outcome:
     title: str | None
     content_type: str | None
     text_chars: int
-    # (seq, text, char_start, char_end, page_no, ts_start_ms, ts_end_ms)
+    # (seq, text, char_start, char_end, page_no, ts_start_ms, ts_end_ms, context_header): Chunk's fields up
+    # to its text_tokens, which the worker counts (kdbl_worker.token_counts: no tokenizer in the children)
     chunks: list[tuple] = field(default_factory=list)
     recycle: bool = False
     children: list[Child] = field(default_factory=list)  # a container's members, each extracted like a file
@@ -175,8 +176,8 @@ def extract_and_chunk(name: str, size: int, stream: BinaryIO, limits: Limits,
         return _out_of_memory(limits, result.content_type or content_type)
     outcome = Outcome(result.status, result.reason, clean(result.title) if result.title else None,
                       result.content_type or content_type, len(full_text),
-                      [(c.seq, c.text, c.char_start, c.char_end, c.page_no, c.ts_start_ms, c.ts_end_ms)
-                       for c in chunks],
+                      [(c.seq, c.text, c.char_start, c.char_end, c.page_no, c.ts_start_ms, c.ts_end_ms,
+                        clean(c.context_header) if c.context_header else None) for c in chunks],
                       authors=_names(result.authors), tags=_names(result.tags))
     try:
         return _expand(outcome, name, stream, limits, nesting or started,

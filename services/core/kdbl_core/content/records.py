@@ -35,7 +35,9 @@ class FileMeta:
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """A slice `text[char_start:char_end]` of a file's extracted text, with its page / time locators."""
+    """A slice `text[char_start:char_end]` of a file's extracted text, with its page / time locators,
+    the heading path above it (`context_header`, "Guide > Install"; None where the format has none) and
+    its length in the embedding model's tokens (`text_tokens`, kdbl_worker.token_counts; None: not counted)."""
 
     seq: int
     text: str
@@ -44,3 +46,5 @@ class Chunk:
     page_no: int | None = None
     ts_start_ms: int | None = None
     ts_end_ms: int | None = None
+    context_header: str | None = None
+    text_tokens: int | None = None

@@ -138,9 +138,9 @@ WITH {{file}}, input AS (
     SELECT seq, sum(tf)::int AS dl FROM lex GROUP BY seq
 ), ch AS (
     INSERT INTO chunks (tenant_id, source_id, file_id, seq, text, page_no, char_start, char_end,
-                        ts_start_ms, ts_end_ms, token_count)
+                        ts_start_ms, ts_end_ms, token_count, context_header, text_tokens)
     SELECT %(tenant_id)s, %(source_id)s, f.id, i.seq, i.body, i.page_no, i.char_start, i.char_end,
-           i.ts_start_ms, i.ts_end_ms, coalesce(dl.dl, 0)
+           i.ts_start_ms, i.ts_end_ms, coalesce(dl.dl, 0), i.context_header, i.text_tokens
       FROM f CROSS JOIN input i LEFT JOIN dl ON dl.seq = i.seq
     RETURNING id, seq, file_id, token_count
 ), ins AS (
@@ -163,8 +163,8 @@ SELECT (SELECT id FROM f) AS file_id, (SELECT n FROM old) AS old_chunks{{check}}
 """
 _ARRAY_INPUT = """SELECT * FROM unnest(CAST(%(seqs)s AS int[]), CAST(%(bodies)s AS text[]), CAST(%(pages)s AS int[]),
                          CAST(%(starts)s AS int[]), CAST(%(ends)s AS int[]), CAST(%(ts_starts)s AS bigint[]),
-                         CAST(%(ts_ends)s AS bigint[]))
-                AS u(seq, body, page_no, char_start, char_end, ts_start_ms, ts_end_ms)"""
+                         CAST(%(ts_ends)s AS bigint[]), CAST(%(headers)s AS text[]), CAST(%(text_tokens)s AS int[]))
+                AS u(seq, body, page_no, char_start, char_end, ts_start_ms, ts_end_ms, context_header, text_tokens)"""
 _WRITE = _WRITE_TEMPLATE.format(file=_FILE_UPSERT, input=_ARRAY_INPUT, check="")
 # For a pipeline (the COMMIT is already on its way): a file that still has content aborts the transaction.
 _WRITE_CHECKED = _WRITE_TEMPLATE.format(
@@ -337,7 +337,8 @@ def _file_params(tenant_id: uuid.UUID, source_id: uuid.UUID, meta: FileMeta, sta
         "seqs": [c.seq for c in chunks], "bodies": [c.text for c in chunks],
         "pages": [c.page_no for c in chunks], "starts": [c.char_start for c in chunks],
         "ends": [c.char_end for c in chunks], "ts_starts": [c.ts_start_ms for c in chunks],
-        "ts_ends": [c.ts_end_ms for c in chunks],
+        "ts_ends": [c.ts_end_ms for c in chunks], "headers": [c.context_header for c in chunks],
+        "text_tokens": [c.text_tokens for c in chunks],
     }
 
 

@@ -22,6 +22,9 @@ class Block:
     page_no: int | None = None
     ts_start_ms: int | None = None
     ts_end_ms: int | None = None
+    # the enclosing headings, outermost first (a heading's own block includes it: extract/headings.py);
+    # chunking turns the path of a chunk's first block into chunks.context_header
+    heading: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

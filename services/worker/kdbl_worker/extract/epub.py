@@ -1,6 +1,7 @@
 """EPUB 2/3 via zipfile + defusedxml + the HTML extractor: spine documents in reading order.
 
-page_no is the 1-based position of the document in the spine (a chapter locator).
+page_no is the 1-based position of the document in the spine (a chapter locator); each block carries the
+heading path of its chapter's h1-h6 (the HTML extractor's, extract/headings.py).
 DRM-encrypted content (META-INF/encryption.xml naming a spine document) is refused;
 font obfuscation, which the same file also records, is not a reason to fail.
 """
@@ -80,7 +81,7 @@ def extract_epub(source: Source) -> Extraction:
                     missing.append(path)
                     continue
                 chapter = extract_html(Source(io.BytesIO(data), path, len(data), "application/xhtml+xml"))
-                blocks.extend(Block(b.text, page_no=number) for b in chapter.blocks)
+                blocks.extend(Block(b.text, page_no=number, heading=b.heading) for b in chapter.blocks)
     except KeyError as exc:
         return Extraction.failed(f"not an EPUB package (missing {exc})")
     except PackageError as exc:

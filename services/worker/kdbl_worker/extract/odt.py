@@ -1,7 +1,9 @@
 """OpenDocument text (.odt) via zipfile + defusedxml: paragraphs, headings, lists and tables in order.
 
 Frames and text boxes anchored in a paragraph become their own Blocks after it;
-annotations (comments) and tracked deletions are left out.
+annotations (comments) and tracked deletions are left out. Body blocks carry the heading path above them
+(extract/headings.py) from text:h and its text:outline-level (default 1); headings in table cells and
+frames do not count.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import defusedxml.ElementTree as safe_et
 
 from kdbl_worker.extract.archive import ENCRYPTED, PackageError, check_zip, read_member
 from kdbl_worker.extract.base import Block, Extraction, Source
+from kdbl_worker.extract.headings import HeadingPath
 
 _TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
 _TABLE = "urn:oasis:names:tc:opendocument:xmlns:table:1.0"
@@ -85,7 +88,15 @@ def _table(element) -> str:
     return "\n".join(lines)
 
 
-def _walk(container, blocks: list[Block]) -> None:
+def _level(heading) -> int:
+    try:
+        return max(1, int(heading.get(f"{{{_TEXT}}}outline-level", "1")))
+    except ValueError:
+        return 1
+
+
+def _walk(container, blocks: list[Block], headings: HeadingPath | None = None) -> None:
+    """Blocks in order; with `headings` (the body, not a cell or frame) each carries its heading path."""
     for child in container:
         tag = child.tag
         if tag in _PARAGRAPHS:
@@ -93,15 +104,21 @@ def _walk(container, blocks: list[Block]) -> None:
             boxes: list = []
             _inline(child, out, boxes)
             text = "".join(out).strip()
+            path: tuple[str, ...] = ()
+            if headings is not None:
+                path = headings.enter(_level(child), text) if tag == f"{{{_TEXT}}}h" else headings.path
             if text:
-                blocks.append(Block(text))
+                blocks.append(Block(text, heading=path))
+            start = len(blocks)
             _walk(boxes, blocks)
+            for block in blocks[start:]:
+                block.heading = headings.path if headings is not None else ()
         elif tag == f"{{{_TABLE}}}table":
             text = _table(child)
             if text:
-                blocks.append(Block(text))
+                blocks.append(Block(text, heading=headings.path if headings is not None else ()))
         elif tag in _CONTAINERS or tag.startswith("{urn:oasis:names:tc:opendocument:xmlns:drawing"):
-            _walk(child, blocks)
+            _walk(child, blocks, headings)
 
 
 def _title(package) -> str | None:
@@ -142,5 +159,5 @@ def extract_odt(source: Source) -> Extraction:
     if body is None:
         return Extraction.failed("not an OpenDocument text document (no office:text body)")
     blocks: list[Block] = []
-    _walk(body, blocks)
+    _walk(body, blocks, HeadingPath())
     return Extraction(blocks=blocks, title=title)

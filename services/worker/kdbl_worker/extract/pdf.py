@@ -6,6 +6,8 @@ pages per file (KDBL_OCR_MAX_PAGES) and only within `Source.ocr_budget_s`; the p
 all of them when OCR is off for the source or not installed, make the result `partial` with a reason
 that says what to change (or `skipped` when no page had text). Pages without text or image (vector
 drawings, text converted to outlines) are not OCRed. Pages that fail make the result `partial`.
+A page's Block carries the heading path of the document outline (bookmarks, extract/headings.py): the
+path of the last outline entry pointing at that page or an earlier one (at most MAX_OUTLINE entries).
 pdfium is not thread-safe: call this from one thread per process (the worker's extraction pool uses
 processes).
 """
@@ -22,6 +24,7 @@ import pypdfium2.raw as pdfium_c
 from kdbl_worker.extract import authors, ocr
 from kdbl_worker.extract.archive import ENCRYPTED
 from kdbl_worker.extract.base import Block, Extraction, Source
+from kdbl_worker.extract.headings import MAX_DEPTH, HeadingPath
 
 MAX_PAGES = 10_000
 # pdfium keeps every object it has parsed (page dictionaries, fonts, images) until the
@@ -31,6 +34,7 @@ NO_TEXT = "no text layer (scanned?)"
 # Control characters pdfium emits for hyphenation/unknown glyphs; keep \t and \n.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _TRAILING_SPACE = re.compile(r"[ \t]+\n")
+MAX_OUTLINE = 20_000  # outline entries read per file; a larger outline's tail is not used
 
 
 def _clean(text: str) -> str:
@@ -81,6 +85,39 @@ def _properties(doc: pdfium.PdfDocument) -> tuple[str | None, list[str]]:
     return " ".join(info.get("Title", "").split()) or None, authors.names(info.get("Author"))
 
 
+def _bookmark_page(doc: pdfium.PdfDocument, mark: pdfium.PdfBookmark) -> int | None:
+    """The 0-based page an outline entry points at: its /Dest, else its GoTo action's (None: elsewhere)."""
+    dest = mark.get_dest()
+    if dest is not None:
+        return dest.get_index()
+    action = pdfium_c.FPDFBookmark_GetAction(mark)
+    if not action or pdfium_c.FPDFAction_GetType(action) != pdfium_c.PDFACTION_GOTO:
+        return None
+    raw = pdfium_c.FPDFAction_GetDest(doc, action)
+    index = pdfium_c.FPDFDest_GetDestPageIndex(doc, raw) if raw else -1
+    return index if index >= 0 else None
+
+
+def _outline(doc: pdfium.PdfDocument) -> list[tuple[int, tuple[str, ...]]]:
+    """(0-based page, heading path) of each outline entry with a page, by page (outline order within one)."""
+    entries: list[tuple[int, tuple[str, ...]]] = []
+    headings = HeadingPath()
+    try:
+        for count, mark in enumerate(doc.get_toc(max_depth=MAX_DEPTH)):
+            if count >= MAX_OUTLINE:
+                break
+            path = headings.enter(mark.level + 1, mark.get_title() or "")
+            page = _bookmark_page(doc, mark)
+            if page is not None and path:
+                entries.append((page, path))
+    except MemoryError:
+        raise
+    except Exception:  # noqa: BLE001 - a broken outline loses the headings, never the text
+        pass
+    entries.sort(key=lambda entry: entry[0])
+    return entries
+
+
 def extract_pdf(source: Source, *, max_pages: int = MAX_PAGES) -> Extraction:
     try:
         doc = pdfium.PdfDocument(source.stream, autoclose=False)
@@ -96,6 +133,7 @@ def extract_pdf(source: Source, *, max_pages: int = MAX_PAGES) -> Extraction:
         scanned: list[int] = []  # pages with an image and no text that were not OCRed
         read: list[int] = []  # pages OCRed
         first_error = ""
+        outline, at, heading = _outline(doc), 0, ()
         engine: ocr.Engine | None = None  # loaded at the first scanned page
         started = time.monotonic()
         ocr_stop = ""  # why scanned pages are left unread from here on
@@ -129,8 +167,10 @@ def extract_pdf(source: Source, *, max_pages: int = MAX_PAGES) -> Extraction:
                         continue
                     read.append(index + 1)
                     image_only = False  # read: a page without text now is a picture, not a problem
+            while at < len(outline) and outline[at][0] <= index:
+                heading, at = outline[at][1], at + 1
             if text:
-                blocks.append(Block(text, page_no=index + 1))
+                blocks.append(Block(text, page_no=index + 1, heading=heading))
             elif image_only:
                 scanned.append(index + 1)
     finally:
