@@ -80,7 +80,7 @@ async def test_the_modes_nest_and_each_hit_names_its_chunk_its_file_and_the_file
     guide = next(h for h in full["hits"] if h["key"] == "guide.md")
     assert guide["total_chunks"] > 1 and 0 <= guide["seq"] < guide["total_chunks"]
     assert guide["title"] == "Heliostat field guide" and guide["content_type"] == "text/markdown"
-    assert guide["mtime"] and guide["context_header"] is None
+    assert guide["mtime"] and guide["context_header"] == "Heliostat field guide"
     assert guide["chunk_uri"] == f"kdbl://chunk/{guide['chunk_id']}"
     assert parse_chunk_uri(guide["chunk_uri"]) == (world["corpus"].source_id, "guide.md", guide["seq"])
     assert guide["uri"] == f"kdbl://file/{world['corpus'].source_id}/guide.md"

@@ -4,9 +4,12 @@ Modes nest (each adds to the one before), so an agent can find with `ids_only`, 
 `preview`, and read with `full` or get_file_window:
 
 - ids_only: chunk_id, rank (1-based position), score (the classic hit's `rank` value)
-- metadata: + chunk_uri, source_id, key, uri, title, seq, total_chunks, locators, content_type, mtime
+- metadata: + chunk_uri, source_id, key, uri, title, seq, total_chunks, locators, content_type, mtime,
+  token_count (the matched chunk's text in the embedding model's tokens, what reading it costs; an
+  estimate where the worker has no model, kdbl_worker.token_counts; null for chunks indexed before 0015)
 - preview:  + snippet, preview (the chunk's first ~200 characters), context_header (the heading path
-  above the chunk; null until the index holds heading paths)
+  above the chunk, "Guide > Install": Markdown/HTML/ODT/EPUB headings, DOCX heading styles, the PDF
+  outline; null where the file has none or was indexed before 0015)
 - full:     + text (the ~1,800-character neighbour window), truncated, url, scores (keyword, vector, fused)
 
 Measured (docs/clients.md, embedding model's tokenizer, 10 hits): ids_only is about a twentieth of
@@ -26,7 +29,7 @@ from kdbl_core.search.windows import HitFacts
 
 _IDS = ("chunk_id", "rank", "score")
 _METADATA = _IDS + ("chunk_uri", "source_id", "key", "uri", "title", "seq", "total_chunks", "page_no",
-                    "char_start", "char_end", "ts_start_ms", "ts_end_ms", "content_type", "mtime")
+                    "char_start", "char_end", "ts_start_ms", "ts_end_ms", "content_type", "mtime", "token_count")
 _PREVIEW = _METADATA + ("snippet", "preview", "context_header")
 _FULL = _PREVIEW + ("text", "truncated", "url", "scores")
 MODE_FIELDS: dict[str, tuple[str, ...]] = {"ids_only": _IDS, "metadata": _METADATA, "preview": _PREVIEW,
@@ -52,7 +55,8 @@ def selection(response_mode: str | None, fields: list[str] | None) -> tuple[str,
 
 
 def needs_facts(chosen: tuple[str, ...]) -> bool:
-    return any(f in chosen for f in ("title", "total_chunks", "content_type", "mtime", "preview"))
+    return any(f in chosen for f in ("title", "total_chunks", "content_type", "mtime", "preview",
+                                     "context_header", "token_count"))
 
 
 def shape(hits: list[dict[str, Any]], chosen: tuple[str, ...],
@@ -80,15 +84,13 @@ def shape(hits: list[dict[str, Any]], chosen: tuple[str, ...],
                 row[name] = hit[name]
             elif name == "preview":
                 row[name] = preview(fact.head) if fact is not None else ""
-            elif name == "context_header":
-                row[name] = None  # no heading paths in the index yet
             elif name == "scores":
                 e = hit.get("explain") or {}
                 row[name] = {"keyword": e.get("lexical_score"), "vector": e.get("vector_score"),
                              "fused": e.get("fused", hit["rank"])}
             elif name == "total_chunks":
                 row[name] = fact.total_chunks if fact is not None else 0
-            else:  # title, content_type, mtime
+            else:  # title, content_type, mtime, context_header, token_count
                 row[name] = getattr(fact, name) if fact is not None else None
         out.append(row)
     return out

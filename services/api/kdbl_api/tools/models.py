@@ -120,7 +120,8 @@ class SearchContentArgs(SearchFilters):
     explain: StrictBool = Field(default=False, description="Add each hit's per-arm ranks and scores.")
     response_mode: ResponseMode | None = Field(
         default=None, description="How much of each hit to return: ids_only (chunk_id, rank, score), "
-        "metadata (+ source_id, key, uri, chunk_uri, title, seq, total_chunks, locators, content_type, mtime), "
+        "metadata (+ source_id, key, uri, chunk_uri, title, seq, total_chunks, locators, content_type, mtime, "
+        "token_count), "
         "preview (+ snippet, a ~200-character preview, context_header) or full (+ the neighbour-window text, "
         "truncated, url, per-arm scores). Omitted: the classic hit (text, snippet, locators, url, rank).")
     fields: list[Text] | None = Field(
@@ -212,9 +213,14 @@ class ModeHit(BaseModel):
     ts_end_ms: int | None = None
     content_type: str | None = None
     mtime: str | None = Field(default=None, description="ISO 8601.")
+    token_count: int | None = Field(default=None, description=(
+        "The matched chunk's text in the embedding model's tokens (an estimate where the indexer has no "
+        "model): what reading it costs. Null for chunks indexed before token counts existed."))
     snippet: str = None  # type: ignore[assignment]
     preview: str = Field(default=None, description="The chunk's first ~200 characters, plain text.")
-    context_header: str | None = Field(default=None, description="The heading path above the chunk, when indexed.")
+    context_header: str | None = Field(default=None, description=(
+        "The heading path above the chunk, outermost first, joined by ' > ' (Markdown/HTML headings, DOCX "
+        "heading styles, the PDF outline); null when the file has none."))
     text: str = None  # type: ignore[assignment]
     truncated: bool = None  # type: ignore[assignment]
     url: str | None = None

@@ -1,6 +1,6 @@
 """Turn ranked chunk ids into answerable hits: the chunk plus neighbours, a <mark> snippet, locators;
-and, for search_content's response modes, each hit's file facts (title, chunk count, type, mtime) and
-the head of its chunk, in one more statement that the default shape never runs."""
+and, for search_content's response modes, each hit's file facts (title, chunk count, type, mtime), the
+head of its chunk, its heading path and token count, in one more statement the default shape never runs."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ SELECT c.file_id, c.seq, c.text, c.page_no, c.char_start, c.char_end, c.ts_start
 # The file facts and chunk head of hits named by (source_id, key, seq), under the caller's RLS.
 _HIT_FACTS = """
 SELECT f.source_id, f.key, h.seq, f.title, f.chunk_count, f.content_type, f.mtime,
-       left(c.text, %(head)s) AS head
+       left(c.text, %(head)s) AS head, c.context_header, c.text_tokens
   FROM unnest(CAST(%(sids)s AS uuid[]), CAST(%(keys)s AS text[]), CAST(%(seqs)s AS int[])) AS h(source_id, key, seq)
   JOIN files f ON f.source_id = h.source_id AND f.key = h.key
   LEFT JOIN chunks c ON c.file_id = f.id AND c.seq = h.seq
@@ -44,6 +44,8 @@ class HitFacts:
     content_type: str | None
     mtime: str | None  # ISO 8601
     head: str  # the chunk's first HEAD_CHARS characters
+    context_header: str | None = None  # the heading path above the chunk (None: none, or indexed before 0015)
+    token_count: int | None = None  # the chunk text's embedding-model tokens (None: indexed before 0015)
 
 
 async def hit_facts(conn: Connection, hits: list[dict[str, Any]]) -> dict[tuple[str, str, int], HitFacts]:
@@ -58,7 +60,8 @@ async def hit_facts(conn: Connection, hits: list[dict[str, Any]]) -> dict[tuple[
         rows = await cur.fetchall()
     return {(str(r["source_id"]), r["key"], r["seq"]): HitFacts(
         r["title"], r["chunk_count"] or 0, r["content_type"],
-        r["mtime"].isoformat() if r["mtime"] is not None else None, r["head"] or "") for r in rows}
+        r["mtime"].isoformat() if r["mtime"] is not None else None, r["head"] or "", r["context_header"],
+        r["text_tokens"]) for r in rows}
 
 
 @dataclass(frozen=True, slots=True)
