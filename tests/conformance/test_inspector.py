@@ -1,4 +1,5 @@
-"""The official MCP Inspector CLI against the real API: list and call the tools; refused without a token.
+"""The official MCP Inspector CLI against the real API: list and call the tools; refused without a token;
+and its SSE transport against the legacy HTTP+SSE endpoints (issue 18).
 
 The Inspector talks to the API directly (it can send the Authorization header itself), in the default
 "legacy" protocol era an ad-hoc URL run uses. `--format json` prints one JSON object on stdout
@@ -13,24 +14,44 @@ import subprocess
 
 import jsonschema
 import pytest
+from helpers import running_api
+
+from kdbl_core.settings import Settings
 
 EXIT_AUTH_REQUIRED = 3  # the Inspector CLI's exit-code map: auth_required
 
 
-@pytest.fixture
-def inspector(mcp_js, mcp_server, tmp_path):
-    """Run `inspector --cli <api>/mcp --transport http ...`; HOME is a temp dir (it keeps state there)."""
+def _runner(mcp_js, url: str, transport: str, default_token: str, tmp_path):
     env = dict(os.environ, HOME=str(tmp_path), NO_COLOR="1")
     env.pop("MCP_CATALOG_PATH", None)
 
-    def run(*args: str, token: str | None = mcp_server.token) -> subprocess.CompletedProcess[str]:
-        cmd = [str(mcp_js.node), str(mcp_js.inspector), "--cli", mcp_server.api_mcp_url,
-               "--transport", "http", "--format", "json", *args]
+    def run(*args: str, token: str | None = default_token) -> subprocess.CompletedProcess[str]:
+        cmd = [str(mcp_js.node), str(mcp_js.inspector), "--cli", url, "--transport", transport, "--format", "json",
+               *args]
         if token is not None:
             cmd += ["--header", f"Authorization: Bearer {token}"]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
 
     return run
+
+
+@pytest.fixture
+def inspector(mcp_js, mcp_server, tmp_path):
+    """Run `inspector --cli <api>/mcp --transport http ...`; HOME is a temp dir (it keeps state there)."""
+    return _runner(mcp_js, mcp_server.api_mcp_url, "http", mcp_server.token, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def legacy_sse_url(mcp_server, owner_url):
+    """A second API on the same database with the legacy HTTP+SSE transport on (issue 18)."""
+    with running_api(owner_url, Settings(mcp_enabled=True, legacy_sse_enabled=True)) as url:
+        yield f"{url}/sse"
+
+
+@pytest.fixture
+def inspector_sse(mcp_js, mcp_server, legacy_sse_url, tmp_path):
+    """Run `inspector --cli <api>/sse --transport sse ...` (the Inspector's SSE client transport)."""
+    return _runner(mcp_js, legacy_sse_url, "sse", mcp_server.token, tmp_path)
 
 
 def result_of(proc: subprocess.CompletedProcess[str]) -> dict:
@@ -86,6 +107,31 @@ def test_inspector_without_a_token_stops_at_auth_required(inspector):
     """No token: the API's 401 + resource_metadata challenge makes the Inspector want OAuth, which a
     non-interactive run refuses — the CLI exits auth_required instead of listing anything."""
     proc = inspector("--method", "tools/list", token=None)
+    assert proc.returncode == EXIT_AUTH_REQUIRED, f"stdout: {proc.stdout}\nstderr: {proc.stderr}"
+    assert json.loads(proc.stderr.strip().splitlines()[-1])["error"]["code"] == "auth_required"
+    assert proc.stdout.strip() == ""
+
+
+def test_the_inspectors_sse_transport_lists_searches_and_reads_a_window(inspector_sse, mcp_server):
+    """Issue 18: the Inspector over the legacy HTTP+SSE transport: tools/list -> search_content ->
+    get_file_window, the same answers as over /mcp."""
+    tools = {tool["name"]: tool for tool in result_of(inspector_sse("--method", "tools/list"))["tools"]}
+    assert {"search_content", "get_file_window"} <= set(tools)
+    found = result_of(inspector_sse("--method", "tools/call", "--tool-name", "search_content",
+                                    "--tool-arg", "query=okapi migration"))
+    jsonschema.validate(found["structuredContent"], tools["search_content"]["outputSchema"])
+    [hit] = found["structuredContent"]["hits"]
+    assert hit["key"] == "handbook.md" and hit["source_id"] == str(mcp_server.corpus.source_id)
+    window = result_of(inspector_sse("--method", "tools/call", "--tool-name", "get_file_window",
+                                     "--tool-arg", f"source_id={hit['source_id']}", f"key={hit['key']}",
+                                     f"start={hit['seq']}"))
+    assert window["isError"] is False
+    assert "okapi migration" in "".join(c["text"] for c in window["structuredContent"]["chunks"])
+
+
+def test_the_inspectors_sse_transport_without_a_token_stops_at_auth_required(inspector_sse):
+    """/sse answers 401 with the same resource_metadata challenge as /mcp: the Inspector wants OAuth."""
+    proc = inspector_sse("--method", "tools/list", token=None)
     assert proc.returncode == EXIT_AUTH_REQUIRED, f"stdout: {proc.stdout}\nstderr: {proc.stderr}"
     assert json.loads(proc.stderr.strip().splitlines()[-1])["error"]["code"] == "auth_required"
     assert proc.stdout.strip() == ""
