@@ -11,10 +11,10 @@ a grid over 4-8, 2-5 and 2-4 on SciFact's abstracts).
 Measured on the chunks of SciFact (5,183 abstracts, 7.8 MB, 7,094 chunks; all-MiniLM-L6-v2's tokenizer;
 docs/benchmarks.md "Per-chunk token counts"): the estimate is off by 7.2% per chunk on average (mean
 absolute relative error; median 5.7%, p95 19%) and +0.1% over the corpus; on the docs corpus' Markdown
-(226 chunks) 7.1% per chunk, -5.7% in all. The tokenizer costs 0.055 s per MB of chunk text (the
-estimate 0.046): ≈85 µs per 1.5 KB abstract, ~2.5% of the crawl's 2.1-2.4 s per MB of SciFact
-(0.42-0.47 MB/s, bound by Postgres), though twice the 0.024 s per MB that decoding and chunking plain
-text take (Markdown 0.063).
+(227 chunks) 7.1% per chunk, -5.8% in all. The tokenizer costs 0.046-0.055 s per MB of chunk text (the
+estimate about the same, 0.045): ≈70-85 µs per 1.5 KB abstract, ~2-2.5% of the crawl's 2.1-2.4 s per MB
+of SciFact (0.42-0.47 MB/s, bound by Postgres), though twice the 0.023 s per MB that decoding and
+chunking plain text take. `python -m kdbl_worker.bench_tokens` measures it.
 
 It runs in the worker process, not in the extraction children: llama_cpp alone maps ~150 MB of address
 space, more than the children's smallest memory cap (KDBL_EXTRACT_MEMORY_MB may be 64), and each child
