@@ -6,7 +6,9 @@ and null for a chunk indexed before either existed. The default hit shape does n
 
 from __future__ import annotations
 
+import io
 import uuid
+import zipfile
 from contextlib import asynccontextmanager
 
 import heading_samples as samples
@@ -23,8 +25,19 @@ from kdbl_core.settings import Settings
 from kdbl_worker import token_counts
 from kdbl_worker.pipeline import Indexer, load_sources
 
+
+
+def _zip(members: dict[str, str]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as package:
+        for name, text in members.items():
+            package.writestr(name, text)
+    return out.getvalue()
+
+
 FILES = {"manual.md": samples.markdown(), "manual.html": samples.html(), "manual.docx": samples.docx(),
-         "manual.pdf": samples.manual_pdf(), "old.md": "# Archive\n\nThe legacyword note from before."}
+         "manual.pdf": samples.manual_pdf(), "old.md": "# Archive\n\nThe legacyword note from before.",
+         "bundle.zip": _zip({"inner.md": "# Packed\n\n## Inside\n\nThe zipword member text."})}
 # The reference's hit (../shared/seeds/000) plus the kdbl:// uri it has always carried
 CLASSIC = {"source_id", "key", "seq", "uri", "text", "truncated", "snippet", "page_no", "char_start", "char_end",
            "ts_start_ms", "ts_end_ms", "url", "rank"}
@@ -106,6 +119,16 @@ async def test_token_count_is_the_estimate_when_the_worker_has_no_model(world):
     for hit in hits:
         text = await chunk_text(world, "estimated", hit["key"], hit["seq"])
         assert hit["token_count"] == token_counts.estimate(text) > 0
+
+
+async def test_an_archive_members_chunks_carry_their_heading_path_and_token_count(world, embed_model_path):
+    [hit] = await search(world, "zipword", "modelled", response_mode="preview")
+    assert hit["key"] == "bundle.zip!/inner.md" and hit["context_header"] == "Packed > Inside"
+    tokenizer = Tokenizer(embed_model_path)
+    try:
+        assert hit["token_count"] == tokenizer.count(await chunk_text(world, "modelled", hit["key"], hit["seq"]))
+    finally:
+        tokenizer.close()
 
 
 async def test_chunks_indexed_before_headers_and_token_counts_have_null_ones(world):

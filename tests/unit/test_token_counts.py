@@ -7,7 +7,7 @@ import logging
 
 from kdbl_core.embedder import Tokenizer
 from kdbl_core.settings import Settings
-from kdbl_worker import token_counts
+from kdbl_worker import bench_tokens, token_counts
 from kdbl_worker.pipeline import chunk_rows
 
 TEXTS = [
@@ -63,3 +63,11 @@ def test_the_sandbox_chunk_tuples_become_rows_with_their_token_counts():
                        (1, "gamma", 12, 17, 2, None, None, None)], token_counts.estimate)
     assert [(r.seq, r.context_header, r.text_tokens, r.page_no) for r in rows] == [
         (0, "Guide", 2, None), (1, None, 1, 2)]
+
+
+def test_the_bench_reports_the_estimates_error_and_each_counters_cost(tmp_path, embed_model_path):
+    lines = [f'{{"_id": "{n}", "title": "Doc {n}", "text": "Heliostat number {n} tracks the sun."}}' for n in range(20)]
+    (tmp_path / "corpus.jsonl").write_text("\n".join(lines) + "\n")
+    report = bench_tokens.measure(tmp_path, embed_model_path)
+    assert (report["files"], report["chunks"]) == (20, 20)
+    assert 0 <= report["estimate_mean_abs_error"] < 0.5 and report["tokenizer_s_per_mb"] > 0
