@@ -77,7 +77,7 @@ def _ocr_page(doc: pdfium.PdfDocument, index: int, engine: ocr.Engine) -> str:
 
 
 def _properties(doc: pdfium.PdfDocument) -> tuple[str | None, list[str]]:
-    """The Info dictionary's /Title and /Author (XMP dc:creator is not read: pdfium has no XMP API)."""
+    """The Info dictionary's /Title and /Author (without /Author, extract_pdf reads XMP dc:creator)."""
     try:
         info = doc.get_metadata_dict()
     except pdfium.PdfiumError:
@@ -128,6 +128,7 @@ def extract_pdf(source: Source, *, max_pages: int = MAX_PAGES) -> Extraction:
     try:
         page_count = len(doc)
         title, by = _properties(doc)
+        by = by or authors.pdf_xmp_creators(source.stream)  # pdfium has no XMP API: pypdf finds the stream
         blocks: list[Block] = []
         failed: list[int] = []
         scanned: list[int] = []  # pages with an image and no text that were not OCRed
