@@ -16,9 +16,10 @@ code -32004 / -32603 naming the URL and status.
 The token comes from --token-file FILE (or KDBL_API_TOKEN_FILE), else KDBL_API_TOKEN (a desktop client's
 `env` block); no flag takes it, so it is never on a command line, and no log line carries it. stdout
 carries protocol messages only; stderr JSON log lines only (kdbl_core.logging_setup), startup faults
-included. Measured here (loopback, shared 2-core box, 20 repeated lexical searches, two runs): p50 9.9 and
-10.2 ms through the bridge against 12.5 and 5.9 ms over POST /mcp directly: the relay is within the noise
-(tests/integration/test_stdio_bridge.py prints both).
+included. Measured here (loopback, shared 2-core box, 20 distinct lexical searches per run, no cache
+hits): p50 22.1, 25.4, 27.9, 22.9 ms through the bridge against 18.3, 19.4, 19.0, 19.6 ms over POST /mcp
+directly in the same runs, so the relay (a second process, a pipe each way, one more HTTP hop) costs
+about 3-9 ms; under heavier load both were ~44 ms (tests/integration/test_stdio_bridge.py prints both).
 """
 
 from __future__ import annotations
