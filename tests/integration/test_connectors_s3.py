@@ -540,3 +540,11 @@ def test_object_tags_become_labels_with_one_tagging_request_per_changed_object_o
     assert tagging_requests() == 2  # one per changed object
     crawl(tagged_source)
     assert tagging_requests() == 2  # unchanged objects: none
+    # the tags are kept apart (files.own_labels): a label config change keeps them without reading the bucket
+    admin.update_source_labels(db_of(owner_engine), tagged_source.id, labels=["bucket"])
+    with owner_engine.connect() as conn:
+        relabelled = {r.key: (list(r.labels), list(r.own_labels)) for r in conn.execute(
+            text("SELECT key, labels, own_labels FROM files WHERE source_id = :s"), {"s": tagged_source.id})}
+    assert relabelled == {"tagged.md": (["bucket", "dept=finance", "draft"], ["dept=finance", "draft"]),
+                          "plain.md": (["bucket"], [])}
+    assert tagging_requests() == 2

@@ -6,6 +6,7 @@ and crawled by the real worker."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from contextlib import asynccontextmanager
 
@@ -19,10 +20,12 @@ from psycopg.types.json import Jsonb
 from sqlalchemy import text
 
 from kdbl_control import admin
+from kdbl_control.cli import main as cli_main
 from kdbl_core.errors import InvalidArgument
 from kdbl_core.settings import Settings
 from kdbl_core.sources import relabel
 from kdbl_core.sources.labels import Labeler
+from kdbl_worker.pipeline import Indexer, load_sources
 
 FILES = {
     "guides/install.md": "---\ntags: [howto, setup]\n---\n# Install\nThe kestrel installer runs offline.\n",
@@ -122,6 +125,28 @@ def test_relabelled_files_carry_what_a_fresh_crawl_with_the_new_config_gives_the
     assert _labels(owner_engine, relabelled.source_id) == _labels(owner_engine, fresh.source_id)
 
 
+def test_kdbl_control_source_update_sets_labels_and_globs_and_no_labels_clears_them(world, owner_engine, owner_url,
+                                                                                    monkeypatch, capsys):
+    source_id = str(world["corpus"].source_id)
+
+    def cli(*argv: str) -> dict:
+        monkeypatch.setenv("KDBL_DATABASE_URL", owner_url)
+        with pytest.raises(SystemExit) as done:
+            cli_main(["--json", "source", "update", "--source", source_id, *argv])
+        out = capsys.readouterr()
+        assert done.value.code == 0, out.err
+        return json.loads(out.out)
+
+    set_ = cli("--label", "kb", "--label-glob", "guides/=guide,howto", "--label-glob", "*.txt=plain")
+    assert (set_["labels"], set_["label_globs"]) == (["kb"], {"guides/": ["guide", "howto"], "*.txt": ["plain"]})
+    assert set_["relabelled"] == 4
+    assert _labels(owner_engine, world["corpus"].source_id)["guides/install.md"][0] == ["kb", "guide", "howto", "setup"]
+    cleared = cli("--no-labels")
+    assert (cleared["labels"], cleared["label_globs"], cleared["relabelled"]) == ([], {}, 4)
+    assert _labels(owner_engine, world["corpus"].source_id)["readme.txt"] == ([], [])
+    cli("--label", "docs")  # back as the module's other tests expect
+
+
 def test_an_unchanged_label_config_writes_no_file_and_other_fields_never_relabel(world, owner_engine):
     owner = db_of(owner_engine)
     source_id = world["corpus"].source_id
@@ -154,6 +179,28 @@ def test_files_indexed_before_own_labels_existed_keep_their_own_tags_through_a_r
     assert stored["guides/install.md"] == (["new", "guide", "howto", "setup"], ["howto", "setup"])
     assert stored["notes/kestrel.md"] == (["new", "birds"], ["birds"])
     assert stored["readme.txt"] == (["new"], [])
+
+
+def test_files_a_running_crawl_writes_after_a_label_change_end_with_the_new_labels(world, owner_engine,
+                                                                                  worker_engine):
+    root = world["base"] / "race"
+    root.mkdir()
+    for i in range(40):
+        (root / f"note-{i:02d}.md").write_text(f"Note {i} about a kestrel.\n")
+    owner = db_of(owner_engine)
+    source = admin.add_source(owner, world["tenant"], protocol="fs", config={"root": str(root), "labels": ["before"]},
+                              name="race")
+    changed: list[dict] = []
+
+    def progress(stats, key) -> None:  # the first file written: the label config changes mid-crawl
+        if stats.indexed >= 1 and not changed:
+            changed.append(admin.update_source_labels(owner, source.id, labels=["after"]))
+
+    [row] = load_sources(db_of(worker_engine), source_id=source.id)
+    assert Indexer(db_of(worker_engine), Settings()).crawl(row, progress).indexed == 40
+    assert changed and 1 <= changed[0]["files"] < 40  # the change came while files were still to be written
+    assert {key: labels for key, (labels, _) in _labels(owner_engine, source.id).items()} == {
+        f"note-{i:02d}.md": ["after"] for i in range(40)}
 
 
 def test_a_source_of_ten_thousand_files_is_relabelled_in_batches_with_progress(world, owner_engine):

@@ -46,6 +46,7 @@ from kdbl_core.content.records import Chunk, FileMeta
 from kdbl_core.db.connect import Pool
 from kdbl_core.errors import PermanentError
 from kdbl_core.settings import Settings
+from kdbl_core.sources import relabel
 from kdbl_core.sources.globs import Selection
 from kdbl_core.sources.labels import NO_LABELS, Labeler, own_labels
 from kdbl_worker import deadlines, extract, jobs, sandbox, token_counts
@@ -344,6 +345,7 @@ class Indexer:
         direct: list[tuple[jobs.ItemClaim, sandbox.Outcome]] = []
         errors: list[tuple[jobs.ItemClaim, str]] = []
         spooled: dict[int, str] = {}
+        relabelled: dict[uuid.UUID, uuid.UUID] = {}  # sources whose label config changed meanwhile -> tenant
 
         def claimed() -> Iterator[jobs.ItemClaim]:
             batch = list(items)
@@ -352,6 +354,7 @@ class Indexer:
                 if stop.is_set() or more is None:
                     return
                 batch = more()
+                self._follow_label_changes(contexts, relabelled)
                 items.extend(batch)
 
         def tasks() -> Iterator[sandbox.Task]:
@@ -419,6 +422,8 @@ class Indexer:
             gen.close()
             while inflight:  # finished, or aborted by the watchdog 2 s after a stop (rolled back)
                 collect(block=True)
+            self._follow_label_changes(contexts, relabelled)
+            self._relabel(relabelled)
             for path in spooled.values():
                 os.unlink(path)
             for item in items:
@@ -433,6 +438,39 @@ class Indexer:
             if left:
                 with self.pool.connection() as conn:
                     jobs.release_unstarted(conn, left)
+
+    def _follow_label_changes(self, contexts: dict[uuid.UUID, _SourceContext | None],
+                              relabelled: dict[uuid.UUID, uuid.UUID]) -> None:
+        """A source's `labels` / `label_globs` changed while its files were being written: its writer
+        relabelled the files written until then (kdbl_core.sources.relabel), files written here with
+        the old labeler since would keep the old labels. The next files take the new labels, and the
+        source is relabelled again once the files in hand are written (`_relabel`). One query per
+        claimed batch."""
+        live = {source_id: ctx for source_id, ctx in contexts.items() if ctx is not None}
+        if not live:
+            return
+        try:
+            with self.pool.connection() as conn:
+                rows = conn.execute("SELECT id, config FROM sources WHERE id = ANY(%(ids)s)",
+                                    {"ids": list(live)}).fetchall()
+            for row in rows:
+                ctx = live[row.id]
+                if relabel.label_config_changed(ctx.row.config, row.config):
+                    ctx.labeler = Labeler.from_config(row.config)
+                    ctx.row = replace(ctx.row, config=row.config)
+                    relabelled[row.id] = ctx.row.tenant_id
+        except Exception as exc:  # noqa: BLE001 - the files keep the labels they were written with
+            log.warning("label config check failed", extra={"error": repr(exc)[:300]})
+
+    def _relabel(self, relabelled: dict[uuid.UUID, uuid.UUID]) -> None:
+        for source_id, tenant_id in relabelled.items():
+            try:
+                with tenant_transaction(self.pool, tenant_id) as conn:
+                    relabel.relabel(conn, source_id)
+            except Exception as exc:  # noqa: BLE001 - they follow at their next re-index or label change
+                log.warning("relabel after a label change failed",
+                            extra={"source_id": str(source_id), "error": repr(exc)[:300]})
+        relabelled.clear()
 
     def _pool(self) -> ThreadPoolExecutor:
         if self._writer_pool is None:

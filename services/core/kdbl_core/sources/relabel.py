@@ -22,11 +22,12 @@ Files indexed before migration 0015 have an empty own_labels, though their label
 the *old* config did not give it (recomputed with the old config), and are stored in own_labels as the
 relabel writes it; any later re-index stores them as read from the file.
 
-Not covered: a crawl already running when the config changes labels the files it has yet to write
-with the config it started with (the worker reads a source's config once per batch of claimed
-files); those files get the new labels at their next re-index or the next label change. The S3
-`object_tags` switch is not a label config change: object tags are read with the object, so turning it
-on or off reaches a file at its next re-index.
+A crawl already running when the config changes has files in hand labelled with the config it
+started with: the worker looks at its sources' label config again at each batch it claims and when
+its work runs out (kdbl_worker.pipeline), takes the new one for the files still to come and relabels
+the source once the files in hand are written. The S3 `object_tags` switch is not a label config
+change: object tags are read with the object, so turning it on or off reaches a file at its next
+re-index.
 """
 
 from __future__ import annotations
