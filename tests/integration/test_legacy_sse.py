@@ -194,10 +194,13 @@ async def test_both_endpoints_need_a_bearer_token_and_an_allowed_host(world):
         post = await http.post(f"{world['url']}/messages?session_id={uuid.uuid4().hex}", json={})
         rebound = await http.get(f"{world['url']}/sse", headers={"Authorization": f"Bearer {world['token']}",
                                                                  "Host": "evil.example"})
+        foreign = await http.get(f"{world['url']}/sse", headers={"Authorization": f"Bearer {world['token']}",
+                                                                 "Origin": "http://evil.example"})
     assert bare.status_code == 401 and "resource_metadata=" in bare.headers["www-authenticate"]
     assert bad.status_code == 401 and 'error="invalid_token"' in bad.headers["www-authenticate"]
     assert post.status_code == 401
     assert rebound.status_code == 421 and "KDBL_ALLOWED_HOSTS" in rebound.json()["error"]["message"]
+    assert foreign.status_code == 403  # an Origin outside KDBL_ALLOWED_ORIGINS, as on /mcp
 
 
 async def test_another_token_or_tenant_cannot_post_into_a_session_and_is_audited(world, owner_engine):
@@ -285,3 +288,10 @@ def test_kdbl_api_refuses_legacy_sse_with_several_worker_processes(monkeypatch, 
         main.main()
     assert exited.value.code == 2
     assert "KDBL_LEGACY_SSE_ENABLED needs KDBL_API_WORKERS=1" in capsys.readouterr().err
+
+
+async def test_a_session_sees_only_its_own_tenants_documents(world):
+    async with sse_mcp(world["url"], world["stranger"]) as client:  # another tenant: RLS as on /mcp
+        found = (await client.call_tool("search_content", {"query": "okapi migration", "mode": "lexical"}))
+        sources = (await client.call_tool("list_sources", {})).structured_content
+    assert found.structured_content["hits"] == [] and sources["sources"] == []
