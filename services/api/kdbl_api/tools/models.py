@@ -347,6 +347,101 @@ class ListFilesResult(_Result):
     next_cursor: str | None
 
 
+# ---- get_contents (issue 17) ------------------------------------------------------------------------
+class ContentRef(_Args):
+    """A file (source_id + key) or, with seq, one of its chunks."""
+
+    source_id: UUID
+    key: Text = Field(min_length=1, max_length=4096)
+    seq: StrictInt | None = Field(default=None, ge=0, description="A chunk of the file (0-based); omit for the file.")
+
+
+class Expand(_Args):
+    neighbours: StrictInt = Field(default=0, ge=0, le=10, description="Chunks either side of a chunk id (0-10).")
+
+
+class GetContentsArgs(_Args):
+    ids: list[Annotated[Text, Field(min_length=1, max_length=8192)] | ContentRef] = Field(
+        min_length=1, max_length=100, description=(
+            "1-100 ids, answered in this order: a file (kdbl://file/... uri, or {source_id, key}) or a chunk "
+            "(chunk_id from a search hit, kdbl://chunk/... uri, or {source_id, key, seq})."))
+    expand: Expand | None = Field(default=None, description="neighbours: chunks either side of each chunk id.")
+    max_chars_per_item: StrictInt = Field(default=4000, ge=100, le=100_000, description=(
+        "Characters of text per item (100-100,000; all items together at most 1,000,000: the effective "
+        "value is in the result). A file gives its leading chunks, a chunk itself then its neighbours."))
+
+
+class ContentItem(BaseModel):
+    id: str = Field(description="The id as given (an object id: its kdbl:// uri).")
+    found: bool = Field(description="False when it does not exist or you may not see it (the two look alike).")
+    kind: Literal["file", "chunk"]
+    reason: str | None = None
+    source_id: str | None = None
+    key: str | None = None
+    uri: str | None = None
+    chunk_id: str | None = None
+    chunk_uri: str | None = None
+    seq: int | None = None
+    title: str | None = None
+    content_type: str | None = None
+    status: str | None = None
+    total_chunks: int | None = None
+    mtime: str | None = Field(default=None, description="ISO 8601.")
+    chunks: list[ChunkOut] | None = None
+    text: str | None = Field(default=None, description="The chunks' text joined by blank lines.")
+    truncated: bool | None = Field(default=None, description="The budget (or the read's bound) cut it.")
+    next_start: int | None = Field(default=None, description="A file's: get_file_window start to read on.")
+
+
+class GetContentsResult(_Result):
+    items: list[ContentItem]
+    found: int = Field(description="Items found (visible).")
+    max_chars_per_item: int = Field(description="The budget each item had (the asked one, or less for many ids).")
+
+
+# ---- find_similar (issue 17) ------------------------------------------------------------------------
+class SimilarSubject(_Args):
+    kind: Literal["text", "chunk", "file"]
+    text: Text | None = Field(default=None, min_length=1, max_length=20_000, description="kind text: the text.")
+    id: Text | None = Field(default=None, min_length=1, max_length=8192, description=(
+        "kind chunk: a chunk_id or kdbl://chunk/... uri; kind file: a kdbl://file/... uri."))
+
+
+class FindSimilarArgs(SearchFilters):
+    subject: SimilarSubject = Field(description=(
+        "What to find more of: {kind: 'text', text}, {kind: 'chunk', id} or {kind: 'file', id}."))
+    by: Literal["chunks", "files"] = Field(default="chunks", description="Rank chunks, or files (best chunk each).")
+    limit: StrictInt = Field(default=10, ge=1, le=100, description="Number of hits (1-100).")
+
+
+class SimilarHit(BaseModel):
+    rank: int
+    score: float = Field(description="Cosine similarity (method vector) or BM25 (lexical).")
+    source_id: str
+    key: str
+    uri: str
+    title: str | None
+    content_type: str | None
+    chunk_id: str = Field(description="The matching chunk (by files: the file's best).")
+    chunk_uri: str
+    seq: int
+    page_no: int | None
+    char_start: int
+    char_end: int
+    ts_start_ms: int | None
+    ts_end_ms: int | None
+    preview: str = Field(description="The chunk's first ~200 characters.")
+
+
+class FindSimilarResult(_Result):
+    hits: list[SimilarHit]
+    by: Literal["chunks", "files"]
+    method: Literal["vector", "lexical"] = Field(description=(
+        "vector: the subject's embedding; lexical: more-like-this over its most distinctive terms."))
+    method_reason: str | None = Field(description="Why lexical, when vectors were not used.")
+    terms: list[str] = Field(description="The lexical method's terms (indexed form); empty for vector.")
+
+
 def schema_of(model: type[BaseModel]) -> dict[str, Any]:
     """A compact JSON Schema (no titles) for tools/list; required properties first (a model that takes
     shared filters, SearchFilters, lists its own `query` before them: a reader sees what it must send)."""

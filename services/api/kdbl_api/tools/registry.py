@@ -11,7 +11,7 @@ import orjson
 from pydantic import BaseModel
 
 from kdbl_api.audit import AuditFacts
-from kdbl_api.tools import browse, files, search
+from kdbl_api.tools import browse, contents, files, search, similar
 from kdbl_api.tools.context import Services, ToolContext
 from kdbl_api.tools.models import (
     FileMetadataResult,
@@ -19,6 +19,10 @@ from kdbl_api.tools.models import (
     FileTextResult,
     FileWindowArgs,
     FileWindowResult,
+    FindSimilarArgs,
+    FindSimilarResult,
+    GetContentsArgs,
+    GetContentsResult,
     ListFilesArgs,
     ListFilesResult,
     ListSourcesArgs,
@@ -98,6 +102,23 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
         name="list_files", title="List files", scope=SCOPE_READ,
         description="Files within one source, ordered by key, paginated (limit default 50, max 200).",
         args=ListFilesArgs, result=ListFilesResult, handler=browse.list_files,
+    ),
+    # beyond the reference's six: listed and callable only where a tenant's allowlist names them
+    ToolSpec(
+        name="get_contents", title="Get many contents", scope=SCOPE_READ,
+        description=("Read up to 100 files or chunks in one call, answered in order: ids are search hits' "
+                     "chunk_id, kdbl://chunk/... or kdbl://file/... uris, or {source_id, key[, seq]}. "
+                     "expand.neighbours adds chunks either side of a chunk; max_chars_per_item bounds each "
+                     "item's text. An id you cannot see answers found=false."),
+        args=GetContentsArgs, result=GetContentsResult, handler=contents.get_contents,
+    ),
+    ToolSpec(
+        name="find_similar", title="Find similar", scope=SCOPE_SEARCH,
+        description=("More like this: chunks (by='chunks') or files (by='files') similar to a subject — "
+                     "{kind:'text', text}, {kind:'chunk', id: chunk_id} or {kind:'file', id: kdbl://file/...} "
+                     "— never the subject itself; the search filters apply. `method` says how: the stored "
+                     "embeddings (vector) or the subject's most distinctive terms (lexical)."),
+        args=FindSimilarArgs, result=FindSimilarResult, handler=similar.find_similar,
     ),
 )}
 

@@ -85,6 +85,35 @@ async def list_all_files(conn: Connection, *, after: tuple[uuid.UUID, str] | Non
     return [r._asdict() for r in await cur.fetchall()]
 
 
+_SOURCE_COUNTS = """
+SELECT s.id AS source_id, s.name, count(f.id) AS files, coalesce(sum(f.chunk_count), 0) AS chunks
+  FROM sources s LEFT JOIN files f ON f.tenant_id = kdbl_tenant() AND f.source_id = s.id
+ WHERE s.tenant_id = kdbl_tenant()
+ GROUP BY s.id, s.name ORDER BY s.name, s.id
+"""
+
+_SOURCE_CHUNKS = """
+SELECT f.key, c.seq, f.title, f.content_type, c.page_no, length(c.text) AS chars
+  FROM files f JOIN chunks c ON c.file_id = f.id
+ WHERE f.tenant_id = kdbl_tenant() AND f.source_id = %(source_id)s AND (f.key, c.seq) > (%(key)s, %(seq)s)
+ ORDER BY f.key, c.seq
+ LIMIT %(limit)s
+"""
+
+
+async def source_resource_counts(conn: Connection) -> list[dict[str, Any]]:
+    """Each visible source's visible files and chunks (resources/list reports them)."""
+    return [r._asdict() for r in await (await conn.execute(_SOURCE_COUNTS)).fetchall()]
+
+
+async def list_source_chunks(conn: Connection, source_id: uuid.UUID, *, after: tuple[str, int],
+                             limit: int) -> list[dict[str, Any]]:
+    """A source's chunks in (key, seq) order after `after` (("", -1): from the start)."""
+    cur = await conn.execute(_SOURCE_CHUNKS, {"source_id": source_id, "key": after[0], "seq": after[1],
+                                              "limit": limit})
+    return [r._asdict() for r in await cur.fetchall()]
+
+
 async def server_key(pool: AsyncPool, name: str) -> bytes:
     """A server-wide secret (the cursor key): one statement outside any tenant's transaction."""
     rows = await pool.fetch("SELECT secret FROM server_keys WHERE name = %(n)s", {"n": name})

@@ -42,6 +42,7 @@ class Filters:
     content_types: tuple[str, ...] = ()
     authors: tuple[str, ...] = ()
     labels: tuple[str, ...] = ()
+    exclude_file_id: int | None = None  # find_similar: never the subject file itself
 
     @property
     def touches_files(self) -> bool:
@@ -104,6 +105,9 @@ def file_filter_sql(filters: Filters, params: dict) -> str:
 def filters_sql(filters: Filters, params: dict, alias: str) -> str:
     """` AND ...` restricting rows of `alias` (postings or chunks: both carry source_id and file_id)."""
     extra = ""
+    if filters.exclude_file_id is not None:
+        extra += f" AND {alias}.file_id <> %(exclude_file_id)s"
+        params["exclude_file_id"] = filters.exclude_file_id
     if filters.source_id is not None:
         extra += f" AND {alias}.source_id = %(source_id)s"
         params["source_id"] = filters.source_id
@@ -142,10 +146,14 @@ gf AS MATERIALIZED (
     ) d GROUP BY term HAVING sum(df) > 0
 )"""
 
+# The query's terms: its lexemes, or (find_similar's more-like-this) terms given as they are indexed.
+_QUERY_LEXEMES = "SELECT DISTINCT lexeme AS term FROM unnest(to_tsvector(CAST(%(cfg)s AS regconfig), %(query)s))"
+_GIVEN_TERMS = "SELECT DISTINCT unnest(CAST(%(terms)s AS text[])) AS term"
+
 # The query's terms with their idf and the visible average chunk length; _BM25 scores one posting.
 _TERMS = f"""
 WITH q AS (
-    SELECT DISTINCT lexeme AS term FROM unnest(to_tsvector(CAST(%(cfg)s AS regconfig), %(query)s))
+    {_QUERY_LEXEMES}
 ), {_STATS.strip()}, w AS (
     SELECT d.term, ln(1 + (nc.n - d.df + 0.5) / (d.df + 0.5)) AS idf, nc.avgdl, d.df, nc.n,
            ln(1 + (nc.n - d.df + 0.5) / (d.df + 0.5)) * CAST({K1 + 1} AS float8) AS idf_k1,
@@ -163,7 +171,7 @@ COMMON_DF = 20_000
 CANDIDATES = 1_000
 
 
-def build_query(filters: Filters) -> tuple[str, dict]:
+def build_query(filters: Filters, *, given_terms: bool = False) -> tuple[str, dict]:
     """BM25 top-N; exact unless a query term is common in a large tenant.
 
     Rare terms are scored over all their postings and pick the best `cand` candidates (by their partial
@@ -175,7 +183,8 @@ def build_query(filters: Filters) -> tuple[str, dict]:
     """
     params: dict = {}
     extra = filters_sql(filters, params, "p")
-    sql = _TERMS + f"""
+    terms = _TERMS.replace(_QUERY_LEXEMES, _GIVEN_TERMS, 1) if given_terms else _TERMS
+    sql = terms + f"""
 , ranked AS (
     SELECT w.*, w.df > %(common_df)s AS common,
            row_number() OVER (ORDER BY w.df, w.term) AS r
@@ -219,6 +228,43 @@ async def search(conn: Connection, query: str, filters: Filters, *, limit: int, 
                    "common_df": common_df})
     rows = await (await conn.execute(sql, params)).fetchall()
     return [ChunkHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in rows]
+
+
+async def search_terms(conn: Connection, terms: list[str], filters: Filters, *, limit: int,
+                       common_df: int = COMMON_DF) -> list[ChunkHit]:
+    """search() for terms given as indexed (lexemes: distinctive_terms() picks them), each weighted once."""
+    sql, params = build_query(filters, given_terms=True)
+    params.update({"terms": terms, "limit": limit, "cand": max(CANDIDATES, 10 * limit), "common_df": common_df})
+    rows = await (await conn.execute(sql, params)).fetchall()
+    return [ChunkHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in rows]
+
+
+# A subject's most distinctive terms (more-like-this): its term frequencies times the idf of what the
+# principal sees; a term in no other visible chunk (df < min_df) cannot find anything else.
+_DISTINCTIVE = f"""
+WITH st AS MATERIALIZED ({{subject}}), q AS (SELECT term FROM st), {_STATS.strip()}
+SELECT st.term FROM st JOIN dfs d ON d.term = st.term CROSS JOIN corpus nc
+ WHERE d.df >= %(min_df)s
+ ORDER BY st.tf * ln(1 + (nc.n - d.df + 0.5) / (d.df + 0.5)) DESC, st.term
+ LIMIT %(k)s
+"""
+_TEXT_TF = ("SELECT lexeme AS term, CAST(cardinality(positions) AS float8) AS tf "
+            "FROM unnest(to_tsvector(CAST(%(cfg)s AS regconfig), %(text)s))")
+_CHUNKS_TF = ("SELECT p.term, CAST(sum(p.tf) AS float8) AS tf FROM postings p "
+              "WHERE p.tenant_id = kdbl_tenant() AND p.chunk_id = ANY (CAST(%(chunks)s AS bigint[])) GROUP BY p.term")
+
+
+async def distinctive_terms(conn: Connection, *, text: str | None = None, chunk_ids: list[int] | None = None,
+                            ts_config: str, k: int = 25) -> list[str]:
+    """The `k` terms that best characterise a text (analysed as queries are) or stored chunks (their
+    postings), by tf x idf over what the principal sees. Stored chunks' own terms count once in df, so
+    they need df >= 2 to reach another chunk."""
+    if text is not None:
+        sql, params = _DISTINCTIVE.format(subject=_TEXT_TF), {"cfg": ts_config, "text": text, "min_df": 1}
+    else:
+        sql, params = _DISTINCTIVE.format(subject=_CHUNKS_TF), {"chunks": chunk_ids or [], "min_df": 2}
+    params["k"] = k
+    return [r[0] for r in await (await conn.execute(sql, params)).fetchall()]
 
 
 _SCORES_FOR = _TERMS + f"""
