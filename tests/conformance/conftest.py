@@ -198,7 +198,7 @@ class McpServer:
     proxy: AuthProxy  # the API behind the auth-adding proxy
     token: str
     corpus: Corpus
-    rate_limit: int = CONFORMANCE_RATE_LIMIT  # the test API's burst (RateLimit-Limit), see CONFORMANCE_SETTINGS
+    rate_limit: int = CONFORMANCE_RATE_LIMIT  # the test API's burst (its RateLimit-Limit)
 
     @property
     def proxy_mcp_url(self) -> str:
@@ -217,5 +217,6 @@ def mcp_server(owner_url, owner_engine, worker_engine, tmp_path_factory) -> Iter
         "policy/travel.md": "Travel policy: economy class for flights under six hours.",
     }, tenant=tenant)
     token, _ = admin.create_token(db_of(owner_engine), tenant_name=tenant, name="conformance")
-    with running_api(owner_url, Settings(**CONFORMANCE_SETTINGS)) as api_url, AuthProxy(api_url, token) as proxy:
+    settings = Settings(**CONFORMANCE_SETTINGS)
+    with running_api(owner_url, settings) as api_url, AuthProxy(api_url, token) as proxy:
         yield McpServer(api_url, proxy, token, corpus)

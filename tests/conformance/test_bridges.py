@@ -62,7 +62,8 @@ async def locate_and_read(client: Client, mcp_server) -> tuple[dict, dict]:
     assert (hit["key"], hit["source_id"]) == ("handbook.md", str(mcp_server.corpus.source_id))
     window = await client.call_tool("get_file_window", {"source_id": hit["source_id"], "key": hit["key"]})
     assert not window.is_error, window
-    assert "quarterly okapi migration report" in " ".join(c["text"] for c in window.structured_content["chunks"])
+    read = " ".join(chunk["text"] for chunk in window.structured_content["chunks"])
+    assert "quarterly okapi migration report" in read
     return found.structured_content, window.structured_content
 
 
@@ -94,8 +95,8 @@ class Mcpo:
     def __init__(self, config: Path, port: int, cwd: Path, env: dict[str, str]) -> None:
         self.url = f"http://127.0.0.1:{port}"
         self.args = [str(MCPO), "--host", "127.0.0.1", "--port", str(port), "--config", str(config)]
-        self.proc = subprocess.Popen(self.args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True)
+        self.proc = subprocess.Popen(self.args, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
         self.log: list[str] = []
         self.ready = threading.Event()
         threading.Thread(target=self._read, name="mcpo-log", daemon=True).start()
@@ -108,7 +109,8 @@ class Mcpo:
         self.ready.set()  # exited: wake the waiter, which then sees the dead process
 
     def wait_ready(self, timeout: float = 60) -> None:
-        assert self.ready.wait(timeout) and self.proc.poll() is None, "mcpo did not start:\n" + "".join(self.log)
+        started = self.ready.wait(timeout) and self.proc.poll() is None
+        assert started, "mcpo did not start:\n" + "".join(self.log)
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -55,7 +55,8 @@ FULL_2025_11_25: dict[str, dict[str, str]] = {
     "ping": {"ping": OK, "wire-schema-valid": OK},
     "tools-list": {"tools-list": OK, "tools-name-format": OK, "wire-schema-valid": OK},
     "resources-list": {"resources-list": OK, "wire-schema-valid": OK},
-    "dns-rebinding-protection": {"localhost-host-rebinding-rejected": OK, "localhost-host-valid-accepted": OK},
+    "dns-rebinding-protection": {"localhost-host-rebinding-rejected": OK,
+                                 "localhost-host-valid-accepted": OK},
     "server-sse-multiple-streams": {"server-sse-multiple-streams-session": WARNING},
     "server-session-lifecycle": {"server-session-lifecycle-skipped": INFO},
     "server-sse-polling": {"server-sse-polling-session": WARNING, "outgoing-request": INFO,
@@ -193,7 +194,8 @@ def full_run(mcp_js, mcp_server, tmp_path_factory) -> SuiteRun:
     seen = len(mcp_server.proxy.exchanges)
     run = run_suite(mcp_js, mcp_server.proxy_mcp_url, work / "results", "--requirements", REVISION,
                     "--expected-failures", str(cli_baseline))
-    assert_forged_hosts_were_refused_by_the_api(mcp_server.proxy.exchanges[seen:], mcp_server.proxy.describe())
+    assert_forged_hosts_were_refused_by_the_api(mcp_server.proxy.exchanges[seen:],
+                                                mcp_server.proxy.describe())
     return run
 
 
@@ -304,12 +306,14 @@ def test_conformance_scenario(mcp_js, mcp_server, tmp_path, case: Case):
     assert list(run.results) == [case.scenario], run.output
     assert run.returncode == 0, f"conformance {case.id} failed (rc={run.returncode})\n{run.explain()}\n" \
                                 f"--- last exchanges through the proxy ---\n{traffic}"
-    assert run.statuses(case.scenario) == case.checks, f"{case.id}: checks changed ({case.why})\n{run.explain()}"
+    assert run.statuses(case.scenario) == case.checks, \
+        f"{case.id}: checks changed ({case.why})\n{run.explain()}"
     if case.scenario == "dns-rebinding-protection":
         assert_forged_hosts_were_refused_by_the_api(mcp_server.proxy.exchanges[seen:], traffic)
 
 
-def test_no_conformance_request_was_rate_limited_and_the_limiter_ran_with_the_test_tiers(mcp_server, full_run):
+def test_no_conformance_request_was_rate_limited_and_the_limiter_ran_with_the_test_tiers(mcp_server,
+                                                                                        full_run):
     assert not [ex for ex in mcp_server.proxy.exchanges if ex.status == 429], mcp_server.proxy.describe()
     counted = [ex for ex in mcp_server.proxy.exchanges if "ratelimit-limit" in ex.response_headers]
     assert len(counted) >= 20, mcp_server.proxy.describe()
