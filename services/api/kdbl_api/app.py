@@ -45,6 +45,7 @@ from kdbl_core.access.tokens import BearerVerifier, PatVerifier
 from kdbl_core.content import reads, vectors
 from kdbl_core.db import connect
 from kdbl_core.db.async_pool import AsyncPool
+from kdbl_core.chat import ChatModel
 from kdbl_core.embedder import Embedder
 from kdbl_core.errors import (
     Forbidden, RateLimited, TemporaryError, Unauthenticated, http_response_of, jsonrpc_response_of,
@@ -91,25 +92,40 @@ def load_embedder(settings: Settings) -> Embedder | None:
                     max_tokens=settings.embed_max_tokens, query_cache_size=settings.query_cache_size)
 
 
-def create_app(settings: Settings, database_url: str, embedder: Embedder | None = None) -> Starlette:
-    """The API on the database at `database_url` (the kdbl_api role's). `embedder` lets a process that
-    already loaded the model share it (kdbl-control up)."""
+def load_chat_model(settings: Settings) -> ChatModel | None:
+    """The answer tool's chat model, when one is configured (a configured but unusable model is an error)."""
+    if not settings.chat_model_path:
+        return None
+    return ChatModel(settings.chat_model_path, n_ctx=settings.chat_ctx, n_threads=settings.chat_threads)
+
+
+def create_app(settings: Settings, database_url: str, embedder: Embedder | None = None,
+               chat: ChatModel | None = None) -> Starlette:
+    """The API on the database at `database_url` (the kdbl_api role's). `embedder` (and `chat`) let a
+    process that already loaded the model share it (kdbl-control up, tests)."""
     state = AppState()
     pool = AsyncPool(connect.conninfo(database_url), settings.db_pool_size, name="kdbl-api")  # opened below
     server = build_server(pool, state)
-    manager = StreamableHTTPSessionManager(
-        app=server, json_response=True, stateless=True,
-        security_settings=TransportSecuritySettings(
-            enable_dns_rebinding_protection=True, allowed_hosts=list(settings.allowed_hosts),
-            allowed_origins=list(settings.allowed_origins)),
-        max_request_body_size=settings.max_request_bytes,
-    )
+
+    def session_manager(json_response: bool) -> StreamableHTTPSessionManager:
+        return StreamableHTTPSessionManager(
+            app=server, json_response=json_response, stateless=True,
+            security_settings=TransportSecuritySettings(
+                enable_dns_rebinding_protection=True, allowed_hosts=list(settings.allowed_hosts),
+                allowed_origins=list(settings.allowed_origins)),
+            max_request_body_size=settings.max_request_bytes,
+        )
+
+    # Every call is answered with one JSON body, except a tools/call that carries a progress token: that one
+    # gets an SSE response (its progress notifications, then the result), from a second manager the front
+    # door picks after reading the body (kdbl_api.http_auth).
+    manager, streaming = session_manager(True), session_manager(False)
     verifier = BearerVerifier(PatVerifier(pool), _oidc(settings, pool))
     policies = Policies(pool, settings)
     limiter = RateLimiter(pool)
     mcp_app = HostHint(StreamableHTTPASGIApp(manager), settings)  # a 421 names --host / KDBL_ALLOWED_HOSTS
     front_door = McpFrontDoor(mcp_app, SdkTokenVerifier(verifier), settings, limiter, state.observability,
-                              policies, pool)
+                              policies, pool, streaming_app=HostHint(StreamableHTTPASGIApp(streaming), settings))
     downloads = Downloads(settings, pool, state.observability, policies)
 
     async def healthz(request: Request) -> JSONResponse:
@@ -170,7 +186,7 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
         else:
             hybrid.update(model=embedder.model_id, dimensions=embedder.dim,
                           note="per tenant/source toggles may still degrade a request to lexical")
-        return JSONResponse({
+        body: dict[str, object] = {
             "mcp_enabled": settings.mcp_enabled,
             "downloads_enabled": downloads.enabled,
             "modes": {
@@ -181,7 +197,18 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
                              "cost": "query embedding (~4 ms CPU, cached) + HNSW scan"},
             },
             "rate_limit": await front_door.quota(principal),
-        })
+        }
+        policy = await policies.get(principal.tenant_id)
+        if policy.allows_tool("answer"):  # tools beyond the six: only where the tenant's allowlist names them
+            chat = state.services.chat if state.services else None
+            body["tools"] = {"answer": {
+                "extractive": {"available": True, "latency": obs.mode_latency("answer_extractive"),
+                               "cost": "one search + sentence scoring (no model)"},
+                "abstractive": {"available": chat is not None, "latency": obs.mode_latency("answer_abstractive"),
+                                "model": chat.model_id if chat else None,
+                                "cost": "one search + local chat model generation (one answer at a time)"},
+            }}
+        return JSONResponse(body)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -190,10 +217,12 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
             await connect.assert_runtime_role(pool, allow_privileged=settings.allow_privileged_db_role)
             cursor_key = await reads.server_key(pool, "cursor")
             loaded = embedder or await anyio.to_thread.run_sync(load_embedder, settings)
+            chat_model = chat or await anyio.to_thread.run_sync(load_chat_model, settings)
             state.services = Services(settings=settings, cursors=CursorCodec(cursor_key), downloads=downloads.signer,
                                       embedder=loaded, search_cache=ResultCache(
-                                          settings.search_cache_bytes, settings.search_cache_ttl_seconds))
-            async with manager.run():
+                                          settings.search_cache_bytes, settings.search_cache_ttl_seconds),
+                                      chat=chat_model)
+            async with manager.run(), streaming.run():
                 yield
         finally:
             await downloads.aclose()

@@ -65,8 +65,10 @@ def disabled_message(tenant_name: str) -> str:
 
 class McpFrontDoor:
     def __init__(self, sdk_app: ASGIApp, verifier: SdkTokenVerifier, settings: Settings, limiter: RateLimiter,
-                 observability: Observability, policies: Policies, pool: AsyncPool) -> None:
+                 observability: Observability, policies: Policies, pool: AsyncPool,
+                 streaming_app: ASGIApp | None = None) -> None:
         self.sdk_app = sdk_app
+        self.streaming_app = streaming_app  # SSE responses, for tools/calls with a progress token
         self.verifier = verifier
         self.settings = settings
         self.limiter = limiter
@@ -205,7 +207,13 @@ class McpFrontDoor:
         bearer.authenticated(scope, access)
         scope[POLICY_KEY] = policy
         meta.add("auth", meta.started)
-        await self.sdk_app(scope, _replay(body), _with_headers(send, decision.headers() if decision else None))
+        headers = _with_headers(send, decision.headers() if decision else None)
+        if self.streaming_app is not None and _wants_progress(message, scope):
+            # an SSE response listens for the client going away (that cancels the call): after the body,
+            # the connection's own receive, which reports the disconnect when it happens
+            await self.streaming_app(scope, _replay(body, then=receive), headers)
+        else:
+            await self.sdk_app(scope, _replay(body), headers)
 
     async def read_body(self, request: Request) -> bytes | None:
         """The body (None: over the size limit); TimeoutError if it does not arrive in
@@ -248,6 +256,23 @@ def _calls_of(message: Any) -> list[tuple[str, str, Any]]:
     return [(method, method, params if method.startswith("resources/") else {})]
 
 
+JSON_ONLY_KEY = "kdbl.json_only"  # set by an in-process caller that reads one JSON body (kdbl_api.legacy_sse)
+
+
+def _wants_progress(message: dict[str, Any], scope: Scope) -> bool:
+    """A tools/call whose client asked for progress (params._meta.progressToken) and accepts SSE: it is
+    answered on an SSE stream (notifications, then the result). Every other call keeps its JSON body."""
+    if message.get("method") != "tools/call" or scope.get(JSON_ONLY_KEY):
+        return False
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    if not isinstance(token, str | int) or isinstance(token, bool):
+        return False
+    accept = dict(scope.get("headers") or ()).get(b"accept", b"")
+    return b"text/event-stream" in accept
+
+
 def _with_headers(send: Send, headers: dict[str, str] | None) -> Send:
     if not headers:
         return send
@@ -261,7 +286,8 @@ def _with_headers(send: Send, headers: dict[str, str] | None) -> Send:
     return wrapped
 
 
-def _replay(body: bytes) -> Receive:
+def _replay(body: bytes, then: Receive | None = None) -> Receive:
+    """The body read once, again; after it a disconnect at once, or `then`'s messages."""
     sent = False
 
     async def receive() -> Message:
@@ -269,6 +295,8 @@ def _replay(body: bytes) -> Receive:
         if not sent:
             sent = True
             return {"type": "http.request", "body": body, "more_body": False}
+        if then is not None:
+            return await then()
         return {"type": "http.disconnect"}
 
     return receive

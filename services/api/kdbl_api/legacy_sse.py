@@ -35,7 +35,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -50,7 +50,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from kdbl_api import audit, request_meta
 from kdbl_api.audit import AuditFacts
-from kdbl_api.http_auth import McpFrontDoor, disabled_message
+from kdbl_api.http_auth import JSON_ONLY_KEY, McpFrontDoor, disabled_message
 from kdbl_core.access.principal import Principal
 from kdbl_core.errors import (
     INTERNAL_ERROR, PARSE_ERROR, Forbidden, KdblError, MalformedMessage, NotFound, RateLimited, RequestTimeout,
@@ -70,12 +70,11 @@ OUTBOX = 64  # answers buffered for a slow reader before the calls that produce 
 class Session:
     id: str
     owner: tuple[Any, ...]
-    principal: Principal
     outbox: MemoryObjectSendStream[ServerSentEvent]
     inbox: MemoryObjectReceiveStream[ServerSentEvent]
-    tasks: TaskGroup | None = None
+    tasks: TaskGroup | None = None  # the stream's task group: the session's calls run in it
     in_flight: int = 0
-    closed: bool = field(default=False)
+    closed: bool = False
 
 
 def owner_of(principal: Principal) -> tuple[Any, ...]:
@@ -128,7 +127,7 @@ class LegacySse:
             return
 
         outbox, inbox = anyio.create_memory_object_stream[ServerSentEvent](OUTBOX)
-        session = Session(uuid.uuid4().hex, owner, principal, outbox, inbox)
+        session = Session(uuid.uuid4().hex, owner, outbox, inbox)
         endpoint = f"{quote(scope.get('root_path', '').rstrip('/') + MESSAGES_PATH)}?session_id={session.id}"
         self.sessions[session.id] = session
         log.info("sse session opened", extra={"session": session.id, "tenant": principal.tenant_name,
@@ -280,6 +279,7 @@ def _mcp_scope(scope: Scope, length: int, request_id: str) -> Scope:
                 (b"content-length", str(length).encode()), (b"x-request-id", request_id.encode())]
     inner = {k: v for k, v in scope.items() if k not in ("endpoint", "path_params", "route", "router")}
     inner.update(method="POST", path="/mcp", raw_path=b"/mcp", query_string=b"", headers=headers)
+    inner[JSON_ONLY_KEY] = True  # this caller reads one JSON answer, never an SSE stream
     return inner
 
 

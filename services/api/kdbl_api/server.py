@@ -95,6 +95,18 @@ def _meta(ctx: ServerRequestContext[Any]) -> CallMeta:
     return found
 
 
+def _progress(ctx: ServerRequestContext[Any]) -> Callable[[str, float, float | None], Awaitable[None]] | None:
+    """Sends a notifications/progress on the request's own stream, when the client sent a progress token
+    (the front door then answers on SSE: kdbl_api.http_auth); None without one."""
+    if not ctx.meta or ctx.meta.get("progress_token") is None:
+        return None
+
+    async def send(message: str, progress: float, total: float | None) -> None:
+        await ctx.session.report_progress(progress, total, message)
+
+    return send
+
+
 def _status(exc: KdblError | MCPError) -> str:
     if isinstance(exc, Forbidden) or (isinstance(exc, MCPError) and exc.error.code == FORBIDDEN):
         return "denied"
@@ -173,7 +185,12 @@ def build_server(pool: AsyncPool, state: AppState) -> Server[Any]:
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                          ) -> types.ListToolsResult:
         allowed = _policy(ctx).tools
-        return types.ListToolsResult(tools=[d for d in definitions if d.name in allowed])
+        return types.ListToolsResult(tools=[d for d in definitions if d.name in allowed and _offered(d.name)])
+
+    def _offered(name: str) -> bool:
+        """Whether this server offers the tool (registry.ToolSpec.listed: answer needs a chat model)."""
+        listed = TOOLS[name].listed
+        return listed is None or (state.services is not None and listed(state.services))
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
         spec = TOOLS.get(params.name) if _policy(ctx).allows_tool(params.name) else None
@@ -199,6 +216,7 @@ def build_server(pool: AsyncPool, state: AppState) -> Server[Any]:
             return spec.opening(state.services, _policy(ctx), validated())
 
         async def work(tctx: ToolContext) -> tuple[dict[str, Any], AuditFacts]:
+            tctx.progress = _progress(ctx)
             return await spec.handler(tctx, validated())
 
         structured = await run(ctx, spec.name, arguments, work, opening if spec.opening is not None else None)
@@ -324,3 +342,4 @@ def build_server(pool: AsyncPool, state: AppState) -> Server[Any]:
         on_list_tools=list_tools, on_call_tool=call_tool, on_list_resources=list_resources,
         on_list_resource_templates=list_templates, on_read_resource=read_resource,
     )
+

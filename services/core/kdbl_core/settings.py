@@ -231,6 +231,17 @@ class Settings(BaseSettings):
     search_cache_ttl_seconds: float = Field(default=300.0, gt=0, le=86_400, description=(
         "A cached search result older than this is a miss (memory hygiene: the key already makes it exact)."))
 
+    # --- the `answer` tool's local chat model (kdbl_core.chat) ----------------------------
+    chat_model_path: str | None = Field(default=None, description=(
+        "GGUF instruct/chat model for `answer` with answer_type abstractive (never downloaded: the airgap "
+        "bundle's chat slot, docs/clients.md); unset = abstractive is off and `answer` offers extractive only."))
+    chat_ctx: int = Field(default=4096, ge=512, le=131_072, description=(
+        "The chat model's context in tokens: the numbered passages plus the answer must fit."))
+    chat_threads: int = Field(default=2, ge=1, le=64)
+    chat_timeout_s: float = Field(default=60.0, gt=0, le=3600, description=(
+        "An abstractive answer stops after this many seconds (the text so far is returned, finish_reason "
+        "'timeout'); checked between tokens."))
+
     # --- kdbl-control client -----------------------------------------------------------
     api_token_file: str | None = Field(default=None, description=(
         "File holding the PAT `kdbl-control mcp smoke` sends (--api-token-file); a file, not argv, so the "

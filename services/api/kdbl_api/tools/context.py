@@ -6,12 +6,14 @@ call's kdbl_api.request_meta.CallMeta: a handler adds the time of its parts (too
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from kdbl_api.request_meta import CallMeta
 from kdbl_core.access.policy import TenantPolicy
 from kdbl_core.access.principal import Principal
 from kdbl_core.access.signing import CursorCodec, DownloadSigner
+from kdbl_core.chat import ChatModel
 from kdbl_core.db.async_pool import Connection, Statement
 from kdbl_core.embedder import Embedder
 from kdbl_core.search.cache import ResultCache
@@ -27,6 +29,7 @@ class Services:
     downloads: DownloadSigner | None = None
     embedder: Embedder | None = None
     search_cache: ResultCache | None = None  # search_content's results (kdbl_core.search.cache); None: off
+    chat: ChatModel | None = None  # the answer tool's local chat model (KDBL_CHAT_MODEL_PATH); None: extractive only
 
 
 @dataclass(slots=True)
@@ -37,6 +40,9 @@ class ToolContext:
     policy: TenantPolicy = field(default_factory=TenantPolicy)
     meta: CallMeta = field(default_factory=CallMeta.begin)
     opened: Statement | None = None  # the tool's opening statement, answered with BEGIN (registry.Opening)
+    # sends partial output as an MCP progress notification (message, progress, total) when the client
+    # asked for progress (params._meta.progressToken); None when it did not
+    progress: Callable[[str, float, float | None], Awaitable[None]] | None = None
 
     @property
     def settings(self) -> Settings:

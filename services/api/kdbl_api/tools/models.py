@@ -242,6 +242,51 @@ class SearchContentResult(_Result):
         "narrow the query or the filters instead."))
 
 
+AnswerType = Literal["extractive", "abstractive"]
+
+
+class AnswerArgs(SearchFilters):
+    question: Text = Field(min_length=1, description="The question, in the corpus's own words where you can.")
+    answer_type: AnswerType = Field(default="extractive", description=(
+        "extractive (default: no model, fast, every sentence quoted verbatim from a source with its exact "
+        "range) or abstractive (a local chat model writes the answer from the numbered passages the search "
+        "returned, citing them as [n]; only where the server has a chat model)."))
+    max_tokens: StrictInt = Field(default=512, ge=16, le=4096, description=(
+        "Longest answer in tokens (16-4096; extractive estimates 4 characters a token)."))
+    citations: StrictBool = Field(default=True, description="Cite the sources ([n] markers and `citations`).")
+
+
+class Citation(BaseModel):
+    n: int = Field(description="The [n] marker in the answer.")
+    source_id: str
+    key: str
+    uri: str = Field(description="The file's kdbl://file/ URI.")
+    chunk_id: str
+    chunk_uri: str = Field(description="kdbl://chunk/<source_id>/<encoded key>/<seq>.")
+    seq: int
+    char_start: int = Field(description="Offset in the file's extracted text (get_file_text's text).")
+    char_end: int = Field(description="End offset: text[char_start:char_end] is `text`.")
+    page_no: int | None
+    ts_start_ms: int | None
+    ts_end_ms: int | None
+    text: str = Field(description="The cited text: the sentence (extractive) or the passage (abstractive).")
+    url: str | None = Field(description="A signed download link to the original, when downloads are on.")
+
+
+class AnswerResult(_Result):
+    answer: str = Field(description="The answer; 'Not found in the sources.' when nothing answers.")
+    answer_type: AnswerType
+    found: bool = Field(description="False when the sources hold no answer (then no citations).")
+    citations: list[Citation]
+    finish_reason: Literal["stop", "length", "timeout", "cancelled"] = Field(description=(
+        "stop: complete; length: cut at max_tokens; timeout: KDBL_CHAT_TIMEOUT_S ran out (abstractive)."))
+    tokens: int = Field(description="The answer's tokens (the model's; extractive: estimated).")
+    model: str | None = Field(description="The chat model (abstractive), else null.")
+    mode: SearchMode = Field(description="The search mode that found the sources.")
+    degraded: bool
+    degraded_reason: str | None
+
+
 class ChunkOut(BaseModel):
     seq: int
     text: str

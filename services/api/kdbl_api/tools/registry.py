@@ -11,9 +11,11 @@ import orjson
 from pydantic import BaseModel
 
 from kdbl_api.audit import AuditFacts
-from kdbl_api.tools import browse, contents, files, search, similar
+from kdbl_api.tools import answer, browse, contents, files, search, similar
 from kdbl_api.tools.context import Services, ToolContext
 from kdbl_api.tools.models import (
+    AnswerArgs,
+    AnswerResult,
     FileMetadataResult,
     FileRefArgs,
     FileTextResult,
@@ -52,6 +54,9 @@ class ToolSpec:
     result: type[BaseModel]
     handler: Handler
     opening: Opening | None = None  # the handler finds the answered statement in ToolContext.opened
+    # whether this server offers the tool at all (tools/list leaves it out when not, e.g. answer without a
+    # chat model); None: always. A call still reaches the handler, which says what is missing.
+    listed: Callable[[Services], bool] | None = None
 
     def definition(self) -> types.Tool:
         return types.Tool(
@@ -119,6 +124,16 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
                      "— never the subject itself; the search filters apply. `method` says how: the stored "
                      "embeddings (vector) or the subject's most distinctive terms (lexical)."),
         args=FindSimilarArgs, result=FindSimilarResult, handler=similar.find_similar,
+    ),
+    ToolSpec(
+        name="answer", title="Answer with citations", scope=SCOPE_SEARCH,
+        description=(
+            "A grounded answer to a question from the documents you may see, with citations (file URI, chunk, "
+            "exact char range). extractive (default): the sentences that best answer it, quoted verbatim; "
+            "abstractive: written by the server's local model from the search's passages only, citing them as "
+            "[n]. 'Not found in the sources.' (found=false) when nothing answers. Takes search_content's filters."),
+        args=AnswerArgs, result=AnswerResult, handler=answer.answer,
+        listed=lambda services: services.chat is not None,
     ),
 )}
 

@@ -101,6 +101,12 @@ def _matches(text: str, lexemes: frozenset[str], ts_config: str) -> list[tuple[i
     return out
 
 
+def lexeme_matches(text: str, lexemes: frozenset[str], ts_config: str) -> list[tuple[int, int, str]]:
+    """(start, end, lexeme) of each word in `text` that stems to one of `lexemes`, in text order, without
+    overlaps: where `to_tsvector` would match (the answer tool scores sentences with it)."""
+    return _matches(text, lexemes, ts_config)
+
+
 def _best_window(matches: list[tuple[int, int, str]], taken: tuple[int, int] | None) -> tuple[int, int] | None:
     """The span of at most FRAGMENT_CHARS starting at a match, clear of the `taken` span (the previous
     fragment; MAX_FRAGMENTS is 2), that covers the most
