@@ -9,7 +9,8 @@ The one implementation of the rule: the worker labels each file it writes with i
 recomputes stored files with it. It lives in the core (with the glob rules it needs) because the
 writers of a source's config (kdbl-control, the operator) run the relabel and import no worker code.
 
-The union keeps the first occurrence of each label: the source's list, then the globs in config order,
+The union keeps the first occurrence of each label: the source's list, then the globs in the order of
+the stored config (a jsonb object keeps its keys shorter first, then bytewise: not the order written),
 then the file's own tags. At most MAX_LABELS per file (a front matter with thousands of tags must not
 bloat the row; 64 is a chosen bound, not a measured one).
 """

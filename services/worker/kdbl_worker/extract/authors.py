@@ -12,7 +12,9 @@ pypdf finds the stream (strict: a broken cross-reference table gives no authors 
 the whole file) and defusedxml parses the packet (no entity expansion, no external entities).
 Anything unreadable gives no names; it never fails the file. Cost, measured here: ~9 ms for a
 5,000-page PDF without metadata (1.4 MB, 10,000 objects), 1.3 ms mean over the 64 PDFs of the docs
-corpus, plus pypdf's import (~70 ms) once per extraction process.
+corpus, plus pypdf's import once per extraction process: ~70 ms, +33 MB address space, +19 MB RSS
+(it loads `cryptography` for encrypted files; under a tiny KDBL_EXTRACT_MEMORY_MB the import fails and
+the PDF simply has no XMP authors).
 """
 
 from __future__ import annotations
