@@ -1,5 +1,6 @@
-"""Sources as configured: the one source-config schema (`config`) and the one schedule parser
-(`schedule`), used by kdbl-control, the operator and the worker's connectors."""
+"""Sources as configured: the one source-config schema (`config`), the one schedule parser
+(`schedule`), the key glob rules (`globs`) and the label rule (`labels`), used by kdbl-control, the
+operator and the worker; `relabel` applies a label config change to a source's indexed files."""
 
 from kdbl_core.sources.config import (
     CREDENTIAL_NAMES,
