@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -155,7 +156,7 @@ class AuthProxy:
 
             do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = do_OPTIONS = do_HEAD = _forward
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, name="auth-proxy", daemon=True)
@@ -180,6 +181,15 @@ class AuthProxy:
             lines.append(f"> {ex.method} {ex.path} {sent} {ex.request_body[:400]!r}")
             lines.append(f"< {ex.status} {ex.response_headers} {ex.response_body[:800]!r}")
         return "\n".join(lines)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A client that drops a kept-alive connection (the conformance CLI does, between scenarios) is not an
+    error worth a traceback on stderr; anything else still is."""
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionResetError | BrokenPipeError):
+            super().handle_error(request, client_address)
 
 
 # --- the server under test ---------------------------------------------------------------------------
