@@ -259,6 +259,12 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--seconds", type=float, default=10.0)
     sc.add_argument("--model", type=Path, help="GGUF embedding model (default: the cached one)")
     sc.add_argument("--work-dir", type=Path, help="where the embedded database goes (default: /tmp/kdbl-scale)")
+    si = bsub.add_parser("similar", help="find_similar's recall@10 on SciFact's multi-citation claims (vector, "
+                         "lexical MLT, exact dense reference) and its latency")
+    si.add_argument("--dataset", type=Path, default=bs.get_default("dataset"), help="BEIR folder with qrels")
+    si.add_argument("--split", default="train", help="qrels split whose claims cite several documents")
+    si.add_argument("--model", type=Path, help="GGUF embedding model (default: the cached one)")
+    si.add_argument("--work-dir", type=Path, help="where documents and the embedded database go")
     ev = sub.add_parser("eval", help="retrieval quality on a BEIR folder (nDCG, recall, MRR, latency)")
     ev.add_argument("dataset", type=Path, help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv")
     ev.add_argument("--split", default="train", help="qrels/<split>.tsv to score against (default: train)")
@@ -369,6 +375,21 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
         return _bench_cache(args, settings)
     if not (args.dataset / "corpus.jsonl").exists():
         raise ConfigError(f"{args.dataset} is not a BEIR folder (no corpus.jsonl)")
+    if args.action == "similar":
+        from kdbl_control import bench_similar
+
+        if model is None:
+            raise ConfigError("bench similar needs an embedding model (--model or KDBL_EMBED_MODEL_PATH)")
+        work = (args.work_dir or bench.default_work_dir()).resolve()
+        work.mkdir(parents=True, exist_ok=True)
+        if settings.database_url is not None and args.data_dir is None:
+            result = bench_similar.run_similar_bench(settings.database_url.get_secret_value(), args.dataset, work,
+                                                     model, split=args.split)
+        else:
+            with EmbeddedDatabase(args.data_dir or work / "db") as db:
+                result = bench_similar.run_similar_bench(db.owner_url, args.dataset, work, model, split=args.split)
+        print(json.dumps(result, indent=2, default=str) if args.json else bench_similar.summarise(result))
+        return 0
     if args.action == "scale":
         if model is None:
             raise ConfigError("bench scale needs an embedding model (--model or KDBL_EMBED_MODEL_PATH)")
