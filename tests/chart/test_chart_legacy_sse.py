@@ -47,3 +47,9 @@ def test_legacy_sse_with_several_api_processes_per_pod_is_refused(chart: Chart) 
 def test_a_keepalive_outside_its_range_is_refused_by_the_schema(chart: Chart) -> None:
     result = chart.template("--set", "api.legacySse.keepaliveSeconds=0")
     assert result.returncode != 0 and "keepaliveSeconds" in result.stderr
+
+
+def test_the_notes_name_the_sse_endpoint_only_when_it_is_on(chart: Chart) -> None:
+    assert "/sse" not in chart.notes()
+    notes = chart.notes("--set", "api.legacySse.enabled=true")
+    assert "http://kdbl-api.kdbl.svc.cluster.local/sse" in notes and "sessionAffinity: ClientIP" in notes
