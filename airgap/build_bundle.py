@@ -9,7 +9,9 @@ What goes in (see airgap/README.md for details):
               pip install --no-index --find-links wheels 'kdbl-context-lake[ocr,archives]'
     images/   OCI archives of kdbl/kdbl (Debian bookworm + python3.11 + the wheelhouse in a venv,
               uid 10001) and kdbl/kdbl-model (the GGUF at the image root), built without Docker
-    model/    all-minilm-l6-v2.f16.gguf (airgap/model/build_model.py, sha256 checked against the lock)
+    model/    all-minilm-l6-v2.f16.gguf (airgap/model/build_model.py, sha256 checked against the lock),
+              and with --chat-model FILE the answer tool's GGUF chat model beside it (a file the site
+              chose and supplies: never downloaded; --chat-model-sha256 pins it)
     charts/   kdbl-<version>.tgz (helm package)
     sbom/     SPDX JSON SBOMs (syft) of the wheelhouse and of each image
     images.txt, MANIFEST.json, SHA256SUMS
@@ -422,6 +424,32 @@ def build_model(python: str, dest: Path, variant: str) -> dict:
     }
 
 
+GGUF_MAGIC = b"GGUF"
+
+
+def add_chat_model(src: Path, dest: Path, *, sha256: str | None = None) -> dict:
+    """The answer tool's chat model into the bundle's model/ directory (and so the model image, beside the
+    embedding model: the chart's api.chatModel.path points at it). A local file the site supplies, never
+    fetched: it must be a GGUF, and match `sha256` when one is given."""
+    if not src.is_file():
+        raise BundleError(f"--chat-model {src}: no such file")
+    with open(src, "rb") as f:
+        if f.read(4) != GGUF_MAGIC:
+            raise BundleError(f"--chat-model {src}: not a GGUF file (no GGUF magic)")
+    digest = sha256_file(src)
+    if sha256 is not None and digest != sha256.lower():
+        raise BundleError(f"--chat-model {src}: sha256 {digest} does not match --chat-model-sha256 {sha256}")
+    dest.mkdir(parents=True, exist_ok=True)
+    out = dest / src.name
+    if out.exists():
+        raise BundleError(f"--chat-model {src.name}: the bundle's model/ already holds a file of that name")
+    shutil.copy2(src, out)
+    if sha256_file(out) != digest:
+        raise BundleError(f"{out}: sha256 changed while copying")
+    return {"file": f"model/{src.name}", "sha256": digest, "bytes": out.stat().st_size,
+            "chart_value": f"api.chatModel.path=/models/{src.name}"}
+
+
 def find_helm() -> str:
     local = REPO_ROOT / "tools" / "bin" / "helm"
     if not local.exists() and not shutil.which("helm"):
@@ -605,6 +633,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="re-debootstrap the cached Debian base (picks up Debian security updates)",
     )
     ap.add_argument("--model-variant", choices=("f16", "q8_0"), default="f16")
+    ap.add_argument(
+        "--chat-model",
+        type=Path,
+        help="a local GGUF instruct/chat model for the answer tool's abstractive answers, shipped beside the "
+        "embedding model (never downloaded; docs/clients.md)",
+    )
+    ap.add_argument("--chat-model-sha256", help="the sha256 --chat-model must have")
     ap.add_argument("--force", action="store_true", help="replace --out even when it is not a bundle")
     return ap.parse_args(argv)
 
@@ -653,6 +688,9 @@ def main(argv: list[str] | None = None) -> int:
 
         t0 = time.monotonic()
         model_info = build_model(sys.executable, stage / "model", args.model_variant)
+        chat_info = None
+        if args.chat_model is not None:
+            chat_info = add_chat_model(args.chat_model, stage / "model", sha256=args.chat_model_sha256)
         step("model", t0)
 
         t0 = time.monotonic()
@@ -690,6 +728,7 @@ def main(argv: list[str] | None = None) -> int:
                     "org.opencontainers.image.title": "kdbl-model",
                     "org.opencontainers.image.description": f"{model_info['file'].split('/')[-1]} at the image root (Kubernetes image volume for /models)",
                     "io.kdbl.model.sha256": model_info["sha256"],
+                    **({"io.kdbl.chat-model.sha256": chat_info["sha256"]} if chat_info else {}),
                 },
             )
             img_dir = stage / "images"
@@ -710,6 +749,7 @@ def main(argv: list[str] | None = None) -> int:
             model_img = ib.build_model_image(
                 cache=img_cache,
                 model=stage / model_info["file"],
+                chat=stage / chat_info["file"] if chat_info else None,
                 spec=model_spec,
                 created=created,
                 out_dir=img_dir,
@@ -751,6 +791,7 @@ def main(argv: list[str] | None = None) -> int:
                 "chart": {**chart, "file": chart_file.relative_to(stage).as_posix()},
                 "wheels": wheel_info,
                 "model": model_info,
+                "chat_model": chat_info,
                 "images": [
                     {"name": i.name, "tag": i.tag, "digest": i.digest, "archive": i.archive} for i in images
                 ],

@@ -446,12 +446,16 @@ def build_app_image(
     return out
 
 
-def build_model_image(*, cache: Path, model: Path, spec: ImageSpec, created: str, out_dir: Path) -> Path:
-    """kdbl/kdbl-model: one layer with the GGUF file at the image root (a Kubernetes image volume)."""
+def build_model_image(*, cache: Path, model: Path, spec: ImageSpec, created: str, out_dir: Path,
+                      chat: Path | None = None) -> Path:
+    """kdbl/kdbl-model: one layer with the GGUF file (and the answer tool's chat model, when the bundle has
+    one) at the image root (a Kubernetes image volume)."""
     labels = {k: v for k, v in spec.labels.items() if k != "org.opencontainers.image.created"}
-    key = sha256_text(
-        json.dumps([MODEL_RECIPE, model.name, sha256_file(model), spec.name, spec.tag, labels])
-    )[:16]
+    files = [model] + ([chat] if chat is not None else [])
+    parts: list = [MODEL_RECIPE, model.name, sha256_file(model), spec.name, spec.tag, labels]
+    if chat is not None:  # without one the key (and so the cached image) is what it always was
+        parts += [chat.name, sha256_file(chat)]
+    key = sha256_text(json.dumps(parts))[:16]
     cached = cache / f"model-{key}.oci.tar"
     if not cached.is_file():
         cache.mkdir(parents=True, exist_ok=True)
@@ -460,10 +464,11 @@ def build_model_image(*, cache: Path, model: Path, spec: ImageSpec, created: str
             src = work / "root"
             src.mkdir(mode=0o755)
             os.chmod(src, 0o755)
-            shutil.copy2(model, src / model.name)
-            os.chmod(src / model.name, 0o644)
-            if os.geteuid() == 0:
-                os.chown(src / model.name, 0, 0)
+            for file in files:
+                shutil.copy2(file, src / file.name)
+                os.chmod(src / file.name, 0o644)
+                if os.geteuid() == 0:
+                    os.chown(src / file.name, 0, 0)
             image_from_dirs([(src, "/")], spec, cached, created)
         finally:
             shutil.rmtree(work, ignore_errors=True)

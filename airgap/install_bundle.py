@@ -170,6 +170,9 @@ def helm_install_line(
             "--set",
             f"embedder.volume.image.digest={by_name['kdbl/kdbl-model'].digest}",
         ]
+    chat = manifest.get("chat_model")
+    if chat:  # the answer tool's chat model, shipped beside the embedding model (build_bundle.py --chat-model)
+        parts += ["--set", chat["chart_value"]]
     if args.insecure:
         parts.append("--plain-http")
     if args.insecure_tls:
