@@ -127,12 +127,20 @@ async def test_hidden_and_missing_ids_answer_alike_across_tenants_and_per_file_g
     assert items[6]["found"] is True and "open note" in items[6]["text"]
 
 
-async def test_the_tool_exists_only_where_the_allowlist_names_it(world):
-    async with mcp(world, world["theirs"]) as client:
-        assert "get_contents" not in {t.name for t in (await client.list_tools()).tools}
+@pytest.mark.parametrize(("tool", "args"), [
+    ("get_contents", {"ids": ["kdbl://file/00000000-0000-0000-0000-000000000000/theirs.txt"]}),
+    ("find_similar", {"subject": {"kind": "text", "text": "kestrel"}}),
+])
+async def test_the_tools_beyond_the_six_exist_only_where_the_allowlist_names_them(world, tool, args):
+    async with mcp(world, world["theirs"]) as client:  # the other tenant: default tools
+        listed = {t.name for t in (await client.list_tools()).tools}
         with pytest.raises(MCPError) as refused:
-            await client.call_tool("get_contents", {"ids": [file_uri(world["o"], "theirs.txt")]})
+            await client.call_tool(tool, args)
+    assert tool not in listed and len(listed) == 6
     assert refused.value.code == -32602 and "unknown tool" in refused.value.message
+    async with mcp(world, world["alice"]) as client:  # her tenant's allowlist names get_contents alone
+        listed = {t.name for t in (await client.list_tools()).tools}
+    assert listed == {"search_content", "get_file_text", "get_contents"}
 
 
 @pytest.mark.parametrize(("args", "field"), [
