@@ -295,3 +295,20 @@ async def test_a_session_sees_only_its_own_tenants_documents(world):
         found = (await client.call_tool("search_content", {"query": "okapi migration", "mode": "lexical"}))
         sources = (await client.call_tool("list_sources", {})).structured_content
     assert found.structured_content["hits"] == [] and sources["sources"] == []
+
+
+async def test_open_sessions_and_refusals_are_counted_on_the_metrics_port(world, owner_url):
+    from test_http_exposure import base, kdbl_api  # kdbl-api's two listening sockets
+
+    auth = {"Authorization": f"Bearer {world['token']}"}
+    with kdbl_api(owner_url, legacy_sse_enabled=True, legacy_sse_max_sessions_per_token=1) as settings, \
+            session_closed_events() as closed:
+        url, metrics = base(settings), f"{base(settings, settings.metrics_port)}/metrics"
+        async with httpx.AsyncClient() as http:
+            async with raw_session(http, url, world["token"]):
+                assert (await http.get(f"{url}/sse", headers=auth)).status_code == 429
+                during = (await http.get(metrics)).text
+            assert await anyio.to_thread.run_sync(closed.acquire, True, 10.0), "session not closed"
+            after = (await http.get(metrics)).text
+    assert "kdbl_sse_sessions 1.0" in during and 'kdbl_sse_refused_total{reason="per_token"} 1.0' in during
+    assert "kdbl_sse_sessions 0.0" in after

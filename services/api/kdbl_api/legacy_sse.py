@@ -18,6 +18,8 @@ Refused on the POST itself: 401 (no or bad token, the /mcp challenge), 404 (no s
 session of another principal: audited as `denied`, answered as if it did not exist), 429 (more than
 MAX_IN_FLIGHT messages of one session unanswered), 400 (no session id, not JSON), 413/408 (body limits
 of /mcp), 421/403 (Host/Origin outside KDBL_ALLOWED_HOSTS/ORIGINS, the SDK's check as on /mcp).
+Metrics: `kdbl_sse_sessions` (open now) and `kdbl_sse_refused{reason}` (per_token, per_process, forbidden,
+foreign_session); the calls themselves are counted as every /mcp call is.
 Bounded: KDBL_LEGACY_SSE_MAX_SESSIONS_PER_TOKEN (429) and KDBL_LEGACY_SSE_MAX_SESSIONS per process
 (503). A comment line every KDBL_LEGACY_SSE_KEEPALIVE_S (15 s) keeps an idle session inside the 60 s
 idle timeouts of common proxies. A disconnect closes the session, cancels its unanswered calls and
@@ -121,6 +123,9 @@ class LegacySse:
             error = Unavailable(f"this API process holds {self.settings.legacy_sse_max_sessions} open SSE sessions "
                                 "(KDBL_LEGACY_SSE_MAX_SESSIONS); retry later or use POST /mcp", retry_after_sec=30)
         if error is not None:
+            reason = "forbidden" if isinstance(error, Forbidden) else "per_token" if isinstance(error, RateLimited) \
+                else "per_process"
+            self.door.obs.sse_refused.labels(reason).inc()
             await self._audit_refusal(request, principal, "denied" if isinstance(error, Forbidden) else "rate_limited",
                                       error.message)
             await http_response_of(error).response()(scope, receive, send)
@@ -130,6 +135,7 @@ class LegacySse:
         session = Session(uuid.uuid4().hex, owner, outbox, inbox)
         endpoint = f"{quote(scope.get('root_path', '').rstrip('/') + MESSAGES_PATH)}?session_id={session.id}"
         self.sessions[session.id] = session
+        self.door.obs.sse_sessions.inc()
         log.info("sse session opened", extra={"session": session.id, "tenant": principal.tenant_name,
                                               "sessions": len(self.sessions)})
 
@@ -146,6 +152,7 @@ class LegacySse:
         finally:
             session.closed = True
             self.sessions.pop(session.id, None)
+            self.door.obs.sse_sessions.dec()
             outbox.close()
             inbox.close()
             log.info("sse session closed", extra={"session": session.id, "sessions": len(self.sessions)})
@@ -175,6 +182,7 @@ class LegacySse:
             log.warning("sse post refused", extra={"session": session_id, "tenant": principal.tenant_name,
                                                    "request_id": request_id})
             request.scope[request_meta.SCOPE_KEY] = request_meta.CallMeta(request_id=request_id)
+            self.door.obs.sse_refused.labels("foreign_session").inc()
             await self._audit_refusal(request, principal, "denied", "POST into an SSE session another principal opened")
             session = None
         if session is None or session.closed or session.tasks is None:

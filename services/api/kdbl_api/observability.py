@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -31,6 +31,10 @@ class Observability:
         self.rate_limited = Counter("kdbl_rate_limited", "Requests refused by the rate limit",
                                     registry=self.registry)
         self.downloads = Counter("kdbl_downloads", "Signed downloads served", ["status"], registry=self.registry)
+        self.sse_sessions = Gauge("kdbl_sse_sessions", "Open legacy HTTP+SSE sessions (kdbl_api.legacy_sse)",
+                                  registry=self.registry)
+        self.sse_refused = Counter("kdbl_sse_refused", "Legacy SSE sessions and POSTs refused", ["reason"],
+                                   registry=self.registry)
         self._window = window
         self._modes: dict[str, deque[float]] = {}
         self._lock = threading.Lock()
