@@ -265,6 +265,15 @@ def build_parser() -> argparse.ArgumentParser:
     si.add_argument("--split", default="train", help="qrels split whose claims cite several documents")
     si.add_argument("--model", type=Path, help="GGUF embedding model (default: the cached one)")
     si.add_argument("--work-dir", type=Path, help="where documents and the embedded database go")
+    an = bsub.add_parser("answer", help="the answer tool: extractive latency on a SciFact-like slice, and with "
+                         "--chat-model abstractive tokens/s")
+    an.add_argument("--dataset", type=Path, default=bs.get_default("dataset"), help="BEIR folder with qrels")
+    an.add_argument("--split", default="train", help="qrels split the questions (claims) come from")
+    an.add_argument("--queries", type=int, default=30, help="questions (claims with judged abstracts)")
+    an.add_argument("--docs", type=int, default=1000, help="abstracts beside the judged ones")
+    an.add_argument("--chat-model", type=Path, help="GGUF chat model: also measure abstractive answers")
+    an.add_argument("--max-tokens", type=int, default=128, help="abstractive max_tokens")
+    an.add_argument("--work-dir", type=Path, help="where documents and the embedded database go")
     ev = sub.add_parser("eval", help="retrieval quality on a BEIR folder (nDCG, recall, MRR, latency)")
     ev.add_argument("dataset", type=Path, help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv")
     ev.add_argument("--split", default="train", help="qrels/<split>.tsv to score against (default: train)")
@@ -368,6 +377,8 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
     from kdbl_control.proctime import postmaster_pid
     from kdbl_core.db.embedded_postgres import EmbeddedDatabase
 
+    if args.action == "answer":
+        return _bench_answer(args, settings)
     model = args.model or default_model_path(settings)
     if args.action == "search" and args.response_modes:
         return _bench_response_modes(args, settings, model)
@@ -413,6 +424,23 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
             result = bench.run_search_bench(db.owner_url, args.dataset, work, **options,
                                             postgres_pid=postmaster_pid(db.data_dir / "pgdata"))
     print(json.dumps(result, indent=2, default=str) if args.json else bench.summarise(result))
+    return 0
+
+
+def _bench_answer(args: argparse.Namespace, settings: Settings) -> int:
+    from kdbl_control import bench_answer
+    from kdbl_core.db.embedded_postgres import EmbeddedDatabase
+
+    work = (args.work_dir or Path(tempfile.gettempdir()) / "kdbl-bench-answer").resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    options = {"n_queries": args.queries, "n_docs": args.docs, "split": args.split, "chat_model": args.chat_model,
+               "max_tokens": args.max_tokens}
+    if settings.database_url is not None and args.data_dir is None:
+        result = bench_answer.run_answer_bench(settings.database_url.get_secret_value(), args.dataset, work, **options)
+    else:
+        with EmbeddedDatabase(args.data_dir or work / "db") as db:
+            result = bench_answer.run_answer_bench(db.owner_url, args.dataset, work, **options)
+    print(json.dumps(result, indent=2, default=str) if args.json else bench_answer.summarise(result))
     return 0
 
 

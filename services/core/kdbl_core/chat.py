@@ -55,6 +55,14 @@ class Generation:
     finish_reason: str
     tokens_after_stop: int
     seconds: float
+    first_token_seconds: float | None = None  # the prompt's evaluation, mostly
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        """Tokens per second after the first (the prompt's evaluation left out)."""
+        if self.first_token_seconds is None or self.tokens < 2 or self.seconds <= self.first_token_seconds:
+            return 0.0
+        return (self.tokens - 1) / (self.seconds - self.first_token_seconds)
 
     @property
     def tokens_per_second(self) -> float:
@@ -132,7 +140,8 @@ class ChatModel:
             if tokens >= max_tokens and reason == "stop":
                 reason = "length"
             after_stop = sum(t > stop.at for t in token_times) if stop.at is not None else 0
-            done = Generation("".join(pieces), tokens, reason, after_stop, time.monotonic() - started)
+            first = token_times[0] - started if token_times else None
+            done = Generation("".join(pieces), tokens, reason, after_stop, time.monotonic() - started, first)
             self.last = done
         log.info("chat generation", extra={"tokens": done.tokens, "finish_reason": done.finish_reason,
                                            "seconds": round(done.seconds, 3)})

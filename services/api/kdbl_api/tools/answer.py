@@ -84,10 +84,11 @@ async def _abstractive(ctx: ToolContext, args: AnswerArgs, sentences: list[groun
         if ctx.progress is not None:
             await ctx.progress(piece, sent, args.max_tokens)
 
-    started = time.perf_counter()
     generation = await chat.stream(messages, max_tokens=args.max_tokens, timeout_s=ctx.settings.chat_timeout_s,
                                    on_text=on_text)
-    ctx.meta.add("generate", started)
+    ctx.meta.took_ms["generate"] = round(generation.seconds * 1000, 3)  # the model's, the prompt included
+    if generation.first_token_seconds is not None:
+        ctx.meta.took_ms["first_token"] = round(generation.first_token_seconds * 1000, 3)
     text = generation.text.strip()
     citations = []
     if args.citations and not grounded.says_not_found(text):
