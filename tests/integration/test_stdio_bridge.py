@@ -6,7 +6,9 @@ stderr carries JSON log lines only."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -142,3 +144,18 @@ def mcp_error_in(exc: BaseException) -> MCPError:
         except AssertionError:
             continue
     raise AssertionError(f"no MCPError in {exc!r}")
+
+
+@pytest.mark.parametrize("args, env, says", [
+    (["--api-token", "kdblpat_x"], {"KDBL_API_TOKEN": ""}, "does not take the token on the command line"),
+    ([], {"KDBL_API_TOKEN": "", "KDBL_API_TOKEN_FILE": ""}, "needs a token: --token-file FILE"),
+])
+def test_a_token_on_the_command_line_or_none_at_all_ends_it_with_one_json_log_line(args, env, says):
+    proc = subprocess.run([KDBL_CONTROL, "mcp", "stdio", "--api-url", "http://127.0.0.1:9", *args],
+                          capture_output=True, text=True, timeout=60, input="",
+                          env={**os.environ, **env})
+    [line] = proc.stderr.splitlines()
+    logged = json.loads(line)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert logged["msg"] == "mcp stdio cannot start" and says in logged["reason"]
+    assert "kdblpat_x" not in proc.stderr
