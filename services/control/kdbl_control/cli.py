@@ -59,7 +59,7 @@ def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
     parser.add_argument("--data-dir", type=Path, default=default(None),
                         help="embedded database directory (`up`: default .kdbl in the current directory; "
                              "other commands: default KDBL_DATABASE_URL)")
-    parser.add_argument("--api-url", default=default(None), help="K-Lake API base URL, for `mcp smoke`")
+    parser.add_argument("--api-url", default=default(None), help="K-Lake API base URL, for `mcp smoke` and `mcp stdio`")
     parser.add_argument("--api-token", default=default(None),
                         help="a tenant PAT, for `mcp smoke` (visible in ps: prefer --api-token-file)")
     parser.add_argument("--api-token-file", type=Path, default=default(None),
