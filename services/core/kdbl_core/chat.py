@@ -11,8 +11,9 @@ downloaded: KDBL_CHAT_MODEL_PATH names a file on disk (the airgap bundle's chat 
 `stream()` is the event loop's face: the generation runs in a thread (anyio.to_thread), each piece of
 text comes back through a memory stream to an async callback (the MCP progress notifications), and a
 cancellation of the calling task sets the stop flag before it waits for the thread, so the thread always
-ends. Measured with the tests' tiny model (tests/chat_model.py, 2 layers x 64, 2 threads): ~70 tokens/s
-on this 2-core machine (docs/benchmarks.md); a real 1-3 B instruct model at q4 runs ~5-15 tokens/s on 2 cores.
+ends. Measured with the tests' tiny model (tests/chat_model.py, 2 layers x 64, 2 threads) on the shared
+2 cores: 333 tokens/s decoding, 106 tokens/s with its ~3,900-token prompt (docs/benchmarks.md); a real
+1-3 B instruct model at q4 decodes at a few to ~15 tokens/s there.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Text embeddings with a local GGUF model through llama.cpp (llama-cpp-python).
 
-This is the only module that imports ``llama_cpp``. One :class:`Embedder` owns one llama.cpp
+This and ``kdbl_core.chat`` (the answer tool's chat model) are the only modules that import ``llama_cpp``. One :class:`Embedder` owns one llama.cpp
 context; a context is not thread-safe, so every evaluation runs under a lock. The lock is taken per
 evaluated batch, not per call, and a waiting query (``embed_query``) goes before the next batch of a
 background ``embed()``: in `kdbl-control up` the API and the corpus embedding share one model, and a
