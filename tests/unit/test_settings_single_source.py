@@ -23,6 +23,7 @@ NOT_FIELDS = {
     "KDBL_API_DB_PASSWORD": "default of `kdbl-control db migrate --api-password-env`",
     "KDBL_WORKER_DB_PASSWORD": "default of `kdbl-control db migrate --worker-password-env`",
     "KDBL_AIRGAP_CACHE": "the airgap test harness's cache folder (tests/airgap), not the product's",
+    "KDBL_AUTH_HEADER": "the mcp-remote recipe's own variable in docs/clients.md (mcp-remote expands it), not ours",
 }
 
 
