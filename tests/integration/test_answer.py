@@ -128,6 +128,26 @@ async def test_an_extractive_answer_cites_sentences_whose_char_ranges_slice_the_
             assert citation["text"] in window["chunks"][0]["text"]
 
 
+async def test_an_answer_is_audited_and_links_each_cited_file(world, owner_engine):
+    async with mcp(world["url"], world["token"]) as client:
+        result = await client.call_tool("answer", {"question": "heliostat mirrors track the sun"})
+    links = [b for b in result.content if b.type == "resource_link"]
+    assert [str(b.uri) for b in links] == list(dict.fromkeys(c["uri"] for c in result.structured_content["citations"]))
+    [row] = admin.audit_rows(db_of(owner_engine), tool="answer", tenant_name=world["tenant"],
+                             request_id=result.structured_content["meta"]["request_id"])
+    assert row["status"] == "ok" and "heliostat.md" in str(row)
+
+
+async def test_a_lexical_only_tenant_gets_extractive_answers(owner_engine, worker_engine, world, tmp_path):
+    name = f"lexical-{uuid.uuid4().hex[:8]}"
+    make_corpus(owner_engine, worker_engine, tmp_path / "kb", FILES, tenant=name)
+    admin.update_tenant(db_of(owner_engine), name, tools=",".join(SIX + ["answer"]), modes="lexical")
+    token = admin.create_token(db_of(owner_engine), tenant_name=name, name="agent")[0]
+    result = await ask(world["url"], token, question="tomatoes need full sun and watering")
+    assert result["mode"] == "lexical" and result["found"] is True
+    assert result["citations"][0]["text"] == "Tomatoes need full sun, regular watering and support stakes."
+
+
 async def test_extractive_answers_without_citations_have_no_markers(world):
     result = await ask(world["url"], world["token"], question="heliostat mirrors motors", citations=False)
     assert result["found"] is True and result["citations"] == [] and "[1]" not in result["answer"]

@@ -61,7 +61,8 @@ class RequestMeta(BaseModel):
     request_id: str = Field(description="This call's id: the X-Request-Id response header and the audit row's.")
     took_ms: dict[str, float] = Field(description=(
         "Milliseconds by part: auth (the front door: token, policy, scope, rate limit); search_content: embed, "
-        "keyword (BM25 arm), vector (vector arm), rerank, windows (hit windows and snippets); other tools: db "
+        "keyword (BM25 arm), vector (vector arm), rerank, windows (hit windows and snippets); answer: those, "
+        "sentences (reading and scoring the hits' sentences), generate and first_token (abstractive); other tools: db "
         "(the handler's reads); total (the whole call in the server, audit row included: at least the sum "
         "of the parts). A part that did not run is absent."))
     cache_hit: bool = Field(description="True when a result cache answered the call.")

@@ -175,6 +175,9 @@ def content_blocks(spec: ToolSpec, structured: dict[str, Any]) -> list[types.Con
             seen.add(hit["uri"])
             blocks.append(types.ResourceLink(uri=hit["uri"], name=hit.get("key", hit["uri"]),
                                              mime_type="text/plain"))
+    elif spec.name == "answer":  # each cited file once, as search_content's hits
+        for uri, key in dict.fromkeys((c["uri"], c["key"]) for c in structured["citations"]):
+            blocks.append(types.ResourceLink(uri=uri, name=key, mime_type="text/plain"))
     elif "uri" in structured:
         blocks.append(types.ResourceLink(uri=structured["uri"], name=structured["key"],
                                          mime_type=structured.get("content_type") or "text/plain"))
