@@ -226,7 +226,7 @@ async def test_abstractive_progress_notifications_carry_the_answer_in_order_then
         assert c["key"] in FILES and len(c["text"]) == c["char_end"] - c["char_start"]
 
 
-async def test_extractive_progress_sends_each_sentence_and_without_a_token_one_json_result(world):
+async def test_extractive_progress_sends_each_sentence_and_other_calls_stay_one_json_body(world):
     deltas: list[str] = []
 
     async def progress(value: float, total: float | None, message: str | None) -> None:
@@ -240,8 +240,15 @@ async def test_extractive_progress_sends_each_sentence_and_without_a_token_one_j
             "MCP-Protocol-Version": "2025-11-25"}, json={
             "jsonrpc": "2.0", "id": 1, "method": "tools/call",
             "params": {"name": "answer", "arguments": {"question": "heliostat motors"}}})
+        search = await http.post(f"{world['url']}/mcp", headers={
+            "Authorization": f"Bearer {world['token']}", "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2025-11-25"}, json={
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                "name": "search_content", "_meta": {"progressToken": 5}, "arguments": {"query": "heliostat"}}})
     assert plain.headers["content-type"].startswith("application/json")
     assert plain.json()["result"]["structuredContent"]["found"] is True
+    assert search.headers["content-type"].startswith("application/json")  # a tool that does not stream
+    assert search.json()["result"]["structuredContent"]["hits"][0]["key"] == "heliostat.md"
 
 
 async def test_a_generation_past_the_timeout_stops_with_the_text_so_far(world, owner_url, chat_model):

@@ -34,6 +34,7 @@ from kdbl_api.bearer import PrincipalToken, SdkTokenVerifier
 from kdbl_api.observability import Observability
 from kdbl_api.ratelimit import Decision, RateLimiter
 from kdbl_api.server import POLICY_KEY
+from kdbl_api.tools.registry import STREAMING_TOOLS
 from kdbl_core.access.policy import Policies
 from kdbl_core.access.tokens import TokenRefused
 from kdbl_core.db.async_pool import AsyncPool
@@ -260,12 +261,15 @@ JSON_ONLY_KEY = "kdbl.json_only"  # set by an in-process caller that reads one J
 
 
 def _wants_progress(message: dict[str, Any], scope: Scope) -> bool:
-    """A tools/call whose client asked for progress (params._meta.progressToken) and accepts SSE: it is
-    answered on an SSE stream (notifications, then the result). Every other call keeps its JSON body."""
+    """A tools/call of a tool that streams (registry.STREAMING_TOOLS: answer) whose client asked for
+    progress (params._meta.progressToken) and accepts SSE: it is answered on an SSE stream
+    (notifications, then the result). Every other call keeps its one JSON body."""
     if message.get("method") != "tools/call" or scope.get(JSON_ONLY_KEY):
         return False
     params = message.get("params")
-    meta = params.get("_meta") if isinstance(params, dict) else None
+    if not isinstance(params, dict) or params.get("name") not in STREAMING_TOOLS:
+        return False
+    meta = params.get("_meta")
     token = meta.get("progressToken") if isinstance(meta, dict) else None
     if not isinstance(token, str | int) or isinstance(token, bool):
         return False

@@ -57,6 +57,9 @@ class ToolSpec:
     # whether this server offers the tool at all (tools/list leaves it out when not, e.g. answer without a
     # chat model); None: always. A call still reaches the handler, which says what is missing.
     listed: Callable[[Services], bool] | None = None
+    # sends partial results as progress notifications (ToolContext.progress): a call carrying a progress
+    # token is answered on an SSE stream (kdbl_api.http_auth); every other tool's calls stay one JSON body
+    streams: bool = False
 
     def definition(self) -> types.Tool:
         return types.Tool(
@@ -133,9 +136,12 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
             "abstractive: written by the server's local model from the search's passages only, citing them as "
             "[n]. 'Not found in the sources.' (found=false) when nothing answers. Takes search_content's filters."),
         args=AnswerArgs, result=AnswerResult, handler=answer.answer,
-        listed=lambda services: services.chat is not None,
+        listed=lambda services: services.chat is not None, streams=True,
     ),
 )}
+
+
+STREAMING_TOOLS = frozenset(spec.name for spec in TOOLS.values() if spec.streams)
 
 
 def text_mime_type(content_type: str | None) -> str:
