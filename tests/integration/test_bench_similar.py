@@ -39,9 +39,10 @@ def test_the_similar_bench_measures_both_methods_and_the_exact_reference(owner_u
                                                + "".join(f"{q}\t{d}\t1\n" for q, d in QRELS))
     assert claims(folder, "train") == [["volcano0", "volcano1", "volcano2"], ["bread0", "bread1"]]
     monkeypatch.setattr("kdbl_control.bench_similar.TENANT", f"bench-{unique}")
-    result = run_similar_bench(owner_url, folder, tmp_path / "work", embed_model_path)
+    result = run_similar_bench(owner_url, folder, tmp_path / "work", embed_model_path, terms=(25, 8))
     for method in ("vector", "lexical", "exact_dense_file_means"):
         assert result[method]["subjects"] == 5
         assert result[method]["recall_at_10"] == 1.0  # 21 documents: random would find ~half
+    assert set(result["lexical_by_terms"]) == {25, 8} and result["lexical"] == result["lexical_by_terms"][25]
     assert result["random_recall_at_10"] == 0.5
     assert result["vector"]["p50_ms"] > 0 and "recall@10" in summarise(result)

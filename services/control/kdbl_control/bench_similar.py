@@ -16,6 +16,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,6 @@ from kdbl_core.embedder import Embedder
 
 TENANT = "bench-similar"
 K = 10
-POLICY_TTL_S = 2.5  # kdbl_core.access.policy.TTL_S: a running API applies a policy change within it
 
 
 def claims(dataset: Path, split: str) -> list[list[str]]:
@@ -102,8 +103,21 @@ def _run_method(url: str, token: str, source_id: Any, groups: list[list[str]], m
             "hit_at_10": round(float(np.mean(hits)), 4), "p50_ms": pct(times, 0.5), "p95_ms": pct(times, 0.95)}
 
 
+@contextmanager
+def _api(owner_url: str, env: dict[str, str]) -> Iterator[str]:
+    port = free_port()
+    api = start_api(owner_url, port, env)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        api.terminate()
+        api.wait(timeout=20)
+
+
 def run_similar_bench(owner_url: str, dataset: Path, work_dir: Path, model_path: Path, *,
-                      split: str = "train") -> dict[str, Any]:
+                      split: str = "train", terms: tuple[int, ...] = (25,)) -> dict[str, Any]:
+    """`terms`: KDBL_SIMILAR_TERMS values the lexical method runs with (an API process each); the first
+    is reported as `lexical`, all of them under `lexical_by_terms`."""
     docs = work_dir / "bench-docs"
     n_docs = materialise_beir(dataset, docs)
     indexed = ensure_indexed(owner_url, docs, TENANT)
@@ -113,24 +127,24 @@ def run_similar_bench(owner_url: str, dataset: Path, work_dir: Path, model_path:
     groups = claims(dataset, split)
     with sync_pool(owner_url, size=1) as db:
         admin.update_tenant(db, TENANT, tools="search_content,find_similar", modes="lexical,hybrid", force=True)
-    port = free_port()
-    api = start_api(owner_url, port, {"KDBL_EMBED_MODEL_PATH": str(model_path)})
-    url = f"http://127.0.0.1:{port}/mcp"
+    by_terms: dict[int, dict[str, Any]] = {}
     try:
-        vector = _run_method(url, indexed["token"], indexed["source_id"], groups, "vector")
+        with _api(owner_url, {"KDBL_EMBED_MODEL_PATH": str(model_path)}) as url:
+            vector = _run_method(url, indexed["token"], indexed["source_id"], groups, "vector")
         with sync_pool(owner_url, size=1) as db:
             admin.update_tenant(db, TENANT, modes="lexical", force=True)
-        time.sleep(POLICY_TTL_S)
-        lexical = _run_method(url, indexed["token"], indexed["source_id"], groups, "lexical")
+        for k in terms:
+            with _api(owner_url, {"KDBL_SIMILAR_TERMS": str(k)}) as url:
+                by_terms[k] = _run_method(url, indexed["token"], indexed["source_id"], groups, "lexical")
     finally:
-        api.terminate()
-        api.wait(timeout=20)
         with sync_pool(owner_url, size=1) as db:
             admin.update_tenant(db, TENANT, modes="lexical,hybrid", force=True)
+    lexical = by_terms[terms[0]]
     keys, vectors = _file_means(owner_url, indexed["tenant_id"])
     return {"dataset": str(dataset), "split": split, "documents": n_docs, "chunks": indexed["chunks"],
             "claims": len(groups), "embedding": embedding,
-            "vector": vector, "lexical": lexical, "exact_dense_file_means": _exact_dense(keys, vectors, groups),
+            "vector": vector, "lexical": lexical, "lexical_by_terms": by_terms,
+            "exact_dense_file_means": _exact_dense(keys, vectors, groups),
             "random_recall_at_10": round(K / max(1, n_docs - 1), 5),
             "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}, "date": time.strftime("%Y-%m-%d")}
 
@@ -143,5 +157,8 @@ def summarise(result: dict[str, Any]) -> str:
         r = result[key]
         lines.append(f"{name:34} {r['subjects']:>8} {r['recall_at_10']:>9} {r['hit_at_10']:>7} "
                      f"{r.get('p50_ms', ''):>7} {r.get('p95_ms', ''):>7}")
+    for k, r in result["lexical_by_terms"].items():
+        lines.append(f"{'lexical MLT, ' + str(k) + ' terms':34} {r['subjects']:>8} {r['recall_at_10']:>9} "
+                     f"{r['hit_at_10']:>7} {r['p50_ms']:>7} {r['p95_ms']:>7}")
     lines.append(f"random: recall@10 {result['random_recall_at_10']}")
     return "\n".join(lines)

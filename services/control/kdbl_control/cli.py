@@ -265,6 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     si.add_argument("--split", default="train", help="qrels split whose claims cite several documents")
     si.add_argument("--model", type=Path, help="GGUF embedding model (default: the cached one)")
     si.add_argument("--work-dir", type=Path, help="where documents and the embedded database go")
+    si.add_argument("--terms", default="25", help="KDBL_SIMILAR_TERMS values for the lexical method, e.g. 12,25,40")
     an = bsub.add_parser("answer", help="the answer tool: extractive latency on a SciFact-like slice, and with "
                          "--chat-model abstractive tokens/s")
     an.add_argument("--dataset", type=Path, default=bs.get_default("dataset"), help="BEIR folder with qrels")
@@ -391,14 +392,16 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
 
         if model is None:
             raise ConfigError("bench similar needs an embedding model (--model or KDBL_EMBED_MODEL_PATH)")
+        terms = tuple(int(t) for t in args.terms.split(",") if t.strip())
         work = (args.work_dir or bench.default_work_dir()).resolve()
         work.mkdir(parents=True, exist_ok=True)
         if settings.database_url is not None and args.data_dir is None:
             result = bench_similar.run_similar_bench(settings.database_url.get_secret_value(), args.dataset, work,
-                                                     model, split=args.split)
+                                                     model, split=args.split, terms=terms)
         else:
             with EmbeddedDatabase(args.data_dir or work / "db") as db:
-                result = bench_similar.run_similar_bench(db.owner_url, args.dataset, work, model, split=args.split)
+                result = bench_similar.run_similar_bench(db.owner_url, args.dataset, work, model, split=args.split,
+                                                         terms=terms)
         print(json.dumps(result, indent=2, default=str) if args.json else bench_similar.summarise(result))
         return 0
     if args.action == "scale":

@@ -217,6 +217,9 @@ class Settings(BaseSettings):
         "A query term with more postings than this in the tenant only scores the candidates the rarer "
         "terms found, instead of being read in full. Tenants below it get exact BM25; see "
         "lexical.build_query and docs/benchmarks.md."))
+    similar_terms: int = Field(default=25, ge=1, le=100, description=(
+        "find_similar's lexical more-like-this: the subject's most distinctive terms it searches with "
+        "(kdbl_core.search.similar; recall and latency per value in docs/benchmarks.md)."))
     hybrid_depth: int = Field(default=100, ge=10, le=1000, description="Candidates per arm before fusion.")
     hybrid_rrf_k: int = Field(default=60, ge=1, le=1000)
     hybrid_vector_weight: float = Field(default=1.0, ge=0.0, le=10.0)

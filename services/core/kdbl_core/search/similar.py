@@ -8,9 +8,10 @@ Two methods, and the result says which ran (`method`, with `method_reason` when 
   model — through the vector arm (kdbl_core.search.vector: RLS, filters, hybrid toggles, pgvector's
   iterative scan). Used when the tenant's policy allows vectors ("hybrid" in mcp.modes) and the subject
   has a vector (a text needs the embedder).
-- lexical: more-like-this through the BM25 arm: the subject's `MLT_TERMS` most distinctive terms (tf x
-  idf over what the principal sees: kdbl_core.search.lexical.distinctive_terms; a stored subject's from
-  its own postings, a text's as a query is analysed) scored as one OR query (lexical.search_terms).
+- lexical: more-like-this through the BM25 arm: the subject's `terms_k` most distinctive terms
+  (KDBL_SIMILAR_TERMS, default 25; tf x idf over what the principal sees:
+  kdbl_core.search.lexical.distinctive_terms; a stored subject's from its own postings, a text's as a
+  query is analysed) scored as one OR query (lexical.search_terms).
   Used otherwise, and when the vector arm finds nothing (sources without vectors).
 
 `by: "files"` ranks files by their best chunk (the arms run `FILE_DEPTH` deep, then group). The subject is
@@ -33,7 +34,7 @@ from kdbl_core.errors import InvalidArgument
 from kdbl_core.search import lexical, vector
 from kdbl_core.search.lexical import ChunkHit, Filters
 
-MLT_TERMS = 25
+MLT_TERMS = 25  # the default of Settings.similar_terms (KDBL_SIMILAR_TERMS)
 FILE_DEPTH = 10  # chunk hits per wanted file before grouping (files with several matching chunks)
 MAX_FILE_CHUNKS = 500  # a file subject: its first chunks (postings or vectors), a bound on a huge file's cost
 NOT_VISIBLE = "not found (or not visible to you)"
@@ -88,7 +89,8 @@ def _mean(vectors: list[Any]) -> list[float]:
 
 
 async def find(conn: Connection, subject: Subject, filters: Filters, *, by: str, limit: int, ts_config: str,
-               vectors_allowed: bool, embedder: Embedder | None, common_df: int = lexical.COMMON_DF) -> Similar:
+               vectors_allowed: bool, embedder: Embedder | None, common_df: int = lexical.COMMON_DF,
+               terms_k: int = MLT_TERMS) -> Similar:
     """The `limit` nearest chunks (by="chunks") or files (by="files") to `subject`, excluding it."""
     file_id = chunk_id = None
     chunk_ids: list[int] = []
@@ -137,10 +139,10 @@ async def find(conn: Connection, subject: Subject, filters: Filters, *, by: str,
     if not hits:
         method = "lexical"
         if subject.kind == "text":
-            terms = await lexical.distinctive_terms(conn, text=subject.text, ts_config=ts_config, k=MLT_TERMS)
+            terms = await lexical.distinctive_terms(conn, text=subject.text, ts_config=ts_config, k=terms_k)
         else:
             terms = await lexical.distinctive_terms(conn, chunk_ids=[chunk_id] if subject.kind == "chunk"
-                                                    else chunk_ids, ts_config=ts_config, k=MLT_TERMS)
+                                                    else chunk_ids, ts_config=ts_config, k=terms_k)
         if terms:
             hits = await lexical.search_terms(conn, terms, filters, limit=depth, common_df=common_df)
     hits = [h for h in hits if h.chunk_id != chunk_id]
