@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from contextlib import asynccontextmanager
 
+import httpx
 import jsonschema
 import pytest
 from helpers import Corpus, crawl, db_of, running_api
@@ -157,3 +158,16 @@ async def test_bad_subjects_and_options_are_refused_naming_the_field(world, args
         with pytest.raises(MCPError) as refused:
             await client.call_tool("find_similar", args)
     assert refused.value.code == -32602 and field in refused.value.message
+
+
+async def test_capacity_shows_find_similar_latency_by_method_only_where_it_is_allowed(world):
+    await similar(world, subject={"kind": "text", "text": "bread dough"}, limit=2)
+    await similar(world, "lex", subject={"kind": "text", "text": "bread dough"}, limit=2)
+    async with httpx.AsyncClient(timeout=30) as http:
+        main = (await http.get(f"{world['url']}/capacity",
+                               headers={"Authorization": f"Bearer {world['tokens']['main']}"})).json()
+    tools = main["tools"]
+    assert set(tools) == {"find_similar"}  # get_contents and answer are not on this tenant's allowlist
+    assert tools["find_similar"]["vector"]["latency"]["samples"] >= 1
+    assert tools["find_similar"]["lexical"]["latency"]["samples"] >= 1  # the process-wide figure
+    assert main["modes"]["lexical"]["latency"]["samples"] == 0  # a lexical MLT is not a lexical search

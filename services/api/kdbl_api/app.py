@@ -199,15 +199,27 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
             "rate_limit": await front_door.quota(principal),
         }
         policy = await policies.get(principal.tenant_id)
-        if policy.allows_tool("answer"):  # tools beyond the six: only where the tenant's allowlist names them
+        tools: dict[str, object] = {}  # tools beyond the six: only where the tenant's allowlist names them
+        if policy.allows_tool("get_contents"):
+            tools["get_contents"] = {"latency": obs.mode_latency("get_contents"),
+                                     "cost": "one statement for all ids (files: leading chunks; chunks: neighbours)"}
+        if policy.allows_tool("find_similar"):
+            tools["find_similar"] = {
+                "vector": {"available": True, "latency": obs.mode_latency("find_similar_vector"),
+                           "cost": "the subject's stored (or embedded) vector + one HNSW scan"},
+                "lexical": {"available": True, "latency": obs.mode_latency("find_similar_lexical"),
+                            "cost": "the subject's distinctive terms + one BM25 query"}}
+        if policy.allows_tool("answer"):
             chat = state.services.chat if state.services else None
-            body["tools"] = {"answer": {
+            tools["answer"] = {
                 "extractive": {"available": True, "latency": obs.mode_latency("answer_extractive"),
                                "cost": "one search + sentence scoring (no model)"},
                 "abstractive": {"available": chat is not None, "latency": obs.mode_latency("answer_abstractive"),
                                 "model": chat.model_id if chat else None,
                                 "cost": "one search + local chat model generation (one answer at a time)"},
-            }}
+            }
+        if tools:
+            body["tools"] = tools
         return JSONResponse(body)
 
     @contextlib.asynccontextmanager
