@@ -130,6 +130,29 @@ def hybrid_tenant_api(owner_engine, worker_engine, owner_url: str, root: Path, f
     with running_api(owner_url, Settings(mcp_enabled=True, embed_model_path=str(embed_model_path))) as url:
         yield {"url": url, "token": token, "tenant": name, "corpus": corpus}
 
+def grants_world(owner_engine, worker_engine, base: Path, *, prefix: str, open_files: dict[str, str],
+                 restricted: dict[str, str], granted: str, other: dict[str, str]) -> dict:
+    """Two lexical tenants for visibility probes: the first has source "a" (`open_files`, whole) and
+    source "r" (`restricted`, restricted: user:alice is granted the file `granted` alone); the second
+    tenant has source "o" (`other`). Returns {"tenant", "other_tenant", "a", "r", "o"} (source ids)."""
+    db = db_of(owner_engine)
+    names = (f"{prefix}-{uuid.uuid4().hex[:8]}", f"{prefix}-other-{uuid.uuid4().hex[:8]}")
+    ids: dict = {"tenant": names[0], "other_tenant": names[1]}
+    for tenant, folder, files, restrict in ((names[0], "a", open_files, False), (names[0], "r", restricted, True),
+                                            (names[1], "o", other, False)):
+        for key, body in files.items():
+            (base / folder / key).parent.mkdir(parents=True, exist_ok=True)
+            (base / folder / key).write_text(body)
+        t = admin.create_tenant(db, tenant, exist_ok=True)
+        s = admin.add_source(db, tenant, protocol="fs", config={"root": str(base / folder)}, name=folder,
+                             hybrid=False, restricted=restrict)
+        if restrict:
+            admin.add_grant(db, source_id=s.id, subject="user:alice", file_key=granted)
+        crawl(worker_engine, Corpus(tenant, t.id, s.id, base / folder))
+        ids[folder] = s.id
+    return ids
+
+
 def make_pdf(pages: list[bytes], *, encrypt: bool = False, info: bytes = b"") -> bytes:
     """A PDF 1.4 file written by hand: one content stream per page, Helvetica text (PDF 32000-1 7.5).
     `encrypt` adds a standard security handler whose /U entry matches no password, so readers ask

@@ -4,11 +4,10 @@ enumerates one source's chunks; nothing hidden readable or counted (issue 17).""
 
 from __future__ import annotations
 
-import uuid
 from contextlib import asynccontextmanager
 
 import pytest
-from helpers import Corpus, crawl, db_of, running_api
+from helpers import db_of, grants_world, running_api
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -25,29 +24,14 @@ BOOK = "\n\n".join(f"Chapter {i}. The lighthouse keeper logs storm number {i} in
 @pytest.fixture(scope="module")
 def world(owner_engine, worker_engine, owner_url, tmp_path_factory):
     db = db_of(owner_engine)
-    name, other = f"cr-{uuid.uuid4().hex[:8]}", f"cr-other-{uuid.uuid4().hex[:8]}"
-    base = tmp_path_factory.mktemp("chunkres")
-    files = {"a": {"book.md": BOOK, "note.txt": "A short lighthouse note.\n"},
-             "r": {"open.txt": "Open lighthouse memo.\n", "hidden.txt": "Hidden lighthouse memo.\n"},
-             "o": {"theirs.txt": "Another tenant's lighthouse.\n"}}
-    for folder, content in files.items():
-        (base / folder).mkdir()
-        for key, body in content.items():
-            (base / folder / key).write_text(body)
-    t = admin.create_tenant(db, name)
-    a = admin.add_source(db, name, protocol="fs", config={"root": str(base / "a")}, name="a", hybrid=False)
-    r = admin.add_source(db, name, protocol="fs", config={"root": str(base / "r")}, name="r", hybrid=False,
-                         restricted=True)
-    admin.add_grant(db, source_id=r.id, subject="user:alice", file_key="open.txt")
-    o_t = admin.create_tenant(db, other)
-    o = admin.add_source(db, other, protocol="fs", config={"root": str(base / "o")}, name="o", hybrid=False)
-    for corpus in (Corpus(name, t.id, a.id, base / "a"), Corpus(name, t.id, r.id, base / "r"),
-                   Corpus(other, o_t.id, o.id, base / "o")):
-        crawl(worker_engine, corpus)
-    alice = admin.create_token(db, tenant_name=name, name="alice", subject="user:alice")[0]
-    bob = admin.create_token(db, tenant_name=name, name="bob", subject="user:bob")[0]
+    ids = grants_world(owner_engine, worker_engine, tmp_path_factory.mktemp("chunkres"), prefix="cr",
+                       open_files={"book.md": BOOK, "note.txt": "A short lighthouse note.\n"},
+                       restricted={"open.txt": "Open lighthouse memo.\n", "hidden.txt": "Hidden lighthouse memo.\n"},
+                       granted="open.txt", other={"theirs.txt": "Another tenant's lighthouse.\n"})
+    alice = admin.create_token(db, tenant_name=ids["tenant"], name="alice", subject="user:alice")[0]
+    bob = admin.create_token(db, tenant_name=ids["tenant"], name="bob", subject="user:bob")[0]
     with running_api(owner_url, Settings(mcp_enabled=True)) as url:
-        yield {"url": url, "alice": alice, "bob": bob, "a": a.id, "r": r.id, "o": o.id}
+        yield {"url": url, "alice": alice, "bob": bob, "a": ids["a"], "r": ids["r"], "o": ids["o"]}
 
 
 @asynccontextmanager

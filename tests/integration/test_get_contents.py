@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 
 import jsonschema
 import pytest
-from helpers import Corpus, crawl, db_of, running_api
+from helpers import db_of, grants_world, running_api
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -26,36 +26,17 @@ SECRET = {"open.txt": "An open note anyone may read about herons.\n",
           "hidden.txt": "A hidden ledger about herons and money.\n"}
 
 
-def _write(root, files) -> None:
-    for name, body in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(body)
-
-
 @pytest.fixture(scope="module")
 def world(owner_engine, worker_engine, owner_url, tmp_path_factory):
     db = db_of(owner_engine)
-    name, other = f"gc-{uuid.uuid4().hex[:8]}", f"gc-other-{uuid.uuid4().hex[:8]}"
-    base = tmp_path_factory.mktemp("contents")
-    _write(base / "a", FILES)
-    _write(base / "r", SECRET)
-    _write(base / "o", {"theirs.txt": "The other tenant's kestrel notes.\n"})
-    t = admin.create_tenant(db, name)
-    a = admin.add_source(db, name, protocol="fs", config={"root": str(base / "a")}, name="a", hybrid=False)
-    r = admin.add_source(db, name, protocol="fs", config={"root": str(base / "r")}, name="r", hybrid=False,
-                         restricted=True)
-    admin.add_grant(db, source_id=r.id, subject="user:alice", file_key="open.txt")
-    o_t = admin.create_tenant(db, other)
-    o = admin.add_source(db, other, protocol="fs", config={"root": str(base / "o")}, name="o", hybrid=False)
-    for corpus in (Corpus(name, t.id, a.id, base / "a"), Corpus(name, t.id, r.id, base / "r"),
-                   Corpus(other, o_t.id, o.id, base / "o")):
-        crawl(worker_engine, corpus)
-    admin.update_tenant(db, name, tools="search_content,get_file_text,get_contents", force=True)
-    alice = admin.create_token(db, tenant_name=name, name="alice", subject="user:alice")[0]
-    theirs = admin.create_token(db, tenant_name=other, name="theirs")[0]
+    ids = grants_world(owner_engine, worker_engine, tmp_path_factory.mktemp("contents"), prefix="gc",
+                       open_files=FILES, restricted=SECRET, granted="open.txt",
+                       other={"theirs.txt": "The other tenant's kestrel notes.\n"})
+    admin.update_tenant(db, ids["tenant"], tools="search_content,get_file_text,get_contents", force=True)
+    alice = admin.create_token(db, tenant_name=ids["tenant"], name="alice", subject="user:alice")[0]
+    theirs = admin.create_token(db, tenant_name=ids["other_tenant"], name="theirs")[0]
     with running_api(owner_url, Settings(mcp_enabled=True)) as url:
-        yield {"url": url, "alice": alice, "theirs": theirs, "a": a.id, "r": r.id, "o": o.id}
+        yield {"url": url, "alice": alice, "theirs": theirs, "a": ids["a"], "r": ids["r"], "o": ids["o"]}
 
 
 @asynccontextmanager

@@ -212,9 +212,9 @@ class McpFrontDoor:
         if self.streaming_app is not None and _wants_progress(message, scope):
             # an SSE response listens for the client going away (that cancels the call): after the body,
             # the connection's own receive, which reports the disconnect when it happens
-            await self.streaming_app(scope, _replay(body, then=receive), headers)
+            await self.streaming_app(scope, replay(body, then=receive), headers)
         else:
-            await self.sdk_app(scope, _replay(body), headers)
+            await self.sdk_app(scope, replay(body), headers)
 
     async def read_body(self, request: Request) -> bytes | None:
         """The body (None: over the size limit); TimeoutError if it does not arrive in
@@ -290,7 +290,7 @@ def _with_headers(send: Send, headers: dict[str, str] | None) -> Send:
     return wrapped
 
 
-def _replay(body: bytes, then: Receive | None = None) -> Receive:
+def replay(body: bytes, then: Receive | None = None) -> Receive:
     """The body read once, again; after it a disconnect at once, or `then`'s messages."""
     sent = False
 

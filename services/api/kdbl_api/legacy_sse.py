@@ -52,7 +52,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from kdbl_api import audit, request_meta
 from kdbl_api.audit import AuditFacts
-from kdbl_api.http_auth import JSON_ONLY_KEY, McpFrontDoor, disabled_message
+from kdbl_api.http_auth import JSON_ONLY_KEY, McpFrontDoor, disabled_message, replay
 from kdbl_core.access.principal import Principal
 from kdbl_core.errors import (
     INTERNAL_ERROR, PARSE_ERROR, Forbidden, KdblError, MalformedMessage, NotFound, RateLimited, RequestTimeout,
@@ -227,7 +227,7 @@ class LegacySse:
 
         try:
             try:
-                await self.door(scope, _replay(body), capture)
+                await self.door(scope, replay(body), capture)
                 answer = _answer(b"".join(chunks), status, message_id)
             except KdblError as exc:  # the database went away mid-call (503 on /mcp): one error, not the stream
                 answer = json.dumps(jsonrpc_response_of(exc, message_id).body) if message_id is not None else None
@@ -289,19 +289,6 @@ def _mcp_scope(scope: Scope, length: int, request_id: str) -> Scope:
     inner.update(method="POST", path="/mcp", raw_path=b"/mcp", query_string=b"", headers=headers)
     inner[JSON_ONLY_KEY] = True  # this caller reads one JSON answer, never an SSE stream
     return inner
-
-
-def _replay(body: bytes) -> Receive:
-    sent = False
-
-    async def receive() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return {"type": "http.disconnect"}
-
-    return receive
 
 
 def _with_request_id(send: Send, request_id: str) -> Send:
