@@ -3,6 +3,7 @@ the max_tokens budget, the abstractive prompt's budget and the [n] citations rea
 
 from __future__ import annotations
 
+from kdbl_core.content.records import Chunk
 from kdbl_core.search import answer
 from kdbl_core.search.answer import Passage
 
@@ -10,8 +11,8 @@ CFG = "pg_catalog.english"
 
 
 def passage(text: str, rank: int = 0, char_start: int = 100, key: str = "a.md") -> Passage:
-    return Passage(rank, "00000000-0000-0000-0000-000000000001", key, rank, text, char_start, char_start + len(text),
-                   None, None, None)
+    return Passage(rank, "00000000-0000-0000-0000-000000000001", key, Chunk(rank, text, char_start,
+                                                                             char_start + len(text)))
 
 
 def test_sentence_spans_trim_white_space_and_keep_decimals_and_lines_apart():

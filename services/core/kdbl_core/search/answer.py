@@ -32,6 +32,7 @@ from typing import Any
 
 from psycopg.rows import dict_row
 
+from kdbl_core.content.records import Chunk
 from kdbl_core.db.async_pool import Connection
 from kdbl_core.search.snippets import lexeme_matches
 
@@ -66,18 +67,40 @@ SYSTEM_PROMPT = (
 
 @dataclass(frozen=True, slots=True)
 class Passage:
-    """A hit's matched chunk: where it is and its exact text."""
+    """A hit's matched chunk (the one chunk record, kdbl_core.content.records.Chunk) and where it is."""
 
     rank: int  # 0-based position in the search's ranking
     source_id: str
     key: str
-    seq: int
-    text: str
-    char_start: int
-    char_end: int
-    page_no: int | None
-    ts_start_ms: int | None
-    ts_end_ms: int | None
+    chunk: Chunk
+
+    @property
+    def seq(self) -> int:
+        return self.chunk.seq
+
+    @property
+    def text(self) -> str:
+        return self.chunk.text
+
+    @property
+    def char_start(self) -> int:
+        return self.chunk.char_start
+
+    @property
+    def char_end(self) -> int:
+        return self.chunk.char_end
+
+    @property
+    def page_no(self) -> int | None:
+        return self.chunk.page_no
+
+    @property
+    def ts_start_ms(self) -> int | None:
+        return self.chunk.ts_start_ms
+
+    @property
+    def ts_end_ms(self) -> int | None:
+        return self.chunk.ts_end_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +126,9 @@ async def passages(conn: Connection, hits: Sequence[dict[str, Any]], *, question
     out = []
     for row in rows:
         hit = hits[row["ord"] - 1]
-        out.append(Passage(row["ord"] - 1, hit["source_id"], hit["key"], hit["seq"], row["text"], row["char_start"],
-                           row["char_end"], row["page_no"], row["ts_start_ms"], row["ts_end_ms"]))
+        out.append(Passage(row["ord"] - 1, hit["source_id"], hit["key"], Chunk(
+            hit["seq"], row["text"], row["char_start"], row["char_end"], row["page_no"], row["ts_start_ms"],
+            row["ts_end_ms"])))
     return out, lexemes
 
 
