@@ -296,15 +296,16 @@ async def test_the_http_client_going_away_stops_generation(world, chat_model):
     assert chat_model.last.finish_reason == "cancelled" and chat_model.last.tokens < 4096
 
 
-async def test_without_a_chat_model_answer_is_hidden_and_abstractive_is_refused_but_extractive_answers(
+async def test_without_a_chat_model_abstractive_is_hidden_and_refused_but_extractive_is_listed_and_answers(
         world, owner_url):
     with api(owner_url, None) as url:
         async with mcp(url, world["token"]) as client:
-            names = [t.name for t in (await client.list_tools()).tools]
+            listed = {t.name: t for t in (await client.list_tools()).tools}
             with pytest.raises(MCPError) as refused:
                 await client.call_tool("answer", {"question": "vitamin D", "answer_type": "abstractive"})
             extractive = (await client.call_tool("answer", {"question": "vitamin D fractures"})).structured_content
-    assert "answer" not in names
+    assert listed["answer"].input_schema["properties"]["answer_type"]["enum"] == ["extractive"]
+    assert "no chat model" in listed["answer"].description
     assert refused.value.code == -32602 and refused.value.error.data["field"] == "answer_type"
     assert "KDBL_CHAT_MODEL_PATH" in refused.value.message
     assert extractive["found"] is True and extractive["citations"][0]["key"] == "vitamin.md"

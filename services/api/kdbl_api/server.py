@@ -185,12 +185,12 @@ def build_server(pool: AsyncPool, state: AppState) -> Server[Any]:
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                          ) -> types.ListToolsResult:
         allowed = _policy(ctx).tools
-        return types.ListToolsResult(tools=[d for d in definitions if d.name in allowed and _offered(d.name)])
+        return types.ListToolsResult(tools=[_offered(d) for d in definitions if d.name in allowed])
 
-    def _offered(name: str) -> bool:
-        """Whether this server offers the tool (registry.ToolSpec.listed: answer needs a chat model)."""
-        listed = TOOLS[name].listed
-        return listed is None or (state.services is not None and listed(state.services))
+    def _offered(tool: types.Tool) -> types.Tool:
+        """The tool as this server offers it (registry.ToolSpec.offered: answer without a chat model)."""
+        offered = TOOLS[tool.name].offered
+        return tool if offered is None or state.services is None else offered(state.services, tool)
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
         spec = TOOLS.get(params.name) if _policy(ctx).allows_tool(params.name) else None

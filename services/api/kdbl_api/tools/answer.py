@@ -7,9 +7,10 @@ filters, ANSWER_HITS hits) in the caller's RLS transaction, then kdbl_core.searc
   tenants, answers in milliseconds and quotes the sources verbatim): the best-scoring sentences of the
   top hits, each cited with its file, chunk and exact char range;
 - abstractive: the local chat model (kdbl_core.chat, KDBL_CHAT_MODEL_PATH) writes the answer from the
-  numbered passages only, citing them as [n]. Without a configured model the tool is hidden from
-  tools/list (server.py) and abstractive is refused as -32602 on `answer_type`, saying so; extractive
-  still answers.
+  numbered passages only, citing them as [n]. Without a configured model abstractive is hidden: the
+  tool stays listed for its extractive answers (an agent only calls what tools/list shows), with
+  answer_type offering extractive alone (registry: ToolSpec.offered), and a call asking for abstractive
+  is refused as -32602 on `answer_type`, saying so.
 
 When nothing relevant is found the answer is "Not found in the sources." with `found` false and no
 citation (for abstractive without calling the model). With a progress token the answer's text goes out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -54,9 +55,9 @@ class ToolSpec:
     result: type[BaseModel]
     handler: Handler
     opening: Opening | None = None  # the handler finds the answered statement in ToolContext.opened
-    # whether this server offers the tool at all (tools/list leaves it out when not, e.g. answer without a
-    # chat model); None: always. A call still reaches the handler, which says what is missing.
-    listed: Callable[[Services], bool] | None = None
+    # how this server describes the tool in tools/list, when that depends on what it has (answer without a
+    # chat model offers extractive answers only); None: its definition as it is
+    offered: Callable[[Services, types.Tool], types.Tool] | None = None
     # sends partial results as progress notifications (ToolContext.progress): a call carrying a progress
     # token is answered on an SSE stream (kdbl_api.http_auth); every other tool's calls stay one JSON body
     streams: bool = False
@@ -68,6 +69,17 @@ class ToolSpec:
             annotations=types.ToolAnnotations(title=self.title, read_only_hint=True, destructive_hint=False,
                                               idempotent_hint=True, open_world_hint=False),
         )
+
+
+def _extractive_only(tool: types.Tool) -> types.Tool:
+    """answer on a server without a chat model: listed (extractive answers need none, and an agent only calls
+    what it is shown), with abstractive left out of answer_type and the description saying why."""
+    schema = copy.deepcopy(tool.input_schema)
+    kind = schema["properties"]["answer_type"]
+    kind["enum"] = ["extractive"]
+    kind["description"] = "extractive only: this server has no chat model for abstractive answers."
+    return tool.model_copy(update={"input_schema": schema, "description": tool.description + (
+        " This server has no chat model: extractive answers only.")})
 
 
 TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
@@ -136,7 +148,7 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
             "abstractive: written by the server's local model from the search's passages only, citing them as "
             "[n]. 'Not found in the sources.' (found=false) when nothing answers. Takes search_content's filters."),
         args=AnswerArgs, result=AnswerResult, handler=answer.answer,
-        listed=lambda services: services.chat is not None, streams=True,
+        offered=lambda services, tool: tool if services.chat is not None else _extractive_only(tool), streams=True,
     ),
 )}
 
