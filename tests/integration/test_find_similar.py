@@ -158,6 +158,7 @@ async def test_bad_subjects_and_options_are_refused_naming_the_field(world, args
         with pytest.raises(MCPError) as refused:
             await client.call_tool("find_similar", args)
     assert refused.value.code == -32602 and field in refused.value.message
+    assert refused.value.message.count("invalid argument") == 1  # one field named, not a nested message
 
 
 async def test_capacity_shows_find_similar_latency_by_method_only_where_it_is_allowed(world):

@@ -138,3 +138,4 @@ async def test_bad_ids_and_bounds_are_refused_naming_the_field(world, args, fiel
         with pytest.raises(MCPError) as refused:
             await client.call_tool("get_contents", args)
     assert refused.value.code == -32602 and field in refused.value.message
+    assert refused.value.message.count("invalid argument") == 1  # one field named, not a nested message

@@ -303,7 +303,7 @@ def build_server(pool: AsyncPool, state: AppState) -> Server[Any]:
             try:
                 return await files.file_text(tctx, ref)
             except InvalidArgument as exc:  # the only argument is the uri: name it
-                raise InvalidArgument("uri", exc.message) from None
+                raise InvalidArgument("uri", exc.reason) from None
 
         body = await run(ctx, "resources/read", {"uri": uri}, work)
         # the text itself, typed as resources/list announces it (clients render resources by MIME type)

@@ -73,6 +73,7 @@ class InvalidArgument(KdblError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"invalid argument '{field}': {message}", data={"field": field})
         self.field = field
+        self.reason = message  # without the field: what a caller re-raising it for another field says
 
 
 class MalformedMessage(KdblError):

@@ -39,7 +39,7 @@ def _validate(ctx: ToolContext, args: AnswerArgs) -> None:
     try:
         pipeline.check_query(args.question, ctx.settings)
     except InvalidArgument as exc:
-        raise InvalidArgument("question", exc.message.split(": ", 1)[-1]) from None
+        raise InvalidArgument("question", exc.reason) from None
     if args.modified_after and args.modified_before and args.modified_after >= args.modified_before:
         raise InvalidArgument("modified_after", "must be earlier than modified_before")
     if args.answer_type == "abstractive" and ctx.services.chat is None:

@@ -36,7 +36,7 @@ def _ref(value: str | ContentRef, neighbours: int, field: str) -> tuple[contents
             source_id, key, seq = parse_chunk_uri(value if value.startswith(CHUNK_PREFIX) else CHUNK_PREFIX + value)
             ref = contents.Ref(source_id, key, seq, neighbours)
     except InvalidArgument as exc:
-        raise InvalidArgument(field, f"{exc.message} (a chunk_id, a kdbl://chunk/ or kdbl://file/ uri, or an "
+        raise InvalidArgument(field, f"{exc.reason} (a chunk_id, a kdbl://chunk/ or kdbl://file/ uri, or an "
                                      "object {source_id, key, seq})") from None
     if "\x00" in ref.key or len(ref.key) > 4096:
         raise InvalidArgument(field, "the key part holds NUL or is longer than 4096 characters")

@@ -33,7 +33,7 @@ def _subject(args: FindSimilarArgs) -> similar.Subject:
         source_id, key, seq = parse_chunk_uri(value)
         return similar.Subject("chunk", source_id=source_id, key=key, seq=seq)
     except InvalidArgument as exc:
-        raise InvalidArgument("subject.id", exc.message) from None
+        raise InvalidArgument("subject.id", exc.reason) from None
 
 
 async def find_similar(ctx: ToolContext, args: FindSimilarArgs) -> tuple[dict[str, Any], AuditFacts]:

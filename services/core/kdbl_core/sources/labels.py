@@ -41,7 +41,7 @@ class Labeler:
         try:
             return cls(parsed, tuple((Selection.of([glob]), labels) for glob, labels in pairs))
         except InvalidArgument as exc:
-            raise InvalidArgument("label_globs", str(exc).split(": ", 1)[-1]) from None
+            raise InvalidArgument("label_globs", exc.reason) from None
 
     def __call__(self, key: str, own: Iterable[str] = ()) -> list[str]:
         out = list(self.common)
