@@ -103,6 +103,21 @@ def test_inspector_get_file_text_returns_the_files_chunks(inspector, mcp_server)
     assert "economy class" in "".join(chunk["text"] for chunk in structured["chunks"])
 
 
+def test_inspector_reads_a_window_around_a_search_hit(inspector, mcp_server):
+    """Issue 18's loop over Streamable HTTP: search_content, then get_file_window at the hit's seq."""
+    schema = list_tools(inspector)["get_file_window"]["outputSchema"]
+    found = result_of(inspector("--method", "tools/call", "--tool-name", "search_content",
+                                "--tool-arg", "query=okapi migration"))
+    [hit] = found["structuredContent"]["hits"]
+    window = result_of(inspector("--method", "tools/call", "--tool-name", "get_file_window",
+                                 "--tool-arg", f"source_id={hit['source_id']}", f"key={hit['key']}",
+                                 f"start={hit['seq']}"))
+    assert window["isError"] is False
+    jsonschema.validate(window["structuredContent"], schema)
+    assert window["structuredContent"]["window"]["start"] == hit["seq"]
+    assert "okapi migration" in "".join(c["text"] for c in window["structuredContent"]["chunks"])
+
+
 def test_inspector_without_a_token_stops_at_auth_required(inspector):
     """No token: the API's 401 + resource_metadata challenge makes the Inspector want OAuth, which a
     non-interactive run refuses — the CLI exits auth_required instead of listing anything."""
