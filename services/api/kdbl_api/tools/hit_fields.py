@@ -12,7 +12,7 @@ Modes nest (each adds to the one before), so an agent can find with `ids_only`, 
   outline; null where the file has none or was indexed before 0015)
 - full:     + text (the ~1,800-character neighbour window), truncated, url, scores (keyword, vector, fused)
 
-Measured (docs/clients.md, embedding model's tokenizer, 10 hits): ids_only is about a twentieth of
+Measured (docs/clients.md, embedding model's tokenizer, 10 hits): ids_only is about a fourteenth of
 full's tokens on SciFact. Without response_mode the hit keeps the reference's shape exactly; `fields`
 without response_mode picks from full's fields. metadata and up cost one more statement (file facts
 and the chunk's head, windows.hit_facts); ids_only none.
