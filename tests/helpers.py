@@ -130,6 +130,23 @@ def hybrid_tenant_api(owner_engine, worker_engine, owner_url: str, root: Path, f
     with running_api(owner_url, Settings(mcp_enabled=True, embed_model_path=str(embed_model_path))) as url:
         yield {"url": url, "token": token, "tenant": name, "corpus": corpus}
 
+async def direct_search_timings(url: str, token: str, n: int = 20) -> list[float]:
+    """Milliseconds of `n` distinct lexical searches over Streamable HTTP (the official client): the
+    baseline a bridge or another transport is compared with."""
+    from mcp.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    timings = []
+    async with http, Client(streamable_http_client(f"{url}/mcp", http_client=http), mode="legacy") as client:
+        for i in range(n):
+            started = time.perf_counter()
+            await client.call_tool("search_content", {"query": f"okapi migration d{i}", "mode": "lexical"})
+            timings.append((time.perf_counter() - started) * 1000)
+    return timings
+
+
 def grants_world(owner_engine, worker_engine, base: Path, *, prefix: str, open_files: dict[str, str],
                  restricted: dict[str, str], granted: str, other: dict[str, str]) -> dict:
     """Two lexical tenants for visibility probes: the first has source "a" (`open_files`, whole) and

@@ -18,11 +18,9 @@ import anyio.to_thread
 import httpx
 import jsonschema
 import pytest
-from helpers import db_of, make_corpus, running_api
+from helpers import db_of, direct_search_timings, make_corpus, running_api
 from mcp.client import Client
 from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from sqlalchemy import text
 
@@ -157,25 +155,13 @@ async def test_the_sdk_sse_client_initializes_lists_searches_and_reads_a_window_
         jsonschema.validate(window, tools["get_file_window"].output_schema)
         assert "okapi migration" in "".join(c["text"] for c in window["chunks"])
     p50 = statistics.median(timings)
-    direct = await direct_timings(world)
+    direct = await direct_search_timings(world["url"], world["token"])
     print(f"\nsearch_content p50 over {len(timings)} calls: legacy SSE {p50:.1f} ms, "
           f"POST /mcp directly {statistics.median(direct):.1f} ms")
     assert p50 < 250, timings  # milliseconds, not the seed's 20-30 s (measured p50 is in docs/clients.md)
     # the same audit row, with the request id the result's meta names, as over /mcp
     assert audit_of(owner_engine, structured["meta"]["request_id"]) == [
         {"tool": "search_content", "status": "ok", "error": None}]
-
-
-async def direct_timings(world) -> list[float]:
-    """The same kind of searches over Streamable HTTP, for docs/clients.md's comparison."""
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {world['token']}"})
-    timings = []
-    async with http, Client(streamable_http_client(f"{world['url']}/mcp", http_client=http), mode="legacy") as client:
-        for i in range(20):
-            started = time.perf_counter()
-            await client.call_tool("search_content", {"query": f"okapi migration d{i}", "mode": "lexical"})
-            timings.append((time.perf_counter() - started) * 1000)
-    return timings
 
 
 async def test_legacy_sse_is_off_by_default(world, owner_url):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from helpers import db_of, make_corpus, running_api
+from helpers import db_of, direct_search_timings, make_corpus, running_api
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
@@ -85,27 +85,12 @@ async def test_a_spawned_bridge_initializes_lists_searches_and_reads_a_window(wo
             assert f"kdbl://file/{source_id}/handbook.md" in {str(r.uri) for r in resources.resources}
         errlog.seek(0)
         logged = [json.loads(line) for line in errlog.read().splitlines()]  # JSON lines only, or this fails
-    direct = await direct_timings(world)
+    direct = await direct_search_timings(world["url"], world["token"])
     print(f"\nsearch_content p50 over {len(timings)} calls: stdio bridge {statistics.median(timings):.1f} ms, "
           f"POST /mcp directly {statistics.median(direct):.1f} ms")
     assert statistics.median(timings) < 250, timings
     assert [r["msg"] for r in logged] == ["mcp stdio bridge started", "mcp stdio bridge stopped"]
     assert world["token"] not in json.dumps(logged)
-
-
-async def direct_timings(world) -> list[float]:
-    """The same searches over Streamable HTTP without the bridge, for the docstring's overhead figure."""
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
-
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {world['token']}"})
-    timings = []
-    async with http, Client(streamable_http_client(f"{world['url']}/mcp", http_client=http), mode="legacy") as client:
-        for i in range(20):
-            started = time.perf_counter()
-            await client.call_tool("search_content", {"query": f"okapi migration d{i}", "mode": "lexical"})
-            timings.append((time.perf_counter() - started) * 1000)
-    return timings
 
 
 async def test_the_token_can_come_from_kdbl_api_token_and_errors_keep_their_codes(world):
