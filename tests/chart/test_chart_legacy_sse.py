@@ -26,9 +26,10 @@ def test_legacy_sse_is_off_by_default_without_env_or_session_affinity(chart: Cha
 
 def test_legacy_sse_on_sets_its_settings_and_client_ip_affinity(chart: Chart) -> None:
     docs = chart.render("--set", "api.legacySse.enabled=true", "--set", "api.legacySse.keepaliveSeconds=10",
-                        "--set", "api.legacySse.maxSessionsPerToken=4")
+                        "--set", "api.legacySse.maxSessionsPerToken=4", "--set", "api.legacySse.sendTimeoutSeconds=5")
     env = {name: item["value"] for name, item in _api_env(docs).items() if name.startswith("KDBL_LEGACY_SSE")}
     assert env == {"KDBL_LEGACY_SSE_ENABLED": "true", "KDBL_LEGACY_SSE_KEEPALIVE_S": "10",
+                   "KDBL_LEGACY_SSE_SEND_TIMEOUT_S": "5",
                    "KDBL_LEGACY_SSE_MAX_SESSIONS": "256", "KDBL_LEGACY_SSE_MAX_SESSIONS_PER_TOKEN": "4"}
     settings = Settings(**{name.removeprefix("KDBL_").lower(): value for name, value in env.items()})
     assert settings.legacy_sse_enabled and settings.legacy_sse_keepalive_s == 10  # each name is a setting

@@ -298,3 +298,42 @@ async def test_open_sessions_and_refusals_are_counted_on_the_metrics_port(world,
             after = (await http.get(metrics)).text
     assert "kdbl_sse_sessions 1.0" in during and 'kdbl_sse_refused_total{reason="per_token"} 1.0' in during
     assert "kdbl_sse_sessions 0.0" in after
+
+
+async def test_a_client_that_stops_reading_is_disconnected_and_frees_its_slot(world, owner_url, owner_engine,
+                                                                            worker_engine, tmp_path):
+    """A client that keeps its connection open but reads nothing: the answers pile up in the socket
+    buffers until one event waits KDBL_LEGACY_SSE_SEND_TIMEOUT_S to be sent; then the session closes (its
+    slot is free: a POST to it is 404) instead of lasting until TCP gives up."""
+    import socket
+    from urllib.parse import urlsplit
+
+    name = f"sse-slow-{uuid.uuid4().hex[:8]}"
+    words = " ".join(f"word{i % 997}" for i in range(150_000))  # ~1 MB of text: big answers
+    corpus = make_corpus(owner_engine, worker_engine, tmp_path / "big", {"big.txt": words}, tenant=name)
+    token = admin.create_token(db_of(owner_engine), tenant_name=name, name="slow")[0]
+    with running_api(owner_url, sse_settings(legacy_sse_send_timeout_s=1.0, legacy_sse_max_sessions_per_token=1)) \
+            as url, session_closed_events() as closed:
+        host, port = urlsplit(url).hostname, urlsplit(url).port
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: the server's sends stall
+        sock.connect((host, port))
+        sock.sendall(f"GET /sse HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
+                     "Accept: text/event-stream\r\n\r\n".encode())
+        head = b""
+        while b"session_id=" not in head or not head.endswith(b"\r\n"):
+            head += sock.recv(1)  # the headers and the endpoint event, then nothing more is read
+        endpoint = head.split(b"data: ", 1)[1].split(b"\r\n")[0].decode()
+        read = {"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "get_file_text", "arguments": {
+            "source_id": str(corpus.source_id), "key": "big.txt"}}}
+        async with httpx.AsyncClient(timeout=10) as http:
+            auth = {"Authorization": f"Bearer {token}"}
+            for i in range(6):  # ~2 MB each: far more than the socket buffers hold
+                posted = await http.post(f"{url}{endpoint}", json={**read, "id": i}, headers=auth)
+                assert posted.status_code == 202
+            assert await anyio.to_thread.run_sync(closed.acquire, True, 20.0), "the stalled session never closed"
+            gone = await http.post(f"{url}{endpoint}", json={**read, "id": 99}, headers=auth)
+            async with raw_session(http, url, token):  # its one slot (per token) is free again
+                pass
+        sock.close()
+    assert gone.status_code == 404

@@ -23,7 +23,8 @@ foreign_session); the calls themselves are counted as every /mcp call is.
 Bounded: KDBL_LEGACY_SSE_MAX_SESSIONS_PER_TOKEN (429) and KDBL_LEGACY_SSE_MAX_SESSIONS per process
 (503). A comment line every KDBL_LEGACY_SSE_KEEPALIVE_S (15 s) keeps an idle session inside the 60 s
 idle timeouts of common proxies. A disconnect closes the session, cancels its unanswered calls and
-frees its slot.
+frees its slot; so does a client that stops reading while its connection stays open (an event that
+waits KDBL_LEGACY_SSE_SEND_TIMEOUT_S, 30 s, to be sent), instead of holding its slot until TCP gives up.
 
 Sessions live in the process that holds the stream, so a session's POSTs must reach that process:
 KDBL_API_WORKERS must be 1 (kdbl_api.main refuses otherwise) and, with several replicas, the chart's
@@ -46,6 +47,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette.sse import SendTimeoutError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
@@ -147,7 +149,12 @@ class LegacySse:
         try:
             async with anyio.create_task_group() as tasks:
                 session.tasks = tasks
-                await EventSourceResponse(events(), ping=self.settings.legacy_sse_keepalive_s)(scope, receive, send)
+                try:
+                    await EventSourceResponse(events(), ping=self.settings.legacy_sse_keepalive_s,
+                                              send_timeout=self.settings.legacy_sse_send_timeout_s)(scope, receive, send)
+                except* SendTimeoutError:  # the client stopped reading: drop it rather than hold its slot
+                    log.warning("sse client stopped reading; session closed",
+                                extra={"session": session.id, "send_timeout_s": self.settings.legacy_sse_send_timeout_s})
                 tasks.cancel_scope.cancel()  # the client left: its unanswered calls are dropped
         finally:
             session.closed = True

@@ -148,6 +148,9 @@ class Settings(BaseSettings):
     legacy_sse_keepalive_s: float = Field(default=15.0, gt=0, le=300, description=(
         "An idle SSE session gets a comment line this often, well inside the 60 s idle timeouts of common "
         "proxies and load balancers, so it survives between searches."))
+    legacy_sse_send_timeout_s: float = Field(default=30.0, gt=0, le=600, description=(
+        "An SSE client that stops reading (its connection open, its buffers full) is disconnected when one "
+        "event waits this long to be sent, which frees its session slot (kdbl_api.legacy_sse)."))
     legacy_sse_max_sessions: int = Field(default=256, ge=1, le=100_000, description=(
         "Open SSE sessions per API process; one more is refused with 503."))
     legacy_sse_max_sessions_per_token: int = Field(default=8, ge=1, le=10_000, description=(
