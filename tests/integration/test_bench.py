@@ -81,41 +81,6 @@ def test_jsonrpc_error_reads_the_answer() -> None:
     assert jsonrpc_error(429, b"{}") == "HTTP 429"
 
 
-def test_bench_scale_grows_a_synthetic_corpus_and_measures_both_modes(owner_url, tiny_beir, tmp_path, unique,
-                                                                       embed_model_path, monkeypatch):
-    import psycopg
-
-    from kdbl_control import bench_scale
-    from kdbl_core.db.connect import conninfo
-
-    monkeypatch.setattr(bench_scale, "TENANT", f"scale-{unique}")
-    monkeypatch.setattr(bench_scale, "BATCH_CHUNKS", 120)
-    lines: list[str] = []
-    result = bench_scale.run_scale_bench(owner_url, tiny_beir, tmp_path, sizes=[200, 400], model_path=embed_model_path,
-                                         n_queries=3, clients=1, seconds=1.0, log=lines.append)
-    assert [s["chunks"] for s in result["steps"]] == [200, 400]
-    for step in result["steps"]:
-        for mode in ("lexical", "hybrid"):
-            assert step[mode]["n"] == 3 and step[mode]["errors"] == 0, step[mode]["error_samples"]
-    with psycopg.connect(conninfo(owner_url)) as conn:
-        [tenant] = conn.execute("SELECT id FROM tenants WHERE name = %(n)s", {"n": f"scale-{unique}"}).fetchone()
-        chunks, embedded, files = conn.execute(
-            "SELECT count(*), count(embedding), count(DISTINCT file_id) FROM chunks WHERE tenant_id = %(t)s",
-            {"t": tenant}).fetchone()
-        # the statistics the BM25 query reads agree with the postings written in bulk
-        n, total = conn.execute("SELECT sum(n_chunks), sum(total_len) FROM corpus_stats WHERE tenant_id = %(t)s",
-                                {"t": tenant}).fetchone()
-        [real_total] = conn.execute("SELECT sum(token_count) FROM chunks WHERE tenant_id = %(t)s",
-                                    {"t": tenant}).fetchone()
-        [drift] = conn.execute("""
-            SELECT count(*) FROM (SELECT term, count(*) AS df FROM postings WHERE tenant_id = %(t)s GROUP BY term) p
-            FULL JOIN (SELECT term, sum(df) AS df FROM term_stats WHERE tenant_id = %(t)s GROUP BY term) s
-            USING (term) WHERE p.df IS DISTINCT FROM s.df""", {"t": tenant}).fetchone()
-    assert (chunks, embedded, files) == (400, 400, 100)
-    assert n == 400 and total == real_total and drift == 0
-    assert any("HNSW index built" in line for line in lines)
-
-
 def _established_per_process(pids: list[str], port: int) -> dict[str, int]:
     """How many established TCP connections to `port` each process holds (from /proc)."""
     inodes = set()

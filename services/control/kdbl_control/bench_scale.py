@@ -7,6 +7,10 @@ same statements' semantics as the worker (postings, term statistics, corpus stat
 embeddings) but in bulk, straight into Postgres. The corpus grows step by step (10k -> 100k -> 1M); at each
 size the HNSW index is rebuilt, the tables are vacuumed, and `kdbl-api` (kdbl_api role, auth, RLS, audit,
 the real query embedder) answers real queries through the whole HTTP path.
+
+Beside the HTTP runs, each size reports what issue 19 is judged by: the keyword arm's SQL as served and
+exhaustive (every posting read: the exact top-k) with their top-10 agreement (bench_exhaustive), bytes per
+chunk of each search table and index (storage), and chunks/s and postings/s of the growth step's bulk load.
 """
 
 from __future__ import annotations
@@ -24,12 +28,13 @@ from typing import Any
 
 import psycopg
 
-from kdbl_control import admin
+from kdbl_control import admin, bench_exhaustive
 from kdbl_control.beir import iter_corpus, load_queries
 from kdbl_control.bench import many_clients, one_client, start_api
 from kdbl_control.up import free_port
 from kdbl_core.db.connect import conninfo, sync_pool
 from kdbl_core.embedder import Embedder
+from kdbl_core.settings import get_settings
 
 TENANT = "bench-scale"
 TOKENS_PER_CHUNK = 100
@@ -71,11 +76,13 @@ WITH f AS (
     INSERT INTO term_stats (tenant_id, term, source_id, shard, df)
     SELECT %(tenant)s, term, %(source)s, 0, count(*) FROM ins GROUP BY term ORDER BY term
     ON CONFLICT (tenant_id, term, source_id, shard) DO UPDATE SET df = term_stats.df + EXCLUDED.df
+), cs AS (
+    INSERT INTO corpus_stats (tenant_id, source_id, shard, n_chunks, total_len)
+    SELECT %(tenant)s, %(source)s, 0, count(*), coalesce(sum(token_count), 0) FROM ch
+    ON CONFLICT (tenant_id, source_id, shard) DO UPDATE SET
+        n_chunks = corpus_stats.n_chunks + EXCLUDED.n_chunks, total_len = corpus_stats.total_len + EXCLUDED.total_len
 )
-INSERT INTO corpus_stats (tenant_id, source_id, shard, n_chunks, total_len)
-SELECT %(tenant)s, %(source)s, 0, count(*), coalesce(sum(token_count), 0) FROM ch
-ON CONFLICT (tenant_id, source_id, shard) DO UPDATE SET
-    n_chunks = corpus_stats.n_chunks + EXCLUDED.n_chunks, total_len = corpus_stats.total_len + EXCLUDED.total_len
+SELECT count(*) AS postings FROM ins
 """
 
 
@@ -104,9 +111,10 @@ def _stage_rows(rng: random.Random, words: list[str], cumulative: list[int], fir
 
 def grow(owner_url: str, tenant_id: Any, source_id: Any, target_chunks: int, *, dim: int, model_id: str,
          words: list[str], cumulative: list[int], log: Any) -> dict[str, float]:
-    """Add synthetic chunks until the tenant has `target_chunks`; returns rows/s of the bulk load."""
+    """Add synthetic chunks until the tenant has `target_chunks`; returns chunks/s and postings/s of the
+    bulk load (rows, postings and statistics; the HNSW build is maintain()'s)."""
     rng = random.Random(target_chunks)
-    started, added = time.perf_counter(), 0
+    started, added, postings = time.perf_counter(), 0, 0
     with psycopg.connect(conninfo(owner_url)) as conn:  # one connection, one transaction per batch
         # bulk load without the HNSW index (rebuilt in one pass by maintain(), as for an initial crawl)
         conn.execute(f"DROP INDEX IF EXISTS chunks_embedding_{int(dim)}_hnsw")
@@ -120,17 +128,20 @@ def grow(owner_url: str, tenant_id: Any, source_id: Any, target_chunks: int, *, 
                          "(file_no bigint, seq int, body text) ON COMMIT DELETE ROWS")
             with conn.cursor() as cur, cur.copy("COPY kdbl_bench_stage FROM STDIN") as copy:
                 copy.write(buffer.getvalue())
-            conn.execute(_INSERT_BATCH, {
+            [written] = conn.execute(_INSERT_BATCH, {
                 "tenant": tenant_id, "source": source_id, "first_file": next_file,
-                "last_file": next_file + files - 1, "per_file": CHUNKS_PER_FILE, "dim": dim, "model": model_id})
+                "last_file": next_file + files - 1, "per_file": CHUNKS_PER_FILE, "dim": dim,
+                "model": model_id}).fetchone()
             conn.commit()
+            postings += written
             have += files * CHUNKS_PER_FILE
             added += files * CHUNKS_PER_FILE
             next_file += files
             log(f"scale: {have:,} chunks ({added / (time.perf_counter() - started):,.0f} chunks/s)")
     seconds = time.perf_counter() - started
-    return {"chunks_added": added, "seconds": round(seconds, 1),
-            "chunks_per_s": round(added / seconds, 1) if added else None}
+    return {"chunks_added": added, "postings_added": postings, "seconds": round(seconds, 1),
+            "chunks_per_s": round(added / seconds, 1) if added else None,
+            "postings_per_s": round(postings / seconds, 1) if added else None}
 
 
 def maintain(owner_url: str, dim: int, log: Any) -> dict[str, float]:
@@ -146,6 +157,40 @@ def maintain(owner_url: str, dim: int, log: Any) -> dict[str, float]:
         vacuum = time.perf_counter() - start
         [size] = conn.execute("SELECT pg_database_size(current_database())").fetchone()
     return {"hnsw_build_s": round(hnsw, 1), "vacuum_s": round(vacuum, 1), "database_mb": round(size / 2**20)}
+
+
+STORAGE_TABLES = ("chunks", "postings", "files", "term_stats", "corpus_stats")
+_TABLE_SIZES = """
+SELECT t.name, pg_total_relation_size(to_regclass(t.name)) AS total,
+       pg_relation_size(to_regclass(t.name)) AS heap, pg_indexes_size(to_regclass(t.name)) AS indexes
+  FROM unnest(CAST(%(tables)s AS text[])) WITH ORDINALITY AS t(name, n) ORDER BY t.n
+"""
+_INDEX_SIZES = """
+SELECT CAST(i.indexrelid::regclass AS text) AS name, CAST(i.indrelid::regclass AS text) AS tbl,
+       pg_relation_size(i.indexrelid) AS size
+  FROM pg_index i WHERE i.indrelid IN (SELECT to_regclass(t) FROM unnest(CAST(%(tables)s AS text[])) AS t)
+ ORDER BY tbl, size DESC, name
+"""
+
+
+def storage(owner_url: str) -> dict[str, Any]:
+    """Bytes per chunk of each search table (heap, TOAST + free-space/visibility maps, indexes) and of each
+    of their indexes: the whole tables over every chunk in the database (the bench's tenant, when alone)."""
+    with psycopg.connect(conninfo(owner_url)) as conn:
+        [chunks] = conn.execute("SELECT count(*) FROM chunks").fetchone()
+        tables = conn.execute(_TABLE_SIZES, {"tables": list(STORAGE_TABLES)}).fetchall()
+        indexes = conn.execute(_INDEX_SIZES, {"tables": list(STORAGE_TABLES)}).fetchall()
+    per = max(chunks, 1)
+    return {
+        "chunks": chunks,
+        "bytes_per_chunk": round(sum(t[1] for t in tables) / per, 1),
+        "tables": [{"table": name, "total_bytes": total, "heap_bytes": heap, "index_bytes": idx,
+                    "toast_and_maps_bytes": total - heap - idx, "bytes_per_chunk": round(total / per, 1),
+                    "heap_per_chunk": round(heap / per, 1), "index_per_chunk": round(idx / per, 1)}
+                   for name, total, heap, idx in tables],
+        "indexes": [{"index": name, "table": table, "bytes": size, "bytes_per_chunk": round(size / per, 1)}
+                    for name, table, size in indexes],
+    }
 
 
 def run_scale_bench(owner_url: str, dataset: Path, work_dir: Path, *, sizes: list[int], model_path: Path,
@@ -171,7 +216,11 @@ def run_scale_bench(owner_url: str, dataset: Path, work_dir: Path, *, sizes: lis
         api = start_api(owner_url, port, env={"KDBL_EMBED_MODEL_PATH": str(model_path)})
         try:
             url = f"http://127.0.0.1:{port}/mcp"
-            step: dict[str, Any] = {"chunks": size, "load": load, "maintenance": upkeep}
+            step: dict[str, Any] = {"chunks": size, "load": load, "maintenance": upkeep,
+                                    "storage": storage(owner_url)}
+            step["keyword_arm"] = asyncio.run(bench_exhaustive.compare(owner_url, tenant.id, TENANT, queries,
+                                                                       settings=get_settings()))
+            log(f"scale: {size:,} chunks, keyword arm vs exhaustive: {json.dumps(step['keyword_arm'])}")
             for mode in ("lexical", "hybrid"):
                 step[mode] = asyncio.run(one_client(url, token, queries, mode))
                 if clients > 1:
@@ -186,13 +235,57 @@ def run_scale_bench(owner_url: str, dataset: Path, work_dir: Path, *, sizes: lis
             "queries": len(queries), "steps": steps, "date": time.strftime("%Y-%m-%d")}
 
 
+def _pair(timing: dict[str, Any]) -> str:
+    return f"{timing['p50_ms']} / {timing['p95_ms']}"
+
+
+def _storage_table(steps: list[dict[str, Any]]) -> list[str]:
+    """Bytes per chunk: a row per table (total, then heap, TOAST + maps, indexes) and per index, a column
+    per size."""
+    rows: dict[str, list[str]] = {}
+    for col, step in enumerate(steps):
+        cells: list[tuple[str, float]] = []
+        for t in step["storage"]["tables"]:
+            cells += [(t["table"], t["bytes_per_chunk"]), (f"  {t['table']} heap", t["heap_per_chunk"]),
+                      (f"  {t['table']} TOAST + maps", round(t["bytes_per_chunk"] - t["heap_per_chunk"]
+                                                             - t["index_per_chunk"], 1)),
+                      (f"  {t['table']} indexes", t["index_per_chunk"])]
+            cells += [(f"    {i['index']}", i["bytes_per_chunk"]) for i in step["storage"]["indexes"]
+                      if i["table"] == t["table"]]
+        cells.append(("all search tables", step["storage"]["bytes_per_chunk"]))
+        for name, value in cells:
+            rows.setdefault(name, [""] * len(steps))[col] = f"{value:,.1f}"
+    width = max(len(name) for name in rows)
+    lines = ["bytes per chunk", f"{'':{width}} " + " ".join(f"{s['chunks']:>12,}" for s in steps)]
+    lines += [f"{name:{width}} " + " ".join(f"{v:>12}" for v in values) for name, values in rows.items()]
+    return lines
+
+
 def summarise(result: dict[str, Any]) -> str:
-    lines = [(f"synthetic chunks of {result['tokens_per_chunk']} tokens, {result['dimensions']}-d random vectors, "
-              f"{result['queries']} queries, 1 client"),
-             (f"{'chunks':>10} {'lex p50':>8} {'lex p95':>8} {'hyb p50':>8} {'hyb p95':>8} {'HNSW build s':>13} "
-              f"{'DB MB':>8}")]
-    for s in result["steps"]:
-        lines.append(f"{s['chunks']:>10,} {s['lexical']['p50_ms']:>8} {s['lexical']['p95_ms']:>8} "
-                     f"{s['hybrid']['p50_ms']:>8} {s['hybrid']['p95_ms']:>8} "
-                     f"{s['maintenance']['hnsw_build_s']:>13} {s['maintenance']['database_mb']:>8}")
-    return "\n".join(lines)
+    """Issue 19's table (HTTP latency of the served method, the keyword arm's SQL served and exhaustive,
+    their top-10 agreement, hybrid, database size), then ingestion per growth step and storage."""
+    steps = result["steps"]
+    lines = [(f"synthetic chunks of {result['tokens_per_chunk']} tokens, {result['dimensions']}-d random "
+              f"vectors, {result['queries']} queries, 1 client; lexical and hybrid through HTTP, keyword SQL "
+              f"in one RLS transaction"),
+             "| chunks | lexical p50 / p95 ms (served) | keyword SQL served | exhaustive p50 / p95 ms "
+             "| top-10 identical / overlap@10 | hybrid p50 / p95 ms | database MB |",
+             "|---|---|---|---|---|---|---|"]
+    for s in steps:
+        arm, mb = s["keyword_arm"], s["maintenance"]["database_mb"]
+        agree = f"{arm['agreement']['identical_share']:.1%} / {arm['agreement']['mean_overlap_at_10']:.3f}"
+        lines.append(f"| {s['chunks']:,} | {_pair(s['lexical'])} | {_pair(arm['served_sql'])} "
+                     f"| {_pair(arm['exhaustive_sql'])} | {agree} | {_pair(s['hybrid'])} | {mb:,} |")
+    lines += ["", f"{'ingestion':>10} {'chunks/s':>10} {'postings/s':>12} {'postings':>12} "
+              f"{'HNSW build s':>13} {'vacuum s':>9}"]
+    for s in steps:
+        load, upkeep = s["load"], s["maintenance"]
+        chunks_s, postings_s = load["chunks_per_s"] or "-", load["postings_per_s"] or "-"
+        lines.append(f"{s['chunks']:>10,} {chunks_s:>10} {postings_s:>12} {load['postings_added']:>12,} "
+                     f"{upkeep['hnsw_build_s']:>13} {upkeep['vacuum_s']:>9}")
+    for s in steps:
+        for key, value in s.items():
+            if key.endswith("_clients"):
+                lines.append(f"{s['chunks']:,} chunks, {key.replace('_', ' ')}: {value['requests_per_s']} "
+                             f"req/s, p50 / p95 {_pair(value)} ms, errors {value['errors']}")
+    return "\n".join([*lines, "", *_storage_table(steps)])

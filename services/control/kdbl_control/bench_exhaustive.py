@@ -1,0 +1,94 @@
+"""Exhaustive BM25 beside the served keyword arm: latency of each and their top-10 agreement (issue 19).
+
+The served method (kdbl_core.search.lexical.search with KDBL_BM25_COMMON_DF, 20,000 postings) is exact
+unless a query term passes that many visible postings; then common terms only rescore the candidates
+the rarer terms picked. The reference is the very same SQL with `common_df` so high that no term is
+common: every posting of every query term is read and the result is the exact top-k. Both run in one
+RLS transaction per query as the kdbl_api role (bench search's `floor`: no HTTP, no audit), on the
+queries the HTTP runs use, at the depth search_content's default call ranks (its page of 20 plus one).
+The served pass runs first, then the exhaustive pass, so each pays its own reads on a warm cache.
+
+Agreement per query, over the top 10: *identical* when both lists hold the same chunk ids in the same
+order; *overlap@10* the share of the longer list's ids the other holds (1.0 when both are empty). The
+issue's target is identical top 10 for >= 99% of queries; at 10k chunks no term reaches 20,000
+postings, so today's method must agree on 100% (a test holds that at 2,000 chunks).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from kdbl_control.bench import pct
+from kdbl_core.access.principal import Principal, rls_transaction
+from kdbl_core.db.connect import async_pool
+from kdbl_core.db.urls import for_role
+from kdbl_core.search import lexical
+from kdbl_core.search.pipeline import SearchRequest
+from kdbl_core.settings import Settings
+
+EXHAUSTIVE_DF = 2**62  # more postings than any term can have: no term is common, every posting is read
+TOP = 10
+
+
+def served_depth(settings: Settings) -> int:
+    """Ranked hits search_content's default call asks the keyword arm for (pipeline._ranking_length)."""
+    page = SearchRequest(query="-").limit
+    return min(page + 1, max(page, settings.hybrid_depth))
+
+
+def agreement(served: Sequence[Sequence[int]], exact: Sequence[Sequence[int]],
+              k: int = TOP) -> dict[str, Any]:
+    """Top-`k` agreement of two rankings per query (chunk ids, best first): the share of queries whose
+    top k are identical in order, the share with the same set, and the mean overlap@k."""
+    identical = same_set = 0
+    overlaps = []
+    for s, e in zip(served, exact, strict=True):
+        s_top, e_top = list(s[:k]), list(e[:k])
+        identical += s_top == e_top
+        same_set += set(s_top) == set(e_top)
+        longer = max(len(s_top), len(e_top))
+        overlaps.append(len(set(s_top) & set(e_top)) / longer if longer else 1.0)
+    n = len(overlaps)
+    hits = sum(min(len(e), k) for e in exact)
+    return {"k": k, "queries": n, "mean_exact_hits": round(hits / n, 2) if n else None,
+            "identical_share": round(identical / n, 4) if n else None,
+            "same_set_share": round(same_set / n, 4) if n else None,
+            f"mean_overlap_at_{k}": round(sum(overlaps) / n, 4) if n else None}
+
+
+def _timing(ms: list[float]) -> dict[str, Any]:
+    return {"p50_ms": pct(ms, 0.5), "p95_ms": pct(ms, 0.95), "n": len(ms)}
+
+
+async def _ranked(pool: Any, principal: Principal, queries: list[str], *, settings: Settings, depth: int,
+                  common_df: int) -> tuple[list[float], list[list[int]]]:
+    times, rankings = [], []
+    for query in queries:
+        start = time.perf_counter()
+        async with rls_transaction(pool, principal) as conn:
+            hits = await lexical.search(conn, query, lexical.Filters(), limit=depth,
+                                        ts_config=settings.text_search_config, common_df=common_df)
+        times.append((time.perf_counter() - start) * 1000)
+        rankings.append([h.chunk_id for h in hits])
+    return times, rankings
+
+
+async def compare(owner_url: str, tenant_id: uuid.UUID, tenant_name: str, queries: list[str], *,
+                  settings: Settings) -> dict[str, Any]:
+    """The served keyword arm and the exhaustive one on `queries`: SQL p50/p95 of each and agreement."""
+    pool = await async_pool(for_role(owner_url, "kdbl_api"), size=1, name="kdbl-bench-exhaustive")
+    principal = Principal(tenant_id=tenant_id, tenant_name=tenant_name, subject="user:bench")
+    depth = served_depth(settings)
+    try:
+        served_ms, served = await _ranked(pool, principal, queries, settings=settings, depth=depth,
+                                          common_df=settings.bm25_common_df)
+        exact_ms, exact = await _ranked(pool, principal, queries, settings=settings, depth=depth,
+                                        common_df=EXHAUSTIVE_DF)
+    finally:
+        await pool.close()
+    return {"depth": depth, "common_df": settings.bm25_common_df,
+            "served_sql": _timing(served_ms), "exhaustive_sql": _timing(exact_ms),
+            "agreement": agreement(served, exact)}
