@@ -186,7 +186,8 @@ def storage(owner_url: str) -> dict[str, Any]:
         "bytes_per_chunk": round(sum(t[1] for t in tables) / per, 1),
         "tables": [{"table": name, "total_bytes": total, "heap_bytes": heap, "index_bytes": idx,
                     "toast_and_maps_bytes": total - heap - idx, "bytes_per_chunk": round(total / per, 1),
-                    "heap_per_chunk": round(heap / per, 1), "index_per_chunk": round(idx / per, 1)}
+                    "heap_per_chunk": round(heap / per, 1), "index_per_chunk": round(idx / per, 1),
+                    "toast_and_maps_per_chunk": round((total - heap - idx) / per, 1)}
                    for name, total, heap, idx in tables],
         "indexes": [{"index": name, "table": table, "bytes": size, "bytes_per_chunk": round(size / per, 1)}
                     for name, table, size in indexes],
@@ -247,8 +248,7 @@ def _storage_table(steps: list[dict[str, Any]]) -> list[str]:
         cells: list[tuple[str, float]] = []
         for t in step["storage"]["tables"]:
             cells += [(t["table"], t["bytes_per_chunk"]), (f"  {t['table']} heap", t["heap_per_chunk"]),
-                      (f"  {t['table']} TOAST + maps", round(t["bytes_per_chunk"] - t["heap_per_chunk"]
-                                                             - t["index_per_chunk"], 1)),
+                      (f"  {t['table']} TOAST + maps", t["toast_and_maps_per_chunk"]),
                       (f"  {t['table']} indexes", t["index_per_chunk"])]
             cells += [(f"    {i['index']}", i["bytes_per_chunk"]) for i in step["storage"]["indexes"]
                       if i["table"] == t["table"]]

@@ -250,7 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "session's hit rate (lexical, limit 10, --queries queries; default 300 -> use ~100)")
     bs.add_argument("--queries-file", type=Path, help="with --response-modes on a plain folder: one query per line "
                     "(default: its Markdown headings)")
-    sc = bsub.add_parser("scale", help="lexical and hybrid latency on a synthetic corpus at growing sizes")
+    sc = bsub.add_parser("scale", help="lexical and hybrid latency on a synthetic corpus at growing sizes, the "
+                         "keyword arm beside exhaustive BM25 (top-10 agreement), bytes per chunk, load rates")
     sc.add_argument("--dataset", type=Path, default=bs.get_default("dataset"),
                     help="BEIR folder whose token distribution and queries are used")
     sc.add_argument("--sizes", default="10000,100000,1000000", help="comma-separated chunk counts")
