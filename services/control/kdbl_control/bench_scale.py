@@ -167,7 +167,7 @@ SELECT t.name, pg_total_relation_size(to_regclass(t.name)) AS total,
 """
 _INDEX_SIZES = """
 SELECT CAST(i.indexrelid::regclass AS text) AS name, CAST(i.indrelid::regclass AS text) AS tbl,
-       pg_relation_size(i.indexrelid) AS size
+       pg_total_relation_size(i.indexrelid) AS size  -- every fork, as pg_indexes_size counts them (a FSM too)
   FROM pg_index i WHERE i.indrelid IN (SELECT to_regclass(t) FROM unnest(CAST(%(tables)s AS text[])) AS t)
  ORDER BY tbl, size DESC, name
 """

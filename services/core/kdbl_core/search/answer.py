@@ -168,7 +168,7 @@ def score_sentences(found: Sequence[Passage], lexemes: frozenset[str], ts_config
         return []
     df = {lexeme: sum(1 for c in candidates if lexeme in c[4]) for lexeme in lexemes}
     idf = {lexeme: math.log(1 + (n - df[lexeme] + 0.5) / (df[lexeme] + 0.5)) for lexeme in lexemes}
-    total_weight = sum(idf.values()) or 1.0
+    total_weight = math.fsum(idf.values()) or 1.0  # fsum: the same sum whatever the set's order (hash seed)
     avg_length = sum(c[5] for c in candidates) / n
     scored, seen = [], set()
     for passage, s, e, position, counts, length in candidates:
@@ -176,7 +176,7 @@ def score_sentences(found: Sequence[Passage], lexemes: frozenset[str], ts_config
             continue
         norm = K1 * (1 - B + B * length / avg_length)
         bm25 = sum(idf[lex] * tf * (K1 + 1) / (tf + norm) for lex, tf in counts.items())
-        coverage = sum(idf[lex] for lex in counts) / total_weight
+        coverage = math.fsum(idf[lex] for lex in counts) / total_weight
         prior = (1 - 0.05 * min(passage.rank, 10)) * (1 - 0.02 * min(position, 10))
         text = passage.text[s:e]
         if text in seen:
