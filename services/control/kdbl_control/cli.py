@@ -9,6 +9,7 @@ import re
 import sys
 import tempfile
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn
@@ -394,17 +395,9 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
         if model is None:
             raise ConfigError("bench similar needs an embedding model (--model or KDBL_EMBED_MODEL_PATH)")
         terms = tuple(int(t) for t in args.terms.split(",") if t.strip())
-        work = (args.work_dir or bench.default_work_dir()).resolve()
-        work.mkdir(parents=True, exist_ok=True)
-        if settings.database_url is not None and args.data_dir is None:
-            result = bench_similar.run_similar_bench(settings.database_url.get_secret_value(), args.dataset, work,
-                                                     model, split=args.split, terms=terms)
-        else:
-            with EmbeddedDatabase(args.data_dir or work / "db") as db:
-                result = bench_similar.run_similar_bench(db.owner_url, args.dataset, work, model, split=args.split,
-                                                         terms=terms)
-        print(json.dumps(result, indent=2, default=str) if args.json else bench_similar.summarise(result))
-        return 0
+        return _run_bench(args, settings, bench.default_work_dir(),
+                          lambda url, work, db: bench_similar.run_similar_bench(
+                              url, args.dataset, work, model, split=args.split, terms=terms), bench_similar.summarise)
     if args.action == "scale":
         if model is None:
             raise ConfigError("bench scale needs an embedding model (--model or KDBL_EMBED_MODEL_PATH)")
@@ -417,70 +410,57 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
                 clients=args.clients, seconds=args.seconds, log=lambda line: print(line, file=sys.stderr))
         print(json.dumps(result, indent=2, default=str) if args.json else bench_scale.summarise(result))
         return 0
-    work = (args.work_dir or bench.default_work_dir()).resolve()
-    work.mkdir(parents=True, exist_ok=True)
     options = {"clients": args.clients, "seconds": args.seconds, "n_queries": args.queries, "mode": args.mode,
                "model_path": model if args.mode == "hybrid" else None}
+    return _run_bench(args, settings, bench.default_work_dir(), lambda url, work, db: bench.run_search_bench(
+        url, args.dataset, work, **options,
+        **({"postgres_pid": postmaster_pid(db.data_dir / "pgdata")} if db is not None else {})), bench.summarise)
+
+
+def _run_bench(args: argparse.Namespace, settings: Settings, default_work: Path,
+               run: Callable[[str, Path, Any], dict[str, Any]], summarise: Callable[[dict[str, Any]], str]) -> int:
+    """One benchmark: its work folder, then `run(owner_url, work, db)` on KDBL_DATABASE_URL (db None) or,
+    without one or with --data-dir, on an embedded database in the work folder; prints JSON or the summary."""
+    from kdbl_core.db.embedded_postgres import EmbeddedDatabase
+
+    work = (args.work_dir or default_work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
     if settings.database_url is not None and args.data_dir is None:
-        result = bench.run_search_bench(settings.database_url.get_secret_value(), args.dataset, work, **options)
+        result = run(settings.database_url.get_secret_value(), work, None)
     else:
         with EmbeddedDatabase(args.data_dir or work / "db") as db:
-            result = bench.run_search_bench(db.owner_url, args.dataset, work, **options,
-                                            postgres_pid=postmaster_pid(db.data_dir / "pgdata"))
-    print(json.dumps(result, indent=2, default=str) if args.json else bench.summarise(result))
+            result = run(db.owner_url, work, db)
+    print(json.dumps(result, indent=2, default=str) if args.json else summarise(result))
     return 0
 
 
 def _bench_answer(args: argparse.Namespace, settings: Settings) -> int:
     from kdbl_control import bench_answer
-    from kdbl_core.db.embedded_postgres import EmbeddedDatabase
 
-    work = (args.work_dir or Path(tempfile.gettempdir()) / "kdbl-bench-answer").resolve()
-    work.mkdir(parents=True, exist_ok=True)
     options = {"n_queries": args.queries, "n_docs": args.docs, "split": args.split, "chat_model": args.chat_model,
                "max_tokens": args.max_tokens}
-    if settings.database_url is not None and args.data_dir is None:
-        result = bench_answer.run_answer_bench(settings.database_url.get_secret_value(), args.dataset, work, **options)
-    else:
-        with EmbeddedDatabase(args.data_dir or work / "db") as db:
-            result = bench_answer.run_answer_bench(db.owner_url, args.dataset, work, **options)
-    print(json.dumps(result, indent=2, default=str) if args.json else bench_answer.summarise(result))
-    return 0
+    return _run_bench(args, settings, Path(tempfile.gettempdir()) / "kdbl-bench-answer",
+                      lambda url, work, db: bench_answer.run_answer_bench(url, args.dataset, work, **options),
+                      bench_answer.summarise)
 
 
 def _bench_cache(args: argparse.Namespace, settings: Settings) -> int:
     from kdbl_control import bench, bench_cache
-    from kdbl_core.db.embedded_postgres import EmbeddedDatabase
 
-    work = (args.work_dir or bench.default_work_dir()).resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    if settings.database_url is not None and args.data_dir is None:
-        result = bench_cache.run_cache_bench(settings.database_url.get_secret_value(), args.dataset, work,
-                                             n_queries=args.queries)
-    else:
-        with EmbeddedDatabase(args.data_dir or work / "db") as db:
-            result = bench_cache.run_cache_bench(db.owner_url, args.dataset, work, n_queries=args.queries)
-    print(json.dumps(result, indent=2, default=str) if args.json else bench_cache.summarise(result))
-    return 0
+    return _run_bench(args, settings, bench.default_work_dir(), lambda url, work, db: bench_cache.run_cache_bench(
+        url, args.dataset, work, n_queries=args.queries), bench_cache.summarise)
 
 
 def _bench_response_modes(args: argparse.Namespace, settings: Settings, model: Path | None) -> int:
     from kdbl_control import bench_modes
-    from kdbl_core.db.embedded_postgres import EmbeddedDatabase
 
     if not args.dataset.is_dir():
         raise ConfigError(f"{args.dataset} is not a folder")
-    work = (args.work_dir or Path(tempfile.gettempdir()) / "kdbl-bench-modes").resolve()
-    work.mkdir(parents=True, exist_ok=True)
     options = {"n_queries": args.queries, "search_mode": args.mode, "queries_file": args.queries_file,
                "model_path": model}
-    if settings.database_url is not None and args.data_dir is None:
-        result = bench_modes.run_modes_bench(settings.database_url.get_secret_value(), args.dataset, work, **options)
-    else:
-        with EmbeddedDatabase(args.data_dir or work / "db") as db:
-            result = bench_modes.run_modes_bench(db.owner_url, args.dataset, work, **options)
-    print(json.dumps(result, indent=2, default=str) if args.json else bench_modes.summarise(result))
-    return 0
+    return _run_bench(args, settings, Path(tempfile.gettempdir()) / "kdbl-bench-modes",
+                      lambda url, work, db: bench_modes.run_modes_bench(url, args.dataset, work, **options),
+                      bench_modes.summarise)
 
 
 def source_config(args: argparse.Namespace) -> dict[str, Any]:
