@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from kdbl_control.bench_cache import distinctive, run_cache_bench, session
 
 DOCS = {f"d{i}": (f"Topic {i}", f"Okapi migration {i} starts when the rains come to forest number {i}.")
@@ -39,3 +41,15 @@ def test_the_cache_bench_measures_misses_hits_and_the_sessions_hit_rate(owner_ur
     assert result["hit"]["cache_hits"] == 3 and result["hit"]["p50_ms"] > 0
     agent = result["agent_session"]
     assert agent["calls"] == 12 and agent["cache_hits"] == agent["repeats"] > 0
+
+
+def test_a_data_set_without_queries_for_the_agent_session_is_refused_before_indexing(tmp_path):
+    from kdbl_core.errors import ConfigError
+
+    folder = tmp_path / "few"
+    folder.mkdir()
+    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": q}) + "\n"
+                                                  for i, q in enumerate(QUERIES[:4])))
+    with pytest.raises(ConfigError, match="pass --queries 2 or fewer"):
+        run_cache_bench("postgresql://unused@127.0.0.1:1/x", folder, tmp_path / "work", n_queries=4)
+    assert not (tmp_path / "work").exists()  # nothing indexed

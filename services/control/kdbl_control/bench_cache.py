@@ -25,6 +25,7 @@ from kdbl_control.beir import ensure_indexed, load_queries, materialise_beir
 from kdbl_control.bench import pct, start_api
 from kdbl_control.loadgen import Connection, encode_post
 from kdbl_control.up import free_port
+from kdbl_core.errors import ConfigError
 
 TENANT = "bench-search"
 LIMIT = 10
@@ -88,10 +89,13 @@ async def _measure(url: str, token: str, measured: list[str], fresh: list[str]) 
 
 
 def run_cache_bench(owner_url: str, dataset: Path, work_dir: Path, *, n_queries: int) -> dict[str, Any]:
+    queries = load_queries(dataset, 2 * n_queries)
+    if len(queries) <= n_queries:  # the agent session needs fresh queries beyond the measured ones
+        raise ConfigError(f"{dataset} has {len(queries)} queries: the agent session needs more than --queries "
+                          f"({n_queries}); pass --queries {max(1, len(queries) // 2)} or fewer")
     docs = work_dir / "bench-docs"
     materialise_beir(dataset, docs)
     indexed = ensure_indexed(owner_url, docs, TENANT)
-    queries = load_queries(dataset, 2 * n_queries)
     port = free_port()
     api = start_api(owner_url, port)
     try:
