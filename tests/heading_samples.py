@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 
+from helpers import pdf_file
+
 FILLER = ("The plant keeps a written log of every inspection, and the crew reads it at the start of each "
           "shift so that nothing noticed by the previous team is lost or repeated without reason. ")
 BODY = FILLER * 6  # ~1,000 characters: each section is a chunk of its own
@@ -95,16 +97,7 @@ def pdf_with_outline(pages: list[str], outline: list[tuple[int, str, int]], *, a
     objects[0] = b"<< /Type /Catalog /Pages 2 0 R /Outlines 4 0 R >>"
     objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(b"%d 0 R" % p for p in page_ids),
                                                                len(page_ids))
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
+    return pdf_file(objects)
 
 
 def manual_pdf() -> bytes:

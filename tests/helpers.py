@@ -191,6 +191,11 @@ def make_pdf(pages: list[bytes], *, encrypt: bool = False, info: bytes = b"") ->
     if info:
         objects.append(b"<< %s >>" % info)
         trailer_extra += b" /Info %d 0 R" % len(objects)
+    return pdf_file(objects, trailer_extra)
+
+
+def pdf_file(objects: list[bytes], trailer_extra: bytes = b"") -> bytes:
+    """Numbered objects (1 = the catalog) serialised as a PDF 1.4 file with its xref table and trailer."""
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for number, body in enumerate(objects, 1):
