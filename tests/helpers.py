@@ -130,6 +130,30 @@ def hybrid_tenant_api(owner_engine, worker_engine, owner_url: str, root: Path, f
     with running_api(owner_url, Settings(mcp_enabled=True, embed_model_path=str(embed_model_path))) as url:
         yield {"url": url, "token": token, "tenant": name, "corpus": corpus}
 
+async def search_and_read_a_window(client, source_id: str) -> tuple[list[float], dict]:
+    """An agent's loop through any MCP client over the module fixtures' handbook corpus: tools/list, 20
+    distinct searches (timed: no result-cache hits), then get_file_window at the hit's seq, each result
+    held to its outputSchema. Returns the searches' milliseconds and the last search's result."""
+    import jsonschema
+
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert {"search_content", "get_file_window", "get_file_text", "list_sources"} <= set(tools)
+    timings = []
+    for i in range(20):
+        started = time.perf_counter()
+        result = await client.call_tool("search_content", {"query": f"okapi migration q{i}", "mode": "lexical"})
+        timings.append((time.perf_counter() - started) * 1000)
+    structured = result.structured_content
+    jsonschema.validate(structured, tools["search_content"].output_schema)
+    [hit] = structured["hits"]
+    assert hit["key"] == "handbook.md" and hit["source_id"] == source_id
+    window = (await client.call_tool("get_file_window", {"source_id": source_id, "key": hit["key"],
+                                                          "start": hit["seq"]})).structured_content
+    jsonschema.validate(window, tools["get_file_window"].output_schema)
+    assert "okapi migration" in "".join(c["text"] for c in window["chunks"])
+    return timings, structured
+
+
 async def direct_search_timings(url: str, token: str, n: int = 20) -> list[float]:
     """Milliseconds of `n` distinct lexical searches over Streamable HTTP (the official client): the
     baseline a bridge or another transport is compared with."""

@@ -9,16 +9,14 @@ import json
 import logging
 import statistics
 import threading
-import time
 import uuid
 from contextlib import asynccontextmanager, contextmanager
 
 import anyio
 import anyio.to_thread
 import httpx
-import jsonschema
 import pytest
-from helpers import db_of, direct_search_timings, make_corpus, running_api
+from helpers import db_of, direct_search_timings, make_corpus, running_api, search_and_read_a_window
 from mcp.client import Client
 from mcp.client.sse import sse_client
 from mcp.shared.exceptions import MCPError
@@ -139,21 +137,7 @@ async def test_the_sdk_sse_client_initializes_lists_searches_and_reads_a_window_
         world, owner_engine):
     source_id = str(world["corpus"].source_id)
     async with sse_mcp(world["url"], world["token"]) as client:
-        tools = {t.name: t for t in (await client.list_tools()).tools}
-        assert {"search_content", "get_file_window", "get_file_text", "list_sources"} <= set(tools)
-        timings = []
-        for i in range(20):  # a new query each time: no result-cache hits
-            started = time.perf_counter()
-            result = await client.call_tool("search_content", {"query": f"okapi migration q{i}", "mode": "lexical"})
-            timings.append((time.perf_counter() - started) * 1000)
-        structured = result.structured_content
-        jsonschema.validate(structured, tools["search_content"].output_schema)
-        [hit] = structured["hits"]
-        assert hit["key"] == "handbook.md" and hit["source_id"] == source_id
-        window = (await client.call_tool("get_file_window", {"source_id": source_id, "key": hit["key"],
-                                                              "start": hit["seq"]})).structured_content
-        jsonschema.validate(window, tools["get_file_window"].output_schema)
-        assert "okapi migration" in "".join(c["text"] for c in window["chunks"])
+        timings, structured = await search_and_read_a_window(client, source_id)
     p50 = statistics.median(timings)
     direct = await direct_search_timings(world["url"], world["token"])
     print(f"\nsearch_content p50 over {len(timings)} calls: legacy SSE {p50:.1f} ms, "

@@ -10,14 +10,12 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import jsonschema
 import pytest
-from helpers import db_of, direct_search_timings, make_corpus, running_api
+from helpers import db_of, direct_search_timings, make_corpus, running_api, search_and_read_a_window
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
@@ -65,22 +63,7 @@ async def test_a_spawned_bridge_initializes_lists_searches_and_reads_a_window(wo
     with (world["dir"] / "stderr.log").open("w+") as errlog:
         async with bridged(world, token_file=world["token_file"], errlog=errlog) as client:
             assert client.server_info.name == "kdbl-context-lake"
-            tools = {t.name: t for t in (await client.list_tools()).tools}
-            assert {"search_content", "get_file_window", "get_file_text", "list_sources"} <= set(tools)
-            timings = []
-            for i in range(20):  # a new query each time: no result-cache hits
-                started = time.perf_counter()
-                result = await client.call_tool("search_content",
-                                                {"query": f"okapi migration q{i}", "mode": "lexical"})
-                timings.append((time.perf_counter() - started) * 1000)
-            structured = result.structured_content
-            jsonschema.validate(structured, tools["search_content"].output_schema)
-            [hit] = structured["hits"]
-            assert hit["key"] == "handbook.md" and hit["source_id"] == source_id
-            window = (await client.call_tool("get_file_window", {"source_id": source_id, "key": hit["key"],
-                                                                  "start": hit["seq"]})).structured_content
-            jsonschema.validate(window, tools["get_file_window"].output_schema)
-            assert "okapi migration" in "".join(c["text"] for c in window["chunks"])
+            timings, _ = await search_and_read_a_window(client, source_id)
             resources = await client.list_resources()  # not only tools: every method is relayed
             assert f"kdbl://file/{source_id}/handbook.md" in {str(r.uri) for r in resources.resources}
         errlog.seek(0)
