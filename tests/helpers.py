@@ -7,7 +7,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,6 +129,18 @@ def hybrid_tenant_api(owner_engine, worker_engine, owner_url: str, root: Path, f
     token = admin.create_token(db_of(owner_engine), tenant_name=name, name="agent")[0]
     with running_api(owner_url, Settings(mcp_enabled=True, embed_model_path=str(embed_model_path))) as url:
         yield {"url": url, "token": token, "tenant": name, "corpus": corpus}
+
+@asynccontextmanager
+async def mcp_client(url: str, token: str):
+    """The official SDK client over Streamable HTTP to the API at `url`, with the token as a Bearer header."""
+    from mcp.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with http, Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
+        yield client
+
 
 async def search_and_read_a_window(client, source_id: str) -> tuple[list[float], dict]:
     """An agent's loop through any MCP client over the module fixtures' handbook corpus: tools/list, 20

@@ -5,17 +5,15 @@ grant isolation, max_tokens, the timeout, progress notifications, cancellation, 
 from __future__ import annotations
 
 import uuid
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import contextmanager
 
 import anyio
 import httpx
 import jsonschema
 import pytest
 from chat_model import build_chat_model
-from helpers import db_of, make_corpus, serving
+from helpers import db_of, make_corpus, mcp_client, serving
 from mcp.client import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from kdbl_control import admin
@@ -70,11 +68,7 @@ def world(owner_engine, worker_engine, owner_url, tmp_path_factory, chat_model):
         yield {"url": url, "token": token, "plain_token": plain_token, "corpus": corpus, "tenant": name}
 
 
-@asynccontextmanager
-async def mcp(url: str, token: str):
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
-    async with http, Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
-        yield client
+mcp = mcp_client
 
 
 async def ask(url: str, token: str, progress=None, **args) -> dict:

@@ -4,10 +4,8 @@ enumerates one source's chunks; nothing hidden readable or counted (issue 17).""
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
-
 import pytest
-from helpers import db_of, grants_world, running_api
+from helpers import db_of, grants_world, mcp_client, running_api
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -34,11 +32,8 @@ def world(owner_engine, worker_engine, owner_url, tmp_path_factory):
         yield {"url": url, "alice": alice, "bob": bob, "a": ids["a"], "r": ids["r"], "o": ids["o"]}
 
 
-@asynccontextmanager
-async def mcp(world):
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {world['alice']}"})
-    async with http, Client(streamable_http_client(f"{world['url']}/mcp", http_client=http)) as client:
-        yield client
+def mcp(world):
+    return mcp_client(world["url"], world["alice"])
 
 
 async def test_the_chunk_template_is_listed_beside_the_file_template(world):

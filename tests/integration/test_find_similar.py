@@ -5,15 +5,11 @@ more-like-this otherwise (saying which and why); nothing hidden ever found or co
 from __future__ import annotations
 
 import uuid
-from contextlib import asynccontextmanager
 
 import httpx
 import jsonschema
 import pytest
-from helpers import Corpus, crawl, db_of, running_api
-from mcp.client import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from helpers import Corpus, crawl, db_of, mcp_client, running_api
 from mcp.shared.exceptions import MCPError
 
 from kdbl_control import admin
@@ -70,11 +66,8 @@ def world(owner_engine, worker_engine, owner_url, tmp_path_factory, embedder, em
         yield {"url": url, "tokens": tokens, "sources": sources, "r": r.id}
 
 
-@asynccontextmanager
-async def mcp(world, who: str):
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {world['tokens'][who]}"})
-    async with http, Client(streamable_http_client(f"{world['url']}/mcp", http_client=http)) as client:
-        yield client
+def mcp(world, who: str):
+    return mcp_client(world["url"], world["tokens"][who])
 
 
 async def similar(world, who: str = "main", **args) -> dict:

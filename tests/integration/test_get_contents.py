@@ -5,14 +5,10 @@ answers exactly like one that does not exist — across tenants and per-file gra
 from __future__ import annotations
 
 import uuid
-from contextlib import asynccontextmanager
 
 import jsonschema
 import pytest
-from helpers import db_of, grants_world, running_api
-from mcp.client import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from helpers import db_of, grants_world, mcp_client, running_api
 from mcp.shared.exceptions import MCPError
 
 from kdbl_control import admin
@@ -39,11 +35,8 @@ def world(owner_engine, worker_engine, owner_url, tmp_path_factory):
         yield {"url": url, "alice": alice, "theirs": theirs, "a": ids["a"], "r": ids["r"], "o": ids["o"]}
 
 
-@asynccontextmanager
-async def mcp(world, token: str):
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
-    async with http, Client(streamable_http_client(f"{world['url']}/mcp", http_client=http)) as client:
-        yield client
+def mcp(world, token: str):
+    return mcp_client(world["url"], token)
 
 
 async def call(world, token: str, **args) -> dict:

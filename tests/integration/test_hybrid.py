@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from contextlib import asynccontextmanager
 
 import numpy as np
 import jsonschema
 import pytest
-from helpers import db_of, make_corpus, running_api
-from mcp.client import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from helpers import db_of, make_corpus, mcp_client, running_api
 from pgvector import Vector
 from sqlalchemy import text
 
@@ -44,11 +40,7 @@ def world(owner_engine, worker_engine, owner_url, tmp_path_factory, embedder, em
         yield {"url": url, "main": main, "off": off, "token": tokens["hyb"]}
 
 
-@asynccontextmanager
-async def mcp(url, token):
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
-    async with http, Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
-        yield client
+mcp = mcp_client
 
 
 async def search(world, **args):

@@ -8,14 +8,10 @@ from __future__ import annotations
 
 import json
 import uuid
-from contextlib import asynccontextmanager
 
 import jsonschema
 import pytest
-from helpers import Corpus, crawl, db_of, running_api
-from mcp.client import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from helpers import Corpus, crawl, db_of, mcp_client, running_api
 from psycopg.types.json import Jsonb
 from sqlalchemy import text
 
@@ -65,11 +61,7 @@ def world(owner_engine, worker_engine, owner_url, tmp_path_factory):
         yield {"url": url, "token": token, "corpus": corpus, "base": base, "tenant": name}
 
 
-@asynccontextmanager
-async def mcp(url: str, token: str):
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
-    async with http, Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
-        yield client
+mcp = mcp_client
 
 
 async def search(world, **args) -> dict:

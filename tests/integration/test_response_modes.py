@@ -5,15 +5,10 @@ reference's shape."""
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
-
 import jsonschema
 import orjson
 import pytest
-from helpers import crawl, hybrid_tenant_api
-from mcp.client import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from helpers import crawl, hybrid_tenant_api, mcp_client
 from mcp.shared.exceptions import MCPError
 
 from kdbl_api.tools.hit_fields import MODE_FIELDS
@@ -39,11 +34,7 @@ def world(owner_engine, worker_engine, owner_url, tmp_path_factory, embedder, em
         yield world
 
 
-@asynccontextmanager
-async def mcp(url: str, token: str):
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
-    async with http, Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
-        yield client
+mcp = mcp_client
 
 
 async def search(world, **args) -> dict:

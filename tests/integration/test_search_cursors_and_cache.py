@@ -5,14 +5,10 @@ answer is never one a fresh query would not give (a re-crawled edit, a revoked g
 from __future__ import annotations
 
 import uuid
-from contextlib import asynccontextmanager
 
 import jsonschema
 import pytest
-from helpers import crawl, db_of, make_corpus, running_api
-from mcp.client import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from helpers import crawl, db_of, make_corpus, mcp_client, running_api
 from mcp.shared.exceptions import MCPError
 
 from kdbl_control import admin
@@ -39,11 +35,7 @@ def world(owner_engine, worker_engine, owner_url, tmp_path_factory):
                "grant": grant, "owner": owner, "tenant": name, "worker_engine": worker_engine}
 
 
-@asynccontextmanager
-async def mcp(url: str, token: str):
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
-    async with http, Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
-        yield client
+mcp = mcp_client
 
 
 async def search(world, token: str | None = None, **args) -> dict:
@@ -76,7 +68,6 @@ async def test_pages_follow_one_ranking_without_repeats_or_gaps_until_the_candid
     assert ids(second) == ids(whole)[4:8] and ids(third) == ids(whole)[8:10]  # the cap cuts the last page
     assert third["has_more"] is False and third["next_cursor"] is None and third["capped"] is True
     assert len(set(ids(first) + ids(second) + ids(third))) == 10
-
 
 
 async def test_response_mode_ranks_go_on_across_pages_as_positions_in_the_whole_ranking(world):

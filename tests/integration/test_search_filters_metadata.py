@@ -6,15 +6,11 @@ a file's authors and labels (issue 16). The files are generated here and crawled
 from __future__ import annotations
 
 import uuid
-from contextlib import asynccontextmanager
 from email.message import EmailMessage
 
 import jsonschema
 import pytest
-from helpers import Corpus, crawl, db_of, make_pdf, pdf_text_page, running_api
-from mcp.client import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from helpers import Corpus, crawl, db_of, make_pdf, mcp_client, pdf_text_page, running_api
 from mcp.shared.exceptions import MCPError
 
 from kdbl_control import admin
@@ -71,11 +67,7 @@ def world(owner_engine, worker_engine, owner_url, tmp_path_factory, embedder, em
         yield {"url": url, "token": token, "a": str(a.source_id), "b": str(b.source_id), "c": str(c.source_id)}
 
 
-@asynccontextmanager
-async def mcp(url: str, token: str):
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
-    async with http, Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
-        yield client
+mcp = mcp_client
 
 
 async def call(world, tool: str, **args) -> dict:

@@ -3,14 +3,9 @@ alone), nothing else; semantic degrades to lexical with a reason, like hybrid.""
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
-
 import jsonschema
 import pytest
-from helpers import db_of, hybrid_tenant_api, running_api
-from mcp.client import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from helpers import db_of, hybrid_tenant_api, mcp_client, running_api
 from mcp.shared.exceptions import MCPError
 
 from kdbl_control import admin
@@ -32,11 +27,7 @@ def world(owner_engine, worker_engine, owner_url, tmp_path_factory, embedder, em
         yield world
 
 
-@asynccontextmanager
-async def mcp(url: str, token: str):
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
-    async with http, Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
-        yield client
+mcp = mcp_client
 
 
 async def search(url: str, token: str, **args) -> dict:
