@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -129,6 +130,21 @@ def hybrid_tenant_api(owner_engine, worker_engine, owner_url: str, root: Path, f
     token = admin.create_token(db_of(owner_engine), tenant_name=name, name="agent")[0]
     with running_api(owner_url, Settings(mcp_enabled=True, embed_model_path=str(embed_model_path))) as url:
         yield {"url": url, "token": token, "tenant": name, "corpus": corpus}
+
+def write_beir(folder: Path, docs: dict[str, tuple[str, str]], queries: dict[str, str],
+               qrels: list[tuple[str, str]] = ()) -> Path:
+    """A BEIR folder: corpus.jsonl ({doc id: (title, text)}), queries.jsonl ({query id: text}) and, when
+    given, qrels/train.tsv ((query id, doc id) pairs, grade 1)."""
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "title": title, "text": text}) + "\n"
+                                                 for d, (title, text) in docs.items()))
+    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": text}) + "\n"
+                                                  for q, text in queries.items()))
+    if qrels:
+        (folder / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n"
+                                                    + "".join(f"{q}\t{d}\t1\n" for q, d in qrels))
+    return folder
+
 
 @asynccontextmanager
 async def mcp_client(url: str, token: str):

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 from pathlib import Path
 
 import pytest
-from helpers import running_api
+from helpers import running_api, write_beir
 
 from kdbl_control.bench import run_search_bench
 from kdbl_control.loadgen import Connection, LoadgenError, encode_post, jsonrpc_error
@@ -24,15 +23,7 @@ QUERIES = ["okapi migration", "aspirin fever", "parking hours"]
 
 @pytest.fixture
 def tiny_beir(tmp_path):
-    folder = tmp_path / "tiny"
-    (folder / "qrels").mkdir(parents=True)
-    with (folder / "corpus.jsonl").open("w") as fh:
-        for doc_id, (title, body) in DOCS.items():
-            fh.write(json.dumps({"_id": doc_id, "title": title, "text": body}) + "\n")
-    with (folder / "queries.jsonl").open("w") as fh:
-        for i, query in enumerate(QUERIES):
-            fh.write(json.dumps({"_id": f"q{i}", "text": query}) + "\n")
-    return folder
+    return write_beir(tmp_path / "tiny", DOCS, {f"q{i}": query for i, query in enumerate(QUERIES)})
 
 
 def test_bench_search_measures_the_real_stack(owner_url, tiny_beir, tmp_path, unique, monkeypatch):

@@ -3,9 +3,8 @@ tests' tiny chat model, extractive latency and found counts, abstractive tokens/
 
 from __future__ import annotations
 
-import json
-
 from chat_model import build_chat_model
+from helpers import write_beir
 
 from kdbl_control.bench_answer import run_answer_bench, slice_corpus, summarise
 
@@ -16,16 +15,8 @@ CLAIMS = {"q0": ("okapi migration rains forest", "d1"), "q1": ("when do okapis m
 
 
 def _beir(folder):
-    (folder / "qrels").mkdir(parents=True)
-    with (folder / "corpus.jsonl").open("w") as fh:
-        for doc_id, (title, body) in DOCS.items():
-            fh.write(json.dumps({"_id": doc_id, "title": title, "text": body}) + "\n")
-    with (folder / "queries.jsonl").open("w") as fh:
-        for qid, (text, _) in CLAIMS.items():
-            fh.write(json.dumps({"_id": qid, "text": text}) + "\n")
-    (folder / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
-        f"{qid}\t{doc}\t1\n" for qid, (_, doc) in CLAIMS.items()))
-    return folder
+    return write_beir(folder, DOCS, {qid: text for qid, (text, _) in CLAIMS.items()},
+                      [(qid, doc) for qid, (_, doc) in CLAIMS.items()])
 
 
 def test_the_slice_holds_the_judged_abstracts_and_n_others(tmp_path):

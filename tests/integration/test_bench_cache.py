@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import write_beir
 
 from kdbl_control.bench_cache import distinctive, run_cache_bench, session
 
@@ -27,14 +28,7 @@ def test_an_agent_session_asks_each_query_then_two_repeats_of_earlier_calls():
 
 
 def test_the_cache_bench_measures_misses_hits_and_the_sessions_hit_rate(owner_url, tmp_path, unique, monkeypatch):
-    folder = tmp_path / "tiny"
-    (folder / "qrels").mkdir(parents=True)
-    with (folder / "corpus.jsonl").open("w") as fh:
-        for doc_id, (title, body) in DOCS.items():
-            fh.write(json.dumps({"_id": doc_id, "title": title, "text": body}) + "\n")
-    with (folder / "queries.jsonl").open("w") as fh:
-        for i, query in enumerate(QUERIES):
-            fh.write(json.dumps({"_id": f"q{i}", "text": query}) + "\n")
+    folder = write_beir(tmp_path / "tiny", DOCS, {f"q{i}": query for i, query in enumerate(QUERIES)})
     monkeypatch.setattr("kdbl_control.bench_cache.TENANT", f"bench-{unique}")
     result = run_cache_bench(owner_url, folder, tmp_path / "work", n_queries=3)
     assert result["miss"]["n"] == 3 and result["miss"]["cache_hits"] == 0

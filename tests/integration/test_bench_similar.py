@@ -3,7 +3,7 @@ embeddings, a real kdbl-api process; find_similar's recall@10 per method beside 
 
 from __future__ import annotations
 
-import json
+from helpers import write_beir
 
 from kdbl_control.bench_similar import _recall, claims, run_similar_bench, summarise
 
@@ -29,14 +29,7 @@ def test_recall_counts_the_other_cited_documents_in_the_top_ten():
 
 def test_the_similar_bench_measures_both_methods_and_the_exact_reference(owner_url, tmp_path, unique, monkeypatch,
                                                                           embed_model_path):
-    folder = tmp_path / "tiny"
-    (folder / "qrels").mkdir(parents=True)
-    with (folder / "corpus.jsonl").open("w") as fh:
-        for doc_id, (title, body) in DOCS.items():
-            fh.write(json.dumps({"_id": doc_id, "title": title, "text": body}) + "\n")
-    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": q}) + "\n" for q in ("q1", "q2", "q3")))
-    (folder / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n"
-                                               + "".join(f"{q}\t{d}\t1\n" for q, d in QRELS))
+    folder = write_beir(tmp_path / "tiny", DOCS, {q: q for q in ("q1", "q2", "q3")}, QRELS)
     assert claims(folder, "train") == [["volcano0", "volcano1", "volcano2"], ["bread0", "bread1"]]
     monkeypatch.setattr("kdbl_control.bench_similar.TENANT", f"bench-{unique}")
     result = run_similar_bench(owner_url, folder, tmp_path / "work", embed_model_path, terms=(25, 8))
