@@ -261,6 +261,16 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--seconds", type=float, default=10.0)
     sc.add_argument("--model", type=Path, help="GGUF embedding model (default: the cached one)")
     sc.add_argument("--work-dir", type=Path, help="where the embedded database goes (default: /tmp/kdbl-scale)")
+    ve = bsub.add_parser("vectors", help="the vector arm on a bench scale tenant (--data-dir): HNSW size, "
+                         "ef_search vs recall, iterative scans under RLS, halfvec / binary quantisation")
+    ve.add_argument("--dataset", type=Path, default=bs.get_default("dataset"),
+                    help="BEIR folder whose queries are embedded as query vectors")
+    ve.add_argument("--queries", type=int, default=100, help="dataset queries (embedded by the model)")
+    ve.add_argument("--random-queries", type=int, default=50, help="random unit query vectors too")
+    ve.add_argument("--tenant", default="bench-scale", help="the tenant bench scale wrote")
+    ve.add_argument("--no-quantisation", action="store_true", help="skip the halfvec / binary indexes (built, "
+                    "measured and dropped: minutes at 1M chunks)")
+    ve.add_argument("--model", type=Path, help="GGUF embedding model (default: the cached one)")
     si = bsub.add_parser("similar", help="find_similar's recall@10 on SciFact's multi-citation claims (vector, "
                          "lexical MLT, exact dense reference) and its latency")
     si.add_argument("--dataset", type=Path, default=bs.get_default("dataset"), help="BEIR folder with qrels")
@@ -398,6 +408,20 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
         return _run_bench(args, settings, bench.default_work_dir(),
                           lambda url, work, db: bench_similar.run_similar_bench(
                               url, args.dataset, work, model, split=args.split, terms=terms), bench_similar.summarise)
+    if args.action == "vectors":
+        from kdbl_control import bench_vectors
+
+        if model is None:
+            raise ConfigError("bench vectors needs an embedding model (--model or KDBL_EMBED_MODEL_PATH)")
+        if args.data_dir is None:
+            raise ConfigError("bench vectors runs on a bench scale database: give --data-dir DIR")
+        with EmbeddedDatabase(args.data_dir) as db:
+            result = bench_vectors.run_vectors_bench(
+                db.owner_url, args.dataset, model_path=model, tenant=args.tenant, n_queries=args.queries,
+                n_random=args.random_queries, quantise=not args.no_quantisation,
+                log=lambda line: print(line, file=sys.stderr))
+        print(json.dumps(result, indent=2, default=str) if args.json else bench_vectors.summarise(result))
+        return 0
     if args.action == "scale":
         if model is None:
             raise ConfigError("bench scale needs an embedding model (--model or KDBL_EMBED_MODEL_PATH)")
