@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import math
+import random
 from collections import Counter
 
 import pytest
-from helpers import crawl, make_corpus
+from helpers import crawl, grants_world, make_corpus
 from sqlalchemy import text
 
 from kdbl_core.access.principal import Principal, rls_transaction
-from kdbl_core.search import lexical
+from kdbl_core.search import bm25_topk, lexical
 
 DOCS = {
     "a.txt": "aspirin reduces fever. aspirin is common.",
@@ -29,7 +30,7 @@ def corpus(owner_engine, worker_engine, tmp_path, unique):
 async def _search(api_pool, corpus, query, **kw):
     principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
     async with rls_transaction(api_pool, principal) as conn:
-        hits = await lexical.search(conn, query, lexical.Filters(**kw), limit=10, ts_config="english")
+        hits = await bm25_topk.search(conn, query, lexical.Filters(**kw), limit=10, ts_config="english")
         terms = {}
         for row in await (await conn.execute(
                 "SELECT f.key, p.term, p.tf, p.dl FROM postings p JOIN files f ON f.id = p.file_id")).fetchall():
@@ -104,21 +105,76 @@ async def test_statistics_stay_exact_through_edits_and_deletes(owner_engine, wor
     assert tuple(corpus_row) == tuple(truth)
 
 
+def _zipf_corpus(seed: int, docs: int = 240, words: int = 30) -> tuple[dict[str, str], list[str]]:
+    """Files of words drawn from a Zipf-like vocabulary: a few terms in most chunks, many in a few."""
+    rng = random.Random(seed)
+    vocab = [f"w{i}x" for i in range(300)]
+    weights = [1 / (i + 1) for i in range(len(vocab))]
+    files = {f"d{n:03}.txt": " ".join(rng.choices(vocab, weights, k=rng.randint(5, words * 2)))
+             for n in range(docs)}
+    return files, vocab
+
+
 @pytest.mark.asyncio
-async def test_common_terms_only_score_the_candidates_rarer_terms_found(owner_engine, worker_engine, tmp_path,
-                                                                        unique, api_pool):
-    files = {f"c{i:02}.txt": f"common clinic notes number {i}" for i in range(12)}
-    files |= {"r1.txt": "common okapi sighting", "r2.txt": "okapi okapi common common", "r3.txt": "okapi alone"}
-    corpus = make_corpus(owner_engine, worker_engine, tmp_path / f"ct-{unique}", files, tenant=f"ct-{unique}")
+async def test_maxscore_returns_the_exhaustive_top_k_while_skipping_common_terms(owner_engine, worker_engine,
+                                                                                 tmp_path, unique, api_pool):
+    files, vocab = _zipf_corpus(7)
+    corpus = make_corpus(owner_engine, worker_engine, tmp_path / f"ms-{unique}", files, tenant=f"ms-{unique}")
     principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
-    async with rls_transaction(api_pool, principal) as conn:
-        exact = await lexical.search(conn, "common okapi", lexical.Filters(), limit=10, ts_config="english")
-        pruned = await lexical.search(conn, "common okapi", lexical.Filters(), limit=10, ts_config="english",
-                                      common_df=5)  # "common" has 14 postings: scored on candidates only
-    exact_scores = {h.key: h.score for h in exact}
-    assert len(exact) == 10 and {h.key for h in exact[:3]} == {"r1.txt", "r2.txt", "r3.txt"}
-    # the okapi chunks keep their full scores (common term included) and their order ...
-    assert [h.key for h in pruned] == [h.key for h in exact[:3]]
-    assert all(h.score == pytest.approx(exact_scores[h.key]) for h in pruned)
-    # ... and chunks holding only the common term are never read, so never returned
-    assert all(h.key.startswith("r") for h in pruned)
+    rng = random.Random(11)
+    skipped = 0
+    for n in range(60):
+        query = " ".join(rng.sample(vocab[:3], 2) + rng.sample(vocab[3:60], rng.randint(1, 4)))
+        limit = (3, 5, 10, 21)[n % 4]
+        filters = lexical.Filters(path="d0") if n % 5 == 0 else lexical.Filters()
+        stats: dict = {}
+        async with rls_transaction(api_pool, principal) as conn:
+            fast = await bm25_topk.search(conn, query, filters, limit=limit, ts_config="english", stats=stats)
+            full = await bm25_topk.search(conn, query, filters, limit=limit, ts_config="english", exhaustive=True)
+        assert [h.chunk_id for h in fast] == [h.chunk_id for h in full], query
+        assert [h.score for h in fast] == pytest.approx([h.score for h in full], rel=1e-12)
+        assert all(h.key.startswith("d0") for h in fast) if filters.path else len(fast) == limit
+        skipped += stats["non_essential"] > 0
+    assert skipped >= 20  # the common terms were left out of the read, not merely rescored
+
+
+@pytest.mark.asyncio
+async def test_a_principal_granted_one_file_gets_its_own_top_k_not_what_is_left_of_everybodys(
+        owner_engine, worker_engine, tmp_path, unique, api_pool):
+    restricted, _ = _zipf_corpus(3)
+    restricted["mine.txt"] = "w0x w1x w2x"  # only common terms: far below the whole source's top k
+    ids = grants_world(owner_engine, worker_engine, tmp_path / f"mo-{unique}", prefix=f"mo-{unique}",
+                       open_files={"open.txt": "w1x and other words"}, restricted=restricted,
+                       granted="mine.txt", other=restricted)
+    with owner_engine.connect() as conn:
+        tenant_id = conn.execute(text("SELECT id FROM tenants WHERE name = :n"), {"n": ids["tenant"]}).scalar()
+    alice = Principal(tenant_id=tenant_id, tenant_name=ids["tenant"], subject="user:alice")
+    async with rls_transaction(api_pool, alice) as conn:
+        mine = await bm25_topk.search(conn, "w0x w1x w2x", lexical.Filters(), limit=5, ts_config="english")
+        full = await bm25_topk.search(conn, "w0x w1x w2x", lexical.Filters(), limit=5, ts_config="english",
+                                      exhaustive=True)
+    assert [h.key for h in mine] == [h.key for h in full] == ["mine.txt", "open.txt"]
+
+
+@pytest.mark.asyncio
+async def test_score_bounds_stay_valid_through_edits_and_deletes(owner_engine, worker_engine, tmp_path, unique):
+    files, _ = _zipf_corpus(5, docs=40)
+    root = tmp_path / f"bd-{unique}"
+    corpus = make_corpus(owner_engine, worker_engine, root, files, tenant=f"bd-{unique}")
+    (root / "d000.txt").write_text("w0x " * 40 + "w250x")  # a larger tf than any the corpus had
+    (root / "d001.txt").write_text("w7x")  # a shorter chunk
+    (root / "d002.txt").unlink()
+    crawl(worker_engine, corpus)
+    with owner_engine.connect() as conn:
+        loose = conn.execute(text("""
+            WITH truth AS (SELECT term, max(tf) AS tf FROM postings WHERE tenant_id = :t GROUP BY term),
+                 kept AS (SELECT term, max(tf_max) AS tf FROM term_stats WHERE tenant_id = :t GROUP BY term)
+            SELECT count(*) FILTER (WHERE kept.tf IS NULL OR kept.tf < truth.tf),
+                   count(*) FILTER (WHERE kept.tf = truth.tf), count(*)
+              FROM truth LEFT JOIN kept USING (term)"""), {"t": corpus.tenant_id}).one()
+        dl = conn.execute(text("""
+            SELECT (SELECT min(dl_min) FROM corpus_stats WHERE tenant_id = :t),
+                   (SELECT min(token_count) FROM chunks WHERE tenant_id = :t)"""), {"t": corpus.tenant_id}).one()
+    assert loose[0] == 0  # no term's bound below a posting's tf: never a wrong bound
+    assert loose[1] >= loose[2] - 1  # and tight, but for the term whose largest posting was deleted
+    assert conn is not None and dl[0] is not None and dl[0] <= dl[1] == 1

@@ -18,7 +18,7 @@ from sqlalchemy import text
 
 from kdbl_control import admin
 from kdbl_core.access.principal import Principal, rls_transaction
-from kdbl_core.search import lexical
+from kdbl_core.search import bm25_topk, lexical
 
 OPEN = {
     "a.txt": "the quarterly report mentions zebra crossings near the depot",
@@ -49,7 +49,7 @@ async def _view(api_pool, tenant_id: uuid.UUID, tenant: str, query: str = QUERY)
     """Scores by key, rare terms, the rerank's exact scores, and the visible postings (for a reference)."""
     principal = Principal(tenant_id=tenant_id, tenant_name=tenant, subject="user:alice")
     async with rls_transaction(api_pool, principal) as conn:
-        hits = await lexical.search(conn, query, lexical.Filters(), limit=50, ts_config="english")
+        hits = await bm25_topk.search(conn, query, lexical.Filters(), limit=50, ts_config="english")
         exact = await lexical.scores_for(conn, query, [h.chunk_id for h in hits], ts_config="english")
         rare = await lexical.rare_terms(conn, await lexical.query_terms(conn, "zebra zx-81", "english"))
         postings: dict[str, dict[str, tuple[int, int]]] = {}

@@ -8,7 +8,7 @@ from helpers import make_corpus
 from sqlalchemy import text
 
 from kdbl_core.access.principal import Principal, rls_transaction
-from kdbl_core.search import lexical
+from kdbl_core.search import bm25_topk, lexical
 
 TREE: dict[str, str | bytes] = {
     "app/ledger.py": (
@@ -54,7 +54,7 @@ async def test_a_source_tree_is_searchable_by_identifier_and_each_file_says_its_
     async with rls_transaction(api_pool, principal) as conn:
         for query in ("reconcile_quillback_balance", "FrobnicateGravelwort", "sprocketmoss",
                       "thistlecrown", "lanternfig", "wobbleberry"):
-            hits = await lexical.search(conn, query, lexical.Filters(), limit=3, ts_config="english")
+            hits = await bm25_topk.search(conn, query, lexical.Filters(), limit=3, ts_config="english")
             found[query] = [h.key for h in hits]
     assert found == {"reconcile_quillback_balance": ["app/ledger.py"],
                      "FrobnicateGravelwort": ["cmd/server/main.go"], "sprocketmoss": ["deploy/values.yaml"],

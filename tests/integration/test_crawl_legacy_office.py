@@ -11,7 +11,7 @@ from pathlib import Path
 
 from helpers import make_corpus
 from kdbl_core.access.principal import Principal, rls_transaction
-from kdbl_core.search import lexical
+from kdbl_core.search import bm25_topk, lexical
 from sqlalchemy import text
 
 LEGACY = Path(__file__).resolve().parents[1] / "data" / "legacy"
@@ -56,7 +56,7 @@ async def test_doc_xls_and_ppt_are_searchable_by_their_marker_words_with_locator
     found = {}
     async with rls_transaction(api_pool, principal) as conn:
         for word in ("zanzibarheron", "quillonxls", "pelorusppt", "kestrelrtf", "Fresnel"):
-            hits = await lexical.search(conn, word, lexical.Filters(), limit=5, ts_config="english")
+            hits = await bm25_topk.search(conn, word, lexical.Filters(), limit=5, ts_config="english")
             found[word] = [(h.key, pages[h.chunk_id]) for h in hits]
     assert found == {
         "zanzibarheron": [("reports/heron.doc", None)],

@@ -20,7 +20,7 @@ from sqlalchemy import text
 
 from kdbl_control import admin
 from kdbl_core.access.principal import Principal, rls_transaction
-from kdbl_core.search import lexical
+from kdbl_core.search import bm25_topk, lexical
 from kdbl_core.settings import Settings
 from kdbl_worker.pipeline import Indexer, load_sources
 
@@ -94,9 +94,9 @@ def test_media_with_a_sidecar_gets_timed_chunks_and_without_one_is_skipped(owner
 async def test_sidecar_text_is_searchable_under_the_media_file(api_pool, corpus):
     principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
     async with rls_transaction(api_pool, principal) as conn:
-        hits = await lexical.search(conn, "quokka Rottnest", lexical.Filters(), limit=10,
+        hits = await bm25_topk.search(conn, "quokka Rottnest", lexical.Filters(), limit=10,
                                     ts_config="english")
-        videos = await lexical.search(conn, "wombat burrows",
+        videos = await bm25_topk.search(conn, "wombat burrows",
                                       lexical.Filters(content_type="video/x-matroska"), limit=10,
                                       ts_config="english")
     assert {h.key for h in hits} == {"talks/quokka.wav", "talks/quokka.en.vtt"}

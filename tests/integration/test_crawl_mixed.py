@@ -15,7 +15,7 @@ from helpers import db_of, make_corpus, make_pdf, pdf_text_page
 from sqlalchemy import text
 
 from kdbl_core.access.principal import Principal, rls_transaction
-from kdbl_core.search import lexical
+from kdbl_core.search import bm25_topk, lexical
 from kdbl_core.settings import Settings
 from kdbl_worker.bench_crawl import big_text
 from kdbl_worker.pipeline import Indexer, load_sources
@@ -108,7 +108,7 @@ async def test_a_mixed_real_world_collection_crawls_to_the_end_with_a_status_for
     async with rls_transaction(api_pool, principal) as conn:
         for word in ("quasarvane", "obsidianfjord", "heliotrope", "tamarisk", "zephyrine", "marzipanquill",
                      "nightjar", "larkspur", "sandpiper"):
-            hits = await lexical.search(conn, word, lexical.Filters(), limit=3, ts_config="english")
+            hits = await bm25_topk.search(conn, word, lexical.Filters(), limit=3, ts_config="english")
             found[word] = [h.key for h in hits]
     assert found == {"quasarvane": ["manual.pdf"], "obsidianfjord": ["filing.html"],
                      "heliotrope": ["mail/outage.eml"], "tamarisk": ["legacy/latin1.txt"],

@@ -11,7 +11,7 @@ from helpers import make_corpus
 from sqlalchemy import text
 
 from kdbl_core.access.principal import Principal, rls_transaction
-from kdbl_core.search import lexical
+from kdbl_core.search import bm25_topk, lexical
 from kdbl_worker.bench_crawl import big_text
 
 
@@ -32,9 +32,9 @@ async def test_a_10_mb_text_and_50000_short_lines_index_in_one_crawl_and_are_sea
     assert rows["lines.txt"].chunk_count == rows["lines.txt"].n > 300
     principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
     async with rls_transaction(api_pool, principal) as conn:
-        novel = await lexical.search(conn, "quokkaberry", lexical.Filters(), limit=5, ts_config="english")
-        lines = await lexical.search(conn, "zanzibarite", lexical.Filters(), limit=5, ts_config="english")
-        small = await lexical.search(conn, "topic", lexical.Filters(), limit=50, ts_config="english")
+        novel = await bm25_topk.search(conn, "quokkaberry", lexical.Filters(), limit=5, ts_config="english")
+        lines = await bm25_topk.search(conn, "zanzibarite", lexical.Filters(), limit=5, ts_config="english")
+        small = await bm25_topk.search(conn, "topic", lexical.Filters(), limit=50, ts_config="english")
     assert [h.key for h in novel] == ["novel.txt"] and novel[0].seq == rows["novel.txt"].n - 1
     assert [h.key for h in lines] == ["lines.txt"] and lines[0].seq == rows["lines.txt"].n - 1
     assert len(small) == 20

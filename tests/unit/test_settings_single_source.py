@@ -24,6 +24,9 @@ NOT_FIELDS = {
     "KDBL_WORKER_DB_PASSWORD": "default of `kdbl-control db migrate --worker-password-env`",
     "KDBL_AIRGAP_CACHE": "the airgap test harness's cache folder (tests/airgap), not the product's",
     "KDBL_AUTH_HEADER": "the mcp-remote recipe's own variable in docs/clients.md (mcp-remote expands it), not ours",
+    **{name: "proposed in docs/scaling.md (issue 19's paper design past one database), not built"
+       for name in ("KDBL_DATABASE_READ_URL", "KDBL_DB_GROUP", "KDBL_DB_READ_POOL_SIZE", "KDBL_READ_MAX_LAG_S",
+                    "KDBL_OPERATOR_DATABASE")},
 }
 
 

@@ -216,10 +216,9 @@ class Settings(BaseSettings):
     embed_batch: int = Field(default=32, ge=1, le=512, description="Chunks per embedding batch (worker).")
     embed_max_tokens: int = Field(default=256, ge=16, le=8192)
     query_cache_size: int = Field(default=1024, ge=0)
-    bm25_common_df: int = Field(default=20_000, ge=1, description=(
-        "A query term with more postings than this in the tenant only scores the candidates the rarer "
-        "terms found, instead of being read in full. Tenants below it get exact BM25; see "
-        "lexical.build_query and docs/benchmarks.md."))
+    bm25_exhaustive: bool = Field(default=False, description=(
+        "Read every posting of every query term (the evaluation reference) instead of the MaxScore top-k, "
+        "which returns the same ranking reading less (kdbl_core.search.bm25_topk, docs/benchmarks.md)."))
     similar_terms: int = Field(default=25, ge=1, le=100, description=(
         "find_similar's lexical more-like-this: the subject's most distinctive terms it searches with "
         "(kdbl_core.search.similar; recall and latency per value in docs/benchmarks.md)."))

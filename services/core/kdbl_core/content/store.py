@@ -91,7 +91,8 @@ _DELETE_MEMBERS = ("DELETE FROM files WHERE parent_id IN (SELECT id FROM files "
 
 # Writing a file, in one statement: upsert its row, insert its chunks, tokenise them in Postgres (the
 # same text-search configuration the query side uses), write one posting per (term, chunk) with tf and
-# the chunk length, and add the document frequencies and corpus counters.
+# the chunk length, and add the document frequencies and corpus counters, with the score bounds of the
+# MaxScore top-k (each term's largest tf, each source's shortest chunk; a drop leaves them: looser, never wrong).
 # The statement writes nothing when the file still has chunks (the `old` guard): then the caller drops
 # them first and runs it again. So it is correct whatever the caller believed about the file.
 _FILE_UPSERT = """old AS (
@@ -147,17 +148,20 @@ WITH {{file}}, input AS (
     INSERT INTO postings (tenant_id, term, chunk_id, source_id, file_id, tf, dl)
     SELECT %(tenant_id)s, lex.term, ch.id, %(source_id)s, ch.file_id, least(lex.tf, 32767), ch.token_count
       FROM lex JOIN ch ON ch.seq = lex.seq
-    RETURNING term
+    RETURNING term, tf
 ), df AS (
-    INSERT INTO term_stats (tenant_id, term, source_id, shard, df)
-    SELECT %(tenant_id)s, term, %(source_id)s, {_SHARD}, count(*) FROM ins GROUP BY term ORDER BY term
-    ON CONFLICT (tenant_id, term, source_id, shard) DO UPDATE SET df = term_stats.df + EXCLUDED.df
+    INSERT INTO term_stats (tenant_id, term, source_id, shard, df, tf_max)
+    SELECT %(tenant_id)s, term, %(source_id)s, {_SHARD}, count(*), max(tf) FROM ins GROUP BY term ORDER BY term
+    ON CONFLICT (tenant_id, term, source_id, shard) DO UPDATE SET
+        df = term_stats.df + EXCLUDED.df, tf_max = greatest(term_stats.tf_max, EXCLUDED.tf_max)
 ), cs AS (
-    INSERT INTO corpus_stats (tenant_id, source_id, shard, n_chunks, total_len)
-    SELECT %(tenant_id)s, %(source_id)s, {_SHARD}, count(*), coalesce(sum(token_count), 0) FROM ch HAVING count(*) > 0
+    INSERT INTO corpus_stats (tenant_id, source_id, shard, n_chunks, total_len, dl_min)
+    SELECT %(tenant_id)s, %(source_id)s, {_SHARD}, count(*), coalesce(sum(token_count), 0), min(token_count)
+      FROM ch HAVING count(*) > 0
     ON CONFLICT (tenant_id, source_id, shard) DO UPDATE SET
         n_chunks = corpus_stats.n_chunks + EXCLUDED.n_chunks,
-        total_len = corpus_stats.total_len + EXCLUDED.total_len
+        total_len = corpus_stats.total_len + EXCLUDED.total_len,
+        dl_min = least(corpus_stats.dl_min, EXCLUDED.dl_min)
 )
 SELECT (SELECT id FROM f) AS file_id, (SELECT n FROM old) AS old_chunks{{check}}
 """

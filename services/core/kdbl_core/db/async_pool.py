@@ -73,10 +73,18 @@ def named_rows(cursor: AsyncCursor[Any]) -> Callable[[Sequence[Any]], Any]:
     return _row_type(cursor.connection.info.encoding, *(result.fname(i) for i in range(result.nfields)))._make
 
 
+# The keyword arm sums postings per chunk in a hash table: ~200,000-700,000 chunks for a SciFact query at
+# 1M chunks, 15-45 MB. At PostgreSQL's default work_mem (4 MB, x2 for hashing) it spilled to disk in 5-21
+# batches (EXPLAIN at 1M chunks, docs/benchmarks.md); the API's pool is small (one connection per
+# concurrent request), so 32 MB per connection stays bounded.
+SESSION_SETTINGS = "SET work_mem = '32MB'"
+
+
 async def _configure(conn: Connection) -> None:
     # Before the migrations create the extension there is no `vector` type to register.
     if await TypeInfo.fetch(conn, "vector") is not None:
         await register_vector_async(conn)
+    await conn.execute(SESSION_SETTINGS)
     # autocommit: transactions begin with an explicit BEGIN (AsyncPool.transaction), so no statement
     # here leaves one open
 

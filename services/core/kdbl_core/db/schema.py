@@ -169,6 +169,7 @@ term_stats = Table(
     Column("shard", SmallInteger, nullable=False),
     Column("df", Integer, nullable=False),
     _fk("source_id", "sources.id"),
+    Column("tf_max", SmallInteger),  # the term's largest tf written (migration 0016): bounds its BM25 score
     PrimaryKeyConstraint("tenant_id", "term", "source_id", "shard", name="term_stats_pkey"),
 )
 
@@ -179,6 +180,7 @@ corpus_stats = Table(
     _count("n_chunks"),
     _count("total_len"),
     _fk("source_id", "sources.id"),
+    Column("dl_min", Integer),  # the shortest chunk written (migration 0016): bounds a posting's BM25 score
     PrimaryKeyConstraint("tenant_id", "source_id", "shard", name="corpus_stats_pkey"),
 )
 

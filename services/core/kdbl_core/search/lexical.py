@@ -128,87 +128,61 @@ gf AS MATERIALIZED (
      WHERE f.tenant_id = kdbl_tenant() AND f.id IN (SELECT g.id FROM kdbl_granted_files() AS g(id))
        AND f.source_id NOT IN (SELECT ws.id FROM kdbl_whole_sources() AS ws(id))
 ), corpus AS MATERIALIZED (
-    SELECT greatest(n, 1)::float8 AS n, greatest(total_len, 1)::float8 / greatest(n, 1)::float8 AS avgdl
-      FROM (SELECT coalesce(s.n, 0) + coalesce(g.n, 0) AS n, coalesce(s.len, 0) + coalesce(g.len, 0) AS total_len
-              FROM (SELECT sum(n_chunks) AS n, sum(total_len) AS len
+    SELECT greatest(n, 1)::float8 AS n, greatest(total_len, 1)::float8 / greatest(n, 1)::float8 AS avgdl,
+           CAST(coalesce(dl_min, 0) AS float8) AS dl_min
+      FROM (SELECT coalesce(s.n, 0) + coalesce(g.n, 0) AS n, coalesce(s.len, 0) + coalesce(g.len, 0) AS total_len,
+                   least(s.dl_min, g.dl_min) AS dl_min
+              FROM (SELECT sum(n_chunks) AS n, sum(total_len) AS len, min(dl_min) AS dl_min
                       FROM corpus_stats WHERE tenant_id = kdbl_tenant()) s,
                    (SELECT sum(chunk_count) AS n,
                            (SELECT sum(c.token_count) FROM chunks c
-                             WHERE c.file_id IN (SELECT id FROM gf) AND EXISTS (SELECT 1 FROM gf)) AS len
+                             WHERE c.file_id IN (SELECT id FROM gf) AND EXISTS (SELECT 1 FROM gf)) AS len,
+                           (SELECT min(c.token_count) FROM chunks c
+                             WHERE c.file_id IN (SELECT id FROM gf) AND EXISTS (SELECT 1 FROM gf)) AS dl_min
                       FROM gf) g) t
-), dfs AS (
-    SELECT term, sum(df) AS df FROM (
-        SELECT s.term, s.df FROM term_stats s WHERE s.tenant_id = kdbl_tenant() AND s.term IN (SELECT term FROM q)
+), dfs AS (  -- tf_max: the largest tf of the term's visible postings or more (a bound, migration 0016)
+    SELECT term, sum(df) AS df, CAST(coalesce(max(tf_max), 32767) AS float8) AS tf_max FROM (
+        SELECT s.term, s.df, s.tf_max FROM term_stats s
+         WHERE s.tenant_id = kdbl_tenant() AND s.term IN (SELECT term FROM q)
         UNION ALL
-        SELECT p.term, 1 FROM postings p
+        SELECT p.term, 1, p.tf FROM postings p
          WHERE p.tenant_id = kdbl_tenant() AND p.term IN (SELECT term FROM q)
            AND p.file_id IN (SELECT id FROM gf) AND EXISTS (SELECT 1 FROM gf)
     ) d GROUP BY term HAVING sum(df) > 0
 )"""
 
 # The query's terms: its lexemes, or (find_similar's more-like-this) terms given as they are indexed.
-_QUERY_LEXEMES = "SELECT DISTINCT lexeme AS term FROM unnest(to_tsvector(CAST(%(cfg)s AS regconfig), %(query)s))"
-_GIVEN_TERMS = "SELECT DISTINCT unnest(CAST(%(terms)s AS text[])) AS term"
+QUERY_LEXEMES = "SELECT DISTINCT lexeme AS term FROM unnest(to_tsvector(CAST(%(cfg)s AS regconfig), %(query)s))"
+GIVEN_TERMS = "SELECT DISTINCT unnest(CAST(%(terms)s AS text[])) AS term"
 
-# The query's terms with their idf and the visible average chunk length; _BM25 scores one posting.
-_TERMS = f"""
+# The query's terms with their idf and the visible average chunk length; BM25_SQL scores one posting.
+TERMS = f"""
 WITH q AS (
-    {_QUERY_LEXEMES}
-), {_STATS.strip()}, w AS (
+    {QUERY_LEXEMES}
+), {_STATS.strip()}, w AS MATERIALIZED (  -- once per term (inlined, each posting redid idf in numeric)
     SELECT d.term, ln(1 + (nc.n - d.df + 0.5) / (d.df + 0.5)) AS idf, nc.avgdl, d.df, nc.n,
            ln(1 + (nc.n - d.df + 0.5) / (d.df + 0.5)) * CAST({K1 + 1} AS float8) AS idf_k1,
-           CAST({K1 * B:.6g} AS float8) / nc.avgdl AS k1b_avgdl
+           CAST({K1 * B:.6g} AS float8) / nc.avgdl AS k1b_avgdl, nc.dl_min, d.tf_max
       FROM dfs d CROSS JOIN corpus nc
 )"""
 # idf·tf·(k1+1) / (tf + k1·(1 - b + b·dl/avgdl)), arranged so that each posting costs a few float8
 # operations: idf·(k1+1) and k1·b/avgdl are computed once per term (an untyped 0.75 would make every row numeric math).
-_BM25 = f"w.idf_k1 * p.tf / (p.tf + (CAST({K1 * (1 - B):.6g} AS float8) + w.k1b_avgdl * p.dl))"
-
-
-# A term is "common" when it has more than COMMON_DF postings visible to the principal (KDBL_BM25_COMMON_DF):
-# reading all of them costs more than it can change the ranking (see build_query).
-COMMON_DF = 20_000
-CANDIDATES = 1_000
+BM25_SQL = f"w.idf_k1 * p.tf / (p.tf + (CAST({K1 * (1 - B):.6g} AS float8) + w.k1b_avgdl * p.dl))"
 
 
 def build_query(filters: Filters, *, given_terms: bool = False) -> tuple[str, dict]:
-    """BM25 top-N; exact unless a query term is common in a large tenant.
-
-    Rare terms are scored over all their postings and pick the best `cand` candidates (by their partial
-    score); common terms — only in tenants big enough for a term to have more than `common_df` postings
-    — add their score to those candidates alone, by primary-key probes, instead of reading hundreds of
-    thousands of postings (Elasticsearch's "common terms" idea). The query's rarest term is always
-    scored in full. When no term is common, the candidates carry their full scores and the result is
-    exactly the exhaustive top-N (what small and medium tenants always get).
-    """
+    """Exhaustive BM25 top-N: every posting of every query term the principal sees, summed per chunk.
+    The reference bm25_topk's MaxScore must equal (and `KDBL_BM25_EXHAUSTIVE=true` serves)."""
     params: dict = {}
     extra = filters_sql(filters, params, "p")
-    terms = _TERMS.replace(_QUERY_LEXEMES, _GIVEN_TERMS, 1) if given_terms else _TERMS
+    terms = TERMS.replace(QUERY_LEXEMES, GIVEN_TERMS, 1) if given_terms else TERMS
     sql = terms + f"""
-, ranked AS (
-    SELECT w.*, w.df > %(common_df)s AS common,
-           row_number() OVER (ORDER BY w.df, w.term) AS r
-      FROM w
-), ess AS (
-    SELECT * FROM ranked WHERE NOT common OR r = 1
-), ne AS (
-    SELECT * FROM ranked WHERE common AND r > 1
-), part AS MATERIALIZED (
-    SELECT p.chunk_id, sum({_BM25}) AS score
-      FROM postings p JOIN ess w ON w.term = p.term
+, top AS (
+    SELECT p.chunk_id, sum({BM25_SQL}) AS score
+      FROM postings p JOIN w ON w.term = p.term
      WHERE p.tenant_id = kdbl_tenant(){extra}
      GROUP BY p.chunk_id
      ORDER BY score DESC, p.chunk_id
-     LIMIT (SELECT CASE WHEN EXISTS (SELECT 1 FROM ne) THEN %(cand)s ELSE %(limit)s END)
-), more AS (
-    SELECT p.chunk_id, sum({_BM25}) AS score
-      FROM ne w JOIN postings p ON p.tenant_id = kdbl_tenant() AND p.term = w.term
-                               AND p.chunk_id IN (SELECT chunk_id FROM part)
-     GROUP BY p.chunk_id
-), top AS (
-    SELECT part.chunk_id, part.score + coalesce(more.score, 0) AS score
-      FROM part LEFT JOIN more ON more.chunk_id = part.chunk_id
-     ORDER BY score DESC, part.chunk_id
      LIMIT %(limit)s
 )
 SELECT top.chunk_id, c.file_id, c.source_id, f.key, c.seq, top.score
@@ -220,21 +194,20 @@ SELECT top.chunk_id, c.file_id, c.source_id, f.key, c.seq, top.score
     return sql, params
 
 
-async def search(conn: Connection, query: str, filters: Filters, *, limit: int, ts_config: str,
-                 common_df: int = COMMON_DF) -> list[ChunkHit]:
-    """Top `limit` chunks by BM25 among rows the current RLS principal may see."""
+async def exhaustive_search(conn: Connection, query: str, filters: Filters, *, limit: int,
+                            ts_config: str) -> list[ChunkHit]:
+    """Top `limit` chunks by BM25 among rows the current RLS principal may see, every posting read."""
     sql, params = build_query(filters)
-    params.update({"cfg": ts_config, "query": query, "limit": limit, "cand": max(CANDIDATES, 10 * limit),
-                   "common_df": common_df})
+    params.update({"cfg": ts_config, "query": query, "limit": limit})
     rows = await (await conn.execute(sql, params)).fetchall()
     return [ChunkHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in rows]
 
 
-async def search_terms(conn: Connection, terms: list[str], filters: Filters, *, limit: int,
-                       common_df: int = COMMON_DF) -> list[ChunkHit]:
-    """search() for terms given as indexed (lexemes: distinctive_terms() picks them), each weighted once."""
+async def exhaustive_search_terms(conn: Connection, terms: list[str], filters: Filters, *,
+                                  limit: int) -> list[ChunkHit]:
+    """exhaustive_search() for terms given as indexed (lexemes: distinctive_terms() picks them)."""
     sql, params = build_query(filters, given_terms=True)
-    params.update({"terms": terms, "limit": limit, "cand": max(CANDIDATES, 10 * limit), "common_df": common_df})
+    params.update({"terms": terms, "limit": limit})
     rows = await (await conn.execute(sql, params)).fetchall()
     return [ChunkHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in rows]
 
@@ -267,8 +240,8 @@ async def distinctive_terms(conn: Connection, *, text: str | None = None, chunk_
     return [r[0] for r in await (await conn.execute(sql, params)).fetchall()]
 
 
-_SCORES_FOR = _TERMS + f"""
-SELECT p.chunk_id, sum({_BM25}) AS score
+_SCORES_FOR = TERMS + f"""
+SELECT p.chunk_id, sum({BM25_SQL}) AS score
   FROM postings p JOIN w ON w.term = p.term
  WHERE p.tenant_id = kdbl_tenant() AND p.chunk_id = ANY(CAST(%(ids)s AS bigint[]))
  GROUP BY p.chunk_id

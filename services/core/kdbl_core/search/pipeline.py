@@ -31,7 +31,7 @@ import anyio.to_thread
 from kdbl_core.db.async_pool import Connection, Statement
 from kdbl_core.embedder import Embedder
 from kdbl_core.errors import InvalidArgument
-from kdbl_core.search import hybrid, lexical, vector
+from kdbl_core.search import bm25_topk, hybrid, lexical, vector
 from kdbl_core.search.cache import INDEX_STATE
 from kdbl_core.search.lexical import ChunkHit, Filters
 from kdbl_core.search.windows import HitRef, expand_hits
@@ -189,8 +189,8 @@ async def _with_vectors(conn: Connection, request: SearchRequest, mode: str, set
     lex: list[ChunkHit] = []
     pinned: set[int] = set()
     if mode == "hybrid":
-        lex = await lexical.search(conn, request.query, filters, limit=depth,
-                                   ts_config=settings.text_search_config, common_df=settings.bm25_common_df)
+        lex = await bm25_topk.search(conn, request.query, filters, limit=depth,
+                                     ts_config=settings.text_search_config, exhaustive=settings.bm25_exhaustive)
         pinned = await lexical.chunks_with_rare_terms(conn, [h.chunk_id for h in lex],
                                                       [t for t in terms if hybrid.is_identifier(t)])
         lap = _lap(timings, "keyword", lap)
@@ -245,10 +245,10 @@ async def search(conn: Connection, request: SearchRequest, *, settings: Settings
     explanations: list[dict | None]
     if mode == "lexical":
         lap = time.perf_counter()
-        ranked = await lexical.search(conn, request.query, request.filters,
-                                      limit=_ranking_length(request, settings),
-                                      ts_config=settings.text_search_config,
-                                      common_df=settings.bm25_common_df)
+        ranked = await bm25_topk.search(conn, request.query, request.filters,
+                                        limit=_ranking_length(request, settings),
+                                        ts_config=settings.text_search_config,
+                                        exhaustive=settings.bm25_exhaustive)
         _lap(timings, "keyword", lap)
         refs = [HitRef(h.file_id, h.source_id, h.key, h.seq, h.score) for h in ranked]
         explanations = [{"lexical_rank": i, "lexical_score": round(h.score, 6), "vector_rank": None,

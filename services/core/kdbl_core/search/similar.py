@@ -31,7 +31,7 @@ import numpy as np
 from kdbl_core.db.async_pool import Connection
 from kdbl_core.embedder import Embedder
 from kdbl_core.errors import InvalidArgument
-from kdbl_core.search import lexical, vector
+from kdbl_core.search import bm25_topk, lexical, vector
 from kdbl_core.search.lexical import ChunkHit, Filters
 
 MLT_TERMS = 25  # the default of Settings.similar_terms (KDBL_SIMILAR_TERMS)
@@ -89,7 +89,7 @@ def _mean(vectors: list[Any]) -> list[float]:
 
 
 async def find(conn: Connection, subject: Subject, filters: Filters, *, by: str, limit: int, ts_config: str,
-               vectors_allowed: bool, embedder: Embedder | None, common_df: int = lexical.COMMON_DF,
+               vectors_allowed: bool, embedder: Embedder | None, exhaustive: bool = False,
                terms_k: int = MLT_TERMS) -> Similar:
     """The `limit` nearest chunks (by="chunks") or files (by="files") to `subject`, excluding it."""
     file_id = chunk_id = None
@@ -144,7 +144,7 @@ async def find(conn: Connection, subject: Subject, filters: Filters, *, by: str,
             terms = await lexical.distinctive_terms(conn, chunk_ids=[chunk_id] if subject.kind == "chunk"
                                                     else chunk_ids, ts_config=ts_config, k=terms_k)
         if terms:
-            hits = await lexical.search_terms(conn, terms, filters, limit=depth, common_df=common_df)
+            hits = await bm25_topk.search_terms(conn, terms, filters, limit=depth, exhaustive=exhaustive)
     hits = [h for h in hits if h.chunk_id != chunk_id]
     if by == "files":
         best: dict[int, ChunkHit] = {}
