@@ -117,7 +117,9 @@ def _zipf_corpus(seed: int, docs: int = 240, words: int = 30) -> tuple[dict[str,
 
 @pytest.mark.asyncio
 async def test_maxscore_returns_the_exhaustive_top_k_while_skipping_common_terms(owner_engine, worker_engine,
-                                                                                 tmp_path, unique, api_pool):
+                                                                                 tmp_path, unique, api_pool,
+                                                                                 monkeypatch):
+    monkeypatch.setattr(bm25_topk, "SMALL_POSTINGS", 0)  # this corpus is small: MaxScore all the same
     files, vocab = _zipf_corpus(7)
     corpus = make_corpus(owner_engine, worker_engine, tmp_path / f"ms-{unique}", files, tenant=f"ms-{unique}")
     principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
@@ -136,11 +138,16 @@ async def test_maxscore_returns_the_exhaustive_top_k_while_skipping_common_terms
         assert all(h.key.startswith("d0") for h in fast) if filters.path else len(fast) == limit
         skipped += stats["non_essential"] > 0
     assert skipped >= 20  # the common terms were left out of the read, not merely rescored
+    monkeypatch.setattr(bm25_topk, "SMALL_POSTINGS", 10**9)  # the one-statement path: the same answer
+    async with rls_transaction(api_pool, principal) as conn:
+        small = await bm25_topk.search(conn, query, filters, limit=limit, ts_config="english", stats=stats)
+    assert [h.chunk_id for h in small] == [h.chunk_id for h in full] and stats["small"]
 
 
 @pytest.mark.asyncio
 async def test_a_principal_granted_one_file_gets_its_own_top_k_not_what_is_left_of_everybodys(
-        owner_engine, worker_engine, tmp_path, unique, api_pool):
+        owner_engine, worker_engine, tmp_path, unique, api_pool, monkeypatch):
+    monkeypatch.setattr(bm25_topk, "SMALL_POSTINGS", 0)
     restricted, _ = _zipf_corpus(3)
     restricted["mine.txt"] = "w0x w1x w2x"  # only common terms: far below the whole source's top k
     ids = grants_world(owner_engine, worker_engine, tmp_path / f"mo-{unique}", prefix=f"mo-{unique}",

@@ -10,7 +10,9 @@ falling with dl, so in a chunk of length dl it scores at most ub_t(dl) with tf =
 largest tf (term_stats, migration 0016), and anywhere at most ub_t = ub_t(dl_min), dl_min being the
 shortest visible chunk (corpus_stats). Two statements:
 
-1. *plan*: the terms' statistics (what the principal sees) and a first threshold theta0: the k-th best
+0. When the query's terms hold at most `SMALL_POSTINGS` postings in all (what the principal sees), the
+   exhaustive top k at once: one statement, as small tenants always had (at 10k chunks: 3.3 ms).
+1. *plan*: the terms' statistics and a first threshold theta0: the k-th best
    exact score among the best `SEED_CANDIDATES` chunks of the rarest terms (those holding up to
    `SEED_POSTINGS` postings together), each scored over all terms by primary-key probes.
 2. *score*: terms sorted by ub_t ascending; the longest prefix whose bounds sum below theta0 is
@@ -43,6 +45,7 @@ from kdbl_core.db.async_pool import Connection
 from kdbl_core.search import lexical
 from kdbl_core.search.lexical import B, K1, ChunkHit, Filters
 
+SMALL_POSTINGS = 50_000  # the query's terms hold no more: read them all at once (~10 ms at most)
 SEED_POSTINGS = 5_000  # the rarest terms read for theta0, together (at least one term)
 SEED_CANDIDATES = 256  # their best chunks, scored exactly for theta0
 PROBE_CANDIDATES = 256  # the best chunks by partial score, scored exactly for theta1
@@ -59,6 +62,7 @@ class _Term:
 
 
 _PLAN = lexical.TERMS + f"""
+
 , seed_t AS (
     SELECT term FROM (SELECT term, sum(df) OVER (ORDER BY df, term) AS cum,
                              row_number() OVER (ORDER BY df, term) AS r FROM w) s
@@ -167,10 +171,18 @@ async def _search(conn: Connection, plan_params: dict, filters: Filters, *, limi
                   stats: dict | None = None) -> list[ChunkHit]:
     params: dict = {}
     extra = lexical.filters_sql(filters, params, "p")
-    plan = _PLAN if not given_terms else _PLAN.replace(lexical.QUERY_LEXEMES, lexical.GIVEN_TERMS, 1)
-    rows = await (await conn.execute(plan.format(extra=extra), {
+    small, small_params = lexical.build_query(filters, given_terms=given_terms, at_most=True)
+    found = await lexical.fetch_generic(conn, small, {**small_params, **plan_params, "limit": limit,
+                                                      "at_most": SMALL_POSTINGS})
+    if not found or found[0].chunk_id is not None:
+        if stats is not None:
+            stats.update({"non_essential": 0, "theta0": 0.0, "small": True})
+        hits = [ChunkHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in found]
+        return sorted(hits, key=lambda h: (-h.score, h.chunk_id))  # the UNION ALL's order is not promised
+    plan = _PLAN.replace(lexical.QUERY_LEXEMES, lexical.GIVEN_TERMS, 1) if given_terms else _PLAN
+    rows = await lexical.fetch_generic(conn, plan.format(extra=extra), {
         **params, **plan_params, "limit": limit, "seed_postings": SEED_POSTINGS,
-        "seed_candidates": SEED_CANDIDATES})).fetchall()
+        "seed_candidates": SEED_CANDIDATES})
     if not rows:
         return []
     terms = [_Term(r.term, float(r.idf_k1), float(r.tf_max), float(r.bound)) for r in rows]
@@ -183,9 +195,9 @@ async def _search(conn: Connection, plan_params: dict, filters: Filters, *, limi
     params.update({"terms": [t.term for t in essential], "idf_k1": [t.idf_k1 for t in essential],
                    "k1b_avgdl": k1b_avgdl, "limit": limit})
     if stats is not None:
-        stats.update({"terms": len(terms), "non_essential": len(ne), "theta0": theta0})
+        stats.update({"terms": len(terms), "non_essential": len(ne), "theta0": theta0, "small": False})
     if not ne:
-        cur = await conn.execute(_ALL.format(extra=extra), params)
+        sql = _ALL.format(extra=extra)
     else:
         by_bound = sorted(ne, key=lambda t: (-t.bound, t.term))  # probe the loosest bound first
         for i, t in enumerate(by_bound):
@@ -193,8 +205,9 @@ async def _search(conn: Connection, plan_params: dict, filters: Filters, *, limi
             params.update({f"ne{i}": t.term, f"ne{i}_idf_k1": t.idf_k1, f"ne{i}_a": t.idf_k1 * t.tf_max,
                            f"ne{i}_c": t.tf_max + K1 * (1 - B)})
         params.update({"theta0": theta0, "probe_candidates": PROBE_CANDIDATES})
-        cur = await conn.execute(maxscore_sql(len(ne)).format(extra=extra), params)
-    return [ChunkHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in await cur.fetchall()]
+        sql = maxscore_sql(len(ne)).format(extra=extra)
+    found = await lexical.fetch_generic(conn, sql, params)
+    return [ChunkHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in found]
 
 
 async def search(conn: Connection, query: str, filters: Filters, *, limit: int, ts_config: str,
