@@ -118,9 +118,10 @@ def grow(owner_url: str, tenant_id: Any, source_id: Any, target_chunks: int, *, 
     rng = random.Random(target_chunks)
     started, added, postings = time.perf_counter(), 0, 0
     with psycopg.connect(conninfo(owner_url)) as conn:  # one connection, one transaction per batch
-        # bulk load without the HNSW index (rebuilt in one pass by maintain(), as for an initial crawl)
-        conn.execute(f"DROP INDEX IF EXISTS chunks_embedding_{int(dim)}_hnsw")
         [have] = conn.execute("SELECT count(*) FROM chunks WHERE tenant_id = %(t)s", {"t": tenant_id}).fetchone()
+        if have < target_chunks:  # bulk load without the HNSW index (rebuilt in one pass by maintain(), as
+            # for an initial crawl); a database already at the size is measured again as it is
+            conn.execute(f"DROP INDEX IF EXISTS chunks_embedding_{int(dim)}_hnsw")
         conn.commit()
         next_file = have // CHUNKS_PER_FILE
         while have < target_chunks:

@@ -45,7 +45,8 @@ from kdbl_core.db.async_pool import Connection
 from kdbl_core.search import lexical
 from kdbl_core.search.lexical import B, K1, ChunkHit, Filters
 
-SMALL_POSTINGS = 50_000  # the query's terms hold no more: read them all at once (~10 ms at most)
+SMALL_POSTINGS = 200_000  # the query's terms hold no more: read them all at once. At 100k chunks (their
+# terms hold ~30,000-150,000) MaxScore's two statements took 36.7 ms p50 against 33.8 for the exhaustive one
 SEED_POSTINGS = 5_000  # the rarest terms read for theta0, together (at least one term)
 SEED_CANDIDATES = 256  # their best chunks, scored exactly for theta0
 PROBE_CANDIDATES = 256  # the best chunks by partial score, scored exactly for theta1

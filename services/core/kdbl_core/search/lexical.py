@@ -170,8 +170,8 @@ WITH q AS (
 BM25_SQL = f"w.idf_k1 * p.tf / (p.tf + (CAST({K1 * (1 - B):.6g} AS float8) + w.k1b_avgdl * p.dl))"
 
 
-# The keyword statements carry the statistics CTEs and their row-level-security subplans: 4-6 ms to plan
-# at any corpus size, more than executing them at 10k chunks. psycopg prepares a statement on its 5th
+# The keyword statements (every statement over _STATS below) carry the statistics CTEs and their
+# row-level-security subplans: 4-6 ms to plan at any corpus size, more than executing them at 10k chunks. psycopg prepares a statement on its 5th
 # run; PostgreSQL's `auto` plan cache then kept re-planning these (custom plans looked cheaper), so the
 # exhaustive query took 9 ms at 10k chunks against 3.3 ms with its generic plan. The setting is set
 # for the keyword statements alone and put back after them, in the same round trip (a pipeline): other
@@ -266,7 +266,7 @@ async def distinctive_terms(conn: Connection, *, text: str | None = None, chunk_
     else:
         sql, params = _DISTINCTIVE.format(subject=_CHUNKS_TF), {"chunks": chunk_ids or [], "min_df": 2}
     params["k"] = k
-    return [r[0] for r in await (await conn.execute(sql, params)).fetchall()]
+    return [r[0] for r in await fetch_generic(conn, sql, params)]
 
 
 _SCORES_FOR = TERMS + f"""
@@ -281,8 +281,8 @@ async def scores_for(conn: Connection, query: str, chunk_ids: list[int], *, ts_c
     """The BM25 score of each given chunk (absent: no query term in it) — the same formula as search()."""
     if not chunk_ids:
         return {}
-    cur = await conn.execute(_SCORES_FOR, {"cfg": ts_config, "query": query, "ids": chunk_ids})
-    return {r.chunk_id: float(r.score) for r in await cur.fetchall()}
+    rows = await fetch_generic(conn, _SCORES_FOR, {"cfg": ts_config, "query": query, "ids": chunk_ids})
+    return {r.chunk_id: float(r.score) for r in rows}
 
 
 async def query_terms(conn: Connection, query: str, ts_config: str) -> list[str]:
@@ -301,8 +301,7 @@ async def rare_terms(conn: Connection, terms: list[str], max_df: int = 3) -> lis
     """The terms in at most `max_df` chunks the principal sees (the statistics BM25 uses)."""
     if not terms:
         return []
-    cur = await conn.execute(_RARE_TERMS, {"terms": terms, "max_df": max_df})
-    return [r[0] for r in await cur.fetchall()]
+    return [r[0] for r in await fetch_generic(conn, _RARE_TERMS, {"terms": terms, "max_df": max_df})]
 
 
 _PINNED = f"""
@@ -319,5 +318,4 @@ async def chunks_with_rare_terms(conn: Connection, chunk_ids: list[int], terms: 
     sees, rare_terms' statistics): one round trip for what was rare_terms + a postings lookup."""
     if not chunk_ids or not terms:
         return set()
-    cur = await conn.execute(_PINNED, {"terms": terms, "c": chunk_ids, "max_df": max_df})
-    return {r[0] for r in await cur.fetchall()}
+    return {r[0] for r in await fetch_generic(conn, _PINNED, {"terms": terms, "c": chunk_ids, "max_df": max_df})}
