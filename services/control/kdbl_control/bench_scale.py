@@ -217,7 +217,10 @@ def run_scale_bench(owner_url: str, dataset: Path, work_dir: Path, *, sizes: lis
                     cumulative=cumulative, log=log)
         upkeep = maintain(owner_url, dim, log)
         port = free_port()
-        api = start_api(owner_url, port, env={"KDBL_EMBED_MODEL_PATH": str(model_path)})
+        # the result cache off: every call pays its search (16 clients cycling 200 queries would otherwise
+        # measure cache hits: 580 req/s at 1M chunks)
+        api = start_api(owner_url, port, env={"KDBL_EMBED_MODEL_PATH": str(model_path),
+                                              "KDBL_SEARCH_CACHE_BYTES": "0"})
         try:
             url = f"http://127.0.0.1:{port}/mcp"
             step: dict[str, Any] = {"chunks": size, "load": load, "maintenance": upkeep,
