@@ -63,7 +63,6 @@ class _Term:
 
 
 _PLAN = lexical.TERMS + f"""
-
 , seed_t AS (
     SELECT term FROM (SELECT term, sum(df) OVER (ORDER BY df, term) AS cum,
                              row_number() OVER (ORDER BY df, term) AS r FROM w) s
@@ -88,13 +87,7 @@ SELECT w.term, w.idf_k1, w.k1b_avgdl, w.tf_max,
  ORDER BY bound, w.term
 """
 
-_HITS = """
-SELECT top.chunk_id, c.file_id, c.source_id, f.key, c.seq, top.score
-  FROM top
-  CROSS JOIN LATERAL (SELECT c.file_id, c.source_id, c.seq FROM chunks c WHERE c.id = top.chunk_id OFFSET 0) c
-  CROSS JOIN LATERAL (SELECT f.key FROM files f WHERE f.id = c.file_id OFFSET 0) f
- ORDER BY top.score DESC, top.chunk_id
-"""
+_HITS = "\n" + lexical.HITS_OF_TOP + " ORDER BY top.score DESC, top.chunk_id\n"
 # The essential terms from the plan as arrays; `bm25` as lexical.BM25_SQL writes it.
 _ESSENTIAL = f"""w AS (
     SELECT * FROM unnest(CAST(%(terms)s AS text[]), CAST(%(idf_k1)s AS float8[])) AS w(term, idf_k1)

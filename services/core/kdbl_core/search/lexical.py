@@ -194,6 +194,14 @@ async def fetch_generic(conn: Connection, sql: str, params: dict, *, first: bool
     return await cur.fetchall()
 
 
+# The hits of CTE `top` (chunk_id, score): each chunk's file, source, key and seq, one index probe each.
+HITS_OF_TOP = """SELECT top.chunk_id, c.file_id, c.source_id, f.key, c.seq, top.score
+  FROM top
+  CROSS JOIN LATERAL (SELECT c.file_id, c.source_id, c.seq FROM chunks c WHERE c.id = top.chunk_id OFFSET 0) c
+  CROSS JOIN LATERAL (SELECT f.key FROM files f WHERE f.id = c.file_id OFFSET 0) f
+"""
+
+
 def build_query(filters: Filters, *, given_terms: bool = False, at_most: bool = False) -> tuple[str, dict]:
     """Exhaustive BM25 top-N: every posting of every query term the principal sees, summed per chunk.
     The reference bm25_topk's MaxScore must equal (and `KDBL_BM25_EXHAUSTIVE=true` serves). `at_most`:
@@ -211,11 +219,7 @@ def build_query(filters: Filters, *, given_terms: bool = False, at_most: bool = 
      ORDER BY score DESC, p.chunk_id
      LIMIT %(limit)s
 )
-SELECT top.chunk_id, c.file_id, c.source_id, f.key, c.seq, top.score
-  FROM top
-  CROSS JOIN LATERAL (SELECT c.file_id, c.source_id, c.seq FROM chunks c WHERE c.id = top.chunk_id OFFSET 0) c
-  CROSS JOIN LATERAL (SELECT f.key FROM files f WHERE f.id = c.file_id OFFSET 0) f
-"""
+{HITS_OF_TOP}"""
     if at_most:
         sql += " UNION ALL\nSELECT NULL, NULL, NULL, NULL, NULL, NULL WHERE (SELECT sum(df) FROM w) > %(at_most)s\n"
     else:
