@@ -171,8 +171,7 @@ async def _search(conn: Connection, plan_params: dict, filters: Filters, *, limi
     if not found or found[0].chunk_id is not None:
         if stats is not None:
             stats.update({"non_essential": 0, "theta0": 0.0, "small": True})
-        hits = [ChunkHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in found]
-        return sorted(hits, key=lambda h: (-h.score, h.chunk_id))  # the UNION ALL's order is not promised
+        return sorted(lexical.hits(found), key=lambda h: (-h.score, h.chunk_id))  # the UNION ALL's order is not promised
     plan = _PLAN.replace(lexical.QUERY_LEXEMES, lexical.GIVEN_TERMS, 1) if given_terms else _PLAN
     rows = await lexical.fetch_generic(conn, plan.format(extra=extra), {
         **params, **plan_params, "limit": limit, "seed_postings": SEED_POSTINGS,
@@ -201,7 +200,7 @@ async def _search(conn: Connection, plan_params: dict, filters: Filters, *, limi
         params.update({"theta0": theta0, "probe_candidates": PROBE_CANDIDATES})
         sql = maxscore_sql(len(ne)).format(extra=extra)
     found = await lexical.fetch_generic(conn, sql, params)
-    return [ChunkHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in found]
+    return lexical.hits(found)
 
 
 async def search(conn: Connection, query: str, filters: Filters, *, limit: int, ts_config: str,

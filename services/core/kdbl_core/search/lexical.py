@@ -194,6 +194,11 @@ async def fetch_generic(conn: Connection, sql: str, params: dict, *, first: bool
     return await cur.fetchall()
 
 
+def hits(rows: list) -> list[ChunkHit]:
+    """ChunkHits from rows of (chunk_id, file_id, source_id, key, seq, score), as HITS_OF_TOP selects them."""
+    return [ChunkHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in rows]
+
+
 # The hits of CTE `top` (chunk_id, score): each chunk's file, source, key and seq, one index probe each.
 HITS_OF_TOP = """SELECT top.chunk_id, c.file_id, c.source_id, f.key, c.seq, top.score
   FROM top
@@ -233,7 +238,7 @@ async def exhaustive_search(conn: Connection, query: str, filters: Filters, *, l
     sql, params = build_query(filters)
     params.update({"cfg": ts_config, "query": query, "limit": limit})
     rows = await fetch_generic(conn, sql, params)
-    return [ChunkHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in rows]
+    return hits(rows)
 
 
 async def exhaustive_search_terms(conn: Connection, terms: list[str], filters: Filters, *,
@@ -242,7 +247,7 @@ async def exhaustive_search_terms(conn: Connection, terms: list[str], filters: F
     sql, params = build_query(filters, given_terms=True)
     params.update({"terms": terms, "limit": limit})
     rows = await fetch_generic(conn, sql, params)
-    return [ChunkHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in rows]
+    return hits(rows)
 
 
 # A subject's most distinctive terms (more-like-this): its term frequencies times the idf of what the

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pgvector import Vector
 
 from kdbl_core.db.async_pool import Connection
-from kdbl_core.search.lexical import ChunkHit, Filters, filters_sql
+from kdbl_core.search.lexical import ChunkHit, Filters, filters_sql, hits
 
 
 def build_query(dim: int, filters: Filters) -> tuple[str, dict]:
@@ -51,7 +51,7 @@ async def search(conn: Connection, query_vector: Sequence[float], model_id: str,
     sql, params = build_query(dim, filters)
     params.update({"q": Vector(query_vector), "model": model_id, "limit": limit})
     rows = await (await conn.execute(sql, params)).fetchall()
-    return [ChunkHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)) for r in rows]
+    return hits(rows)
 
 
 async def similarities(conn: Connection, query_vector: Sequence[float], model_id: str,
