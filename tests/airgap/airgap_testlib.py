@@ -102,3 +102,26 @@ def find_llama_wheel() -> Path | None:
         pip_cache.rglob(f"llama_cpp_python-{version}-*.whl"), key=lambda p: p.stat().st_mtime
     )[::-1]
     return candidates[0] if candidates else None
+
+
+def repack_installed_wheel(dist_name: str, out_dir: Path) -> Path:
+    """The wheel of an installed distribution, rebuilt from the files its RECORD lists (with their
+    modes, as a wheel stores them): what the bundle's wheelhouse holds, without downloading it."""
+    import zipfile
+
+    dist = importlib.metadata.distribution(dist_name)
+    tags = [line.split(":", 1)[1].strip() for line in (dist.read_text("WHEEL") or "").splitlines()
+            if line.startswith("Tag:")]
+    assert tags, f"{dist_name}: no Tag in its WHEEL file"
+    python, abi, platform = (".".join(sorted({t.split("-")[i] for t in tags})) for i in range(3))
+    name = f"{dist.metadata['Name'].replace('-', '_')}-{dist.version}-{python}-{abi}-{platform}.whl"
+    out = out_dir / name
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zf:
+        for file in dist.files or []:
+            path = Path(dist.locate_file(file))
+            if not path.is_file() or "__pycache__" in file.parts:
+                continue
+            info = zipfile.ZipInfo(file.as_posix(), date_time=(2020, 1, 1, 0, 0, 0))
+            info.external_attr = (path.stat().st_mode & 0xFFFF) << 16
+            zf.writestr(info, path.read_bytes())
+    return out

@@ -1,6 +1,6 @@
 """The whole bundle, images included: build_bundle.py --tar, install_bundle.py into a loopback registry,
 pull the images back, and run the kdbl image's root filesystem as uid 10001 (chroot) against the model
-image's GGUF.
+image's GGUF; the kdbl_bm25 extension the manifest names is in the image at /opt/kdbl/pgext.
 
 Marked slow_bundle (opt-in: -m slow_bundle or KDBL_SLOW_BUNDLE=1): see airgap/README.md for timings.
 Needs root (debootstrap, chroot).
@@ -49,6 +49,11 @@ def test_full_bundle_contents(full_bundle: Path) -> None:
     names = {p["name"] for p in app_sbom["packages"]}
     assert {"python3.11", "libgomp1"} <= names
     assert any(n.replace("_", "-") == "kdbl-context-lake" for n in names)
+    pgext = manifest["pgext"]
+    assert pgext["path"] == "/opt/kdbl/pgext" and pgext["postgres"].startswith("PostgreSQL 18.")
+    assert set(pgext["files"]) == {
+        "lib/kdbl_bm25.so", "share/extension/kdbl_bm25.control", "share/extension/kdbl_bm25--1.0.sql"
+    }
     tar = full_bundle.with_name(full_bundle.name + ".tar")
     assert tar.is_file()
     assert tar.with_name(tar.name + ".sha256").read_text().split()[0] == bundlelib.sha256_file(tar)
@@ -92,6 +97,12 @@ def test_full_bundle_round_trip_and_runs(
     gguf = model_root / lock["outputs"]["f16"]["file"]
     assert sorted(p.name for p in model_root.iterdir()) == [gguf.name]
     assert bundlelib.sha256_file(gguf) == lock["outputs"]["f16"]["sha256"]
+
+    # the kdbl_bm25 extension the chart's initContainer copies for the bundled PostgreSQL
+    for rel, digest in bundlelib.read_manifest(full_bundle)["pgext"]["files"].items():
+        path = rootfs / "opt" / "kdbl" / "pgext" / rel
+        assert bundlelib.sha256_file(path) == digest, rel
+        assert path.stat().st_mode & 0o777 == 0o644 and path.stat().st_uid == 0, rel
 
     config = json.loads((tmp_path / "kdbl" / "config.json").read_text())
     assert config["process"]["user"]["uid"] == 10001

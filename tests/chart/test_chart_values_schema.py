@@ -86,6 +86,8 @@ BAD_VALUES = {
     "bad cidr": ["--set", "operator.apiServerCIDR=10.0.0.1"],
     "unknown embedder volume type": ["--set", "embedder.volume.type=hostPath"],
     "resources without limits": ["--set", "worker.resources.limits=null"],
+    "non-boolean kdbl extension switch": ["--set", "postgres.bundled.kdblExtension.enabled=maybe"],
+    "unknown kdbl extension key": ["--set", "postgres.bundled.kdblExtension.path=/x"],
     "egress port out of range": [
         "--set-json",
         'worker.egress=[{"cidr":"10.0.0.0/8","ports":[{"port":99999}]}]',
