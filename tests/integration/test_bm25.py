@@ -131,7 +131,8 @@ async def test_maxscore_returns_the_exhaustive_top_k_while_skipping_common_terms
         filters = lexical.Filters(path="d0") if n % 5 == 0 else lexical.Filters()
         stats: dict = {}
         async with rls_transaction(api_pool, principal) as conn:
-            fast = await bm25_topk.search(conn, query, filters, limit=limit, ts_config="english", stats=stats)
+            fast = await bm25_topk.search(conn, query, filters, limit=limit, ts_config="english", stats=stats,
+                                          native=False)
             full = await bm25_topk.search(conn, query, filters, limit=limit, ts_config="english", exhaustive=True)
         assert [h.chunk_id for h in fast] == [h.chunk_id for h in full], query
         assert [h.score for h in fast] == pytest.approx([h.score for h in full], rel=1e-12)
@@ -140,7 +141,8 @@ async def test_maxscore_returns_the_exhaustive_top_k_while_skipping_common_terms
     assert skipped >= 20  # the common terms were left out of the read, not merely rescored
     monkeypatch.setattr(bm25_topk, "SMALL_POSTINGS", 10**9)  # the one-statement path: the same answer
     async with rls_transaction(api_pool, principal) as conn:
-        small = await bm25_topk.search(conn, query, filters, limit=limit, ts_config="english", stats=stats)
+        small = await bm25_topk.search(conn, query, filters, limit=limit, ts_config="english", stats=stats,
+                                       native=False)
     assert [h.chunk_id for h in small] == [h.chunk_id for h in full] and stats["small"]
 
 
@@ -157,7 +159,8 @@ async def test_a_principal_granted_one_file_gets_its_own_top_k_not_what_is_left_
         tenant_id = conn.execute(text("SELECT id FROM tenants WHERE name = :n"), {"n": ids["tenant"]}).scalar()
     alice = Principal(tenant_id=tenant_id, tenant_name=ids["tenant"], subject="user:alice")
     async with rls_transaction(api_pool, alice) as conn:
-        mine = await bm25_topk.search(conn, "w0x w1x w2x", lexical.Filters(), limit=5, ts_config="english")
+        mine = await bm25_topk.search(conn, "w0x w1x w2x", lexical.Filters(), limit=5, ts_config="english",
+                                      native=False)
         full = await bm25_topk.search(conn, "w0x w1x w2x", lexical.Filters(), limit=5, ts_config="english",
                                       exhaustive=True)
     assert [h.key for h in mine] == [h.key for h in full] == ["mine.txt", "open.txt"]

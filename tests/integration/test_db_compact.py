@@ -1,5 +1,5 @@
-"""`kdbl-control db compact`: the keyword index's B-trees are rebuilt (REINDEX CONCURRENTLY) with progress,
-stay valid, and search answers as before."""
+"""`kdbl-control db compact`: the keyword index's B-trees are rebuilt (REINDEX CONCURRENTLY) with progress, stay
+valid, and search answers as before; every tenant's keyword lists are packed again."""
 
 from __future__ import annotations
 
@@ -48,5 +48,10 @@ def test_the_compact_command_prints_what_it_rebuilt(owner_url, monkeypatch, caps
         cli_main(["db", "compact"])
     out = capsys.readouterr()
     assert done.value.code == 0, out.err
-    assert [r["index"] for r in json.loads(out.out)] == list(INDEXES)
+    printed = json.loads(out.out)
+    assert [r["index"] for r in printed["indexes"]] == list(INDEXES)
     assert "compact: rebuilding postings_pkey" in out.err
+    # every tenant with chunks gets its keyword lists packed again (the kdbl_bm25 extension)
+    packed = [t for t in printed["keyword_lists"] if "skipped" not in t]
+    assert packed and all(t["lists"] > 0 and t["postings"] >= t["lists"] for t in packed)
+    assert "compact: packing the keyword lists of tenant" in out.err

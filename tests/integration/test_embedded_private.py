@@ -166,7 +166,7 @@ def test_a_data_dir_from_an_earlier_release_with_trust_auth_gets_a_password(priv
 
     pgdata = private_parent / "d" / "pgdata"
     pgdata.mkdir(parents=True, mode=0o700)
-    subprocess.run(embedded._as_server_user([embedded._bin("initdb"), "-D", str(pgdata), "-U", "postgres",
+    subprocess.run(embedded._as_server_user([embedded.pg_binary("initdb"), "-D", str(pgdata), "-U", "postgres",
                                              "--auth=trust", "--no-instructions"]),
                    check=True, capture_output=True)
     with EmbeddedDatabase(private_parent / "d") as db:

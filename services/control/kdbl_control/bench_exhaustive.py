@@ -1,12 +1,14 @@
 """Exhaustive BM25 beside the served keyword arm: latency of each and their top-10 agreement (issue 19).
 
-The served method is kdbl_core.search.bm25_topk's MaxScore top-k, exact by construction (its docstring
-has the proof); the reference is the exhaustive query (KDBL_BM25_EXHAUSTIVE: every posting of every
-query term read, lexical.exhaustive_search). Agreement below 100% would be a bug or float rounding on
-a near-tie, which is why it is measured, not assumed. Both run in one
-RLS transaction per query as the kdbl_api role (bench search's `floor`: no HTTP, no audit), on the
-queries the HTTP runs use, at the depth search_content's default call ranks (its page of 20 plus one).
-Each query runs both ways in turn, the first alternating, so neither pays more of the cold reads.
+The served method is the top k over the packed lists of the kdbl_bm25 extension when the database has
+it (kdbl_core.search.bm25_native, method "native"), else kdbl_core.search.bm25_topk's MaxScore top-k
+(method "maxscore"); with the extension, MaxScore is measured too. Both are exact by construction; the
+reference is the exhaustive query (KDBL_BM25_EXHAUSTIVE: every posting of every query term read,
+lexical.exhaustive_search). Agreement below 100% would be a bug or float rounding on a near-tie, which is
+why it is measured, not assumed. All run in one RLS transaction per query as the kdbl_api role (bench
+search's `floor`: no HTTP, no audit), on the queries the HTTP runs use, at the depth search_content's
+default call ranks (its page of 20 plus one). Each query runs every way in turn, the first rotating, so
+none pays more of the cold reads.
 
 Agreement per query, over the top 10: *identical* when both lists hold the same chunk ids in the same
 order; *overlap@10* the share of the longer list's ids the other holds (1.0 when both are empty). The
@@ -24,7 +26,7 @@ from kdbl_control.bench import pct
 from kdbl_core.access.principal import Principal, rls_transaction
 from kdbl_core.db.connect import async_pool
 from kdbl_core.db.urls import for_role
-from kdbl_core.search import bm25_topk, lexical
+from kdbl_core.search import bm25_native, bm25_topk, lexical
 from kdbl_core.search.pipeline import SearchRequest
 from kdbl_core.settings import Settings
 
@@ -62,12 +64,18 @@ def _timing(ms: list[float]) -> dict[str, Any]:
 
 
 async def _ranked(pool: Any, principal: Principal, query: str, *, settings: Settings, depth: int,
-                  exhaustive: bool) -> tuple[float, list[int]]:
+                  method: str) -> tuple[float, list[int]]:
     start = time.perf_counter()
     async with rls_transaction(pool, principal) as conn:
         hits = await bm25_topk.search(conn, query, lexical.Filters(), limit=depth,
-                                      ts_config=settings.text_search_config, exhaustive=exhaustive)
+                                      ts_config=settings.text_search_config, exhaustive=method == "exhaustive",
+                                      native=method == "native")
     return (time.perf_counter() - start) * 1000, [h.chunk_id for h in hits]
+
+
+async def _has_native(pool: Any, principal: Principal) -> bool:
+    async with rls_transaction(pool, principal) as conn:
+        return await bm25_native.available(conn)
 
 
 async def compare(owner_url: str, tenant_id: uuid.UUID, tenant_name: str, queries: list[str], *,
@@ -79,17 +87,23 @@ async def compare(owner_url: str, tenant_id: uuid.UUID, tenant_name: str, querie
     pool = await async_pool(for_role(owner_url, "kdbl_api"), size=1, name="kdbl-bench-exhaustive")
     principal = Principal(tenant_id=tenant_id, tenant_name=tenant_name, subject="user:bench")
     depth = served_depth(settings)
-    runs: dict[bool, tuple[list[float], list[list[int]]]] = {False: ([], []), True: ([], [])}
     try:
+        methods = (["native"] if await _has_native(pool, principal) else []) + ["maxscore", "exhaustive"]
+        runs: dict[str, tuple[list[float], list[list[int]]]] = {m: ([], []) for m in methods}
         for n, query in enumerate(queries):
-            for exhaustive in (False, True) if n % 2 == 0 else (True, False):
+            for method in methods[n % len(methods):] + methods[:n % len(methods)]:
                 ms, ranking = await _ranked(pool, principal, query, settings=settings, depth=depth,
-                                            exhaustive=exhaustive)
-                runs[exhaustive][0].append(ms)
-                runs[exhaustive][1].append(ranking)
+                                            method=method)
+                runs[method][0].append(ms)
+                runs[method][1].append(ranking)
     finally:
         await pool.close()
-    (served_ms, served), (exact_ms, exact) = runs[False], runs[True]
-    return {"depth": depth, "method": "maxscore",
-            "served_sql": _timing(served_ms), "exhaustive_sql": _timing(exact_ms),
-            "agreement": agreement(served, exact)}
+    exact_ms, exact = runs["exhaustive"]
+    served_ms, served = runs[methods[0]]
+    result = {"depth": depth, "method": methods[0],
+              "served_sql": _timing(served_ms), "exhaustive_sql": _timing(exact_ms),
+              "agreement": agreement(served, exact)}
+    if methods[0] == "native":
+        result["maxscore_sql"] = _timing(runs["maxscore"][0])
+        result["maxscore_agreement"] = agreement(runs["maxscore"][1], exact)
+    return result

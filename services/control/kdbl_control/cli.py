@@ -104,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     mig.add_argument("--api-password-env", default="KDBL_API_DB_PASSWORD")
     mig.add_argument("--worker-password-env", default="KDBL_WORKER_DB_PASSWORD")
     db.add_parser("compact", help="rebuild the keyword index's B-trees after a large crawl (REINDEX "
-                  "CONCURRENTLY: searches and crawls go on); at 1M chunks -33%% of postings_pkey, faster search")
+                  "CONCURRENTLY: searches and crawls go on; at 1M chunks -33%% of postings_pkey) and pack every "
+                  "tenant's keyword lists again (kdbl_bm25 extension)")
 
     tenant = sub.add_parser("tenant").add_subparsers(dest="action", required=True)
     tc = tenant.add_parser("create")
@@ -374,8 +375,14 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         if args.command == "db" and args.action == "compact":
             from kdbl_core.db.compact import compact
 
-            report = compact(url, log=lambda line: print(line, file=sys.stderr, flush=True))
-            print(json.dumps(report))
+            from kdbl_core.content import bm25_lists
+
+            def say(line: str) -> None:
+                print(line, file=sys.stderr, flush=True)
+
+            report = compact(url, log=say)
+            lists = bm25_lists.build_all(url, log=say)
+            print(json.dumps({"indexes": report, "keyword_lists": lists}, default=str))
             return 0
         if args.command == "db":
             from kdbl_core.db import migrate

@@ -219,6 +219,10 @@ class Settings(BaseSettings):
     bm25_exhaustive: bool = Field(default=False, description=(
         "Read every posting of every query term (the evaluation reference) instead of the MaxScore top-k, "
         "which returns the same ranking reading less (kdbl_core.search.bm25_topk, docs/benchmarks.md)."))
+    bm25_native: bool = Field(default=True, description=(
+        "Rank keywords over the packed posting lists of the kdbl_bm25 extension when the database has it "
+        "(kdbl_core.search.bm25_native; the same ranking as the SQL top-k, read from ~4 bytes a posting); "
+        "false: always the SQL top-k."))
     similar_terms: int = Field(default=25, ge=1, le=100, description=(
         "find_similar's lexical more-like-this: the subject's most distinctive terms it searches with "
         "(kdbl_core.search.similar; recall and latency per value in docs/benchmarks.md)."))

@@ -518,6 +518,12 @@ SELECT id FROM done
 """
 
 
+def tenants_of(conn: Connection, job_ids: list[int]) -> list[uuid.UUID]:
+    """The tenants of these crawl runs, each once."""
+    rows = conn.execute("SELECT DISTINCT tenant_id FROM crawl_jobs WHERE id = ANY(%(ids)s) ORDER BY 1", {"ids": job_ids})
+    return [r.tenant_id for r in rows]
+
+
 def finalize(conn: Connection, source_id: uuid.UUID | None = None) -> list[int]:
     """Close every running job whose items are all finished (and stamp its source's last_indexed_at)."""
     return [r.id for r in conn.execute(_FINALIZE, {"source": source_id})]

@@ -30,6 +30,7 @@ from typing import Protocol
 
 from psycopg import IntegrityError, OperationalError
 
+from kdbl_core.content import bm25_lists
 from kdbl_core.db.connect import Pool
 from kdbl_core.errors import TemporaryError
 from kdbl_worker import jobs, schedule
@@ -225,9 +226,29 @@ class QueueRunner:
     def _finalize(self) -> list[int]:
         with self.pool.connection() as conn:
             done = jobs.finalize(conn, self.options.source_id)
+            tenants = jobs.tenants_of(conn, done) if done else []
         for job_id in done:
             log.info("crawl run finished", extra={"job_id": job_id})
+        for tenant_id in tenants:
+            self.build_lists(tenant_id)
         return done
+
+    def build_lists(self, tenant_id: uuid.UUID, *, force: bool = False) -> dict | None:
+        """After a crawl run: pack the tenant's postings again when enough changed since the last build
+        (kdbl_core.content.bm25_lists; searches are exact either way, this makes them read less)."""
+        with self.pool.connection() as conn:
+            try:
+                due = force or bm25_lists.due(conn, tenant_id)
+                conn.commit()
+                if not due:
+                    return None
+                log.info("building the packed keyword lists", extra={"tenant_id": str(tenant_id)})
+                built = bm25_lists.build(conn, tenant_id)
+            finally:
+                conn.rollback()  # nothing open after a build; after a failure, whatever was
+                conn.autocommit = False
+        log.info("packed keyword lists built", extra={"tenant_id": str(tenant_id), **built})
+        return built
 
     # -- scheduling and housekeeping ----------------------------------------------------------------
     def schedule_due(self, now: datetime | None = None) -> list[int]:

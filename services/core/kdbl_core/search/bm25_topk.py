@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kdbl_core.db.async_pool import Connection
-from kdbl_core.search import lexical
+from kdbl_core.search import bm25_native, lexical
 from kdbl_core.search.lexical import B, K1, ChunkHit, Filters
 
 SMALL_POSTINGS = 200_000  # the query's terms hold no more: read them all at once. At 100k chunks (their
@@ -87,7 +87,7 @@ SELECT w.term, w.idf_k1, w.k1b_avgdl, w.tf_max,
  ORDER BY bound, w.term
 """
 
-_HITS = "\n" + lexical.HITS_OF_TOP + " ORDER BY top.score DESC, top.chunk_id\n"
+_HITS = "\n" + lexical.HITS_OF_TOP + f" ORDER BY {lexical.rank_order('top.score', 'top.chunk_id')}\n"
 # The essential terms from the plan as arrays; `bm25` as lexical.BM25_SQL writes it.
 _ESSENTIAL = f"""w AS (
     SELECT * FROM unnest(CAST(%(terms)s AS text[]), CAST(%(idf_k1)s AS float8[])) AS w(term, idf_k1)
@@ -100,7 +100,7 @@ _ESSENTIAL = f"""w AS (
 )"""
 _ALL = f"""
 WITH {_ESSENTIAL}, top AS (
-    SELECT chunk_id, score FROM agg ORDER BY score DESC, chunk_id LIMIT %(limit)s
+    SELECT chunk_id, score FROM agg ORDER BY {lexical.rank_order("score", "chunk_id")} LIMIT %(limit)s
 )""" + _HITS
 
 
@@ -147,7 +147,7 @@ WITH {_ESSENTIAL}, best AS MATERIALIZED (
 ), cand AS MATERIALIZED (
     SELECT a.chunk_id, a.dl, a.score FROM agg a WHERE a.score + {_bounds(every, "a.dl")} >= (SELECT t FROM theta)
 ), {", ".join(steps)}, top AS (
-    SELECT chunk_id, score FROM {prev} ORDER BY score DESC, chunk_id LIMIT %(limit)s
+    SELECT chunk_id, score FROM {prev} ORDER BY {lexical.rank_order("score", "chunk_id")} LIMIT %(limit)s
 )""" + _HITS
 
 
@@ -171,7 +171,7 @@ async def _search(conn: Connection, plan_params: dict, filters: Filters, *, limi
     if not found or found[0].chunk_id is not None:
         if stats is not None:
             stats.update({"non_essential": 0, "theta0": 0.0, "small": True})
-        return sorted(lexical.hits(found), key=lambda h: (-h.score, h.chunk_id))  # the UNION ALL's order is not promised
+        return sorted(lexical.hits(found), key=lexical.rank_key)  # the UNION ALL's order is not promised
     plan = _PLAN.replace(lexical.QUERY_LEXEMES, lexical.GIVEN_TERMS, 1) if given_terms else _PLAN
     rows = await lexical.fetch_generic(conn, plan.format(extra=extra), {
         **params, **plan_params, "limit": limit, "seed_postings": SEED_POSTINGS,
@@ -203,19 +203,30 @@ async def _search(conn: Connection, plan_params: dict, filters: Filters, *, limi
     return lexical.hits(found)
 
 
+async def _native(conn: Connection, filters: Filters, native: bool) -> bool:
+    return native and not filters.touches_files and await bm25_native.available(conn)
+
+
 async def search(conn: Connection, query: str, filters: Filters, *, limit: int, ts_config: str,
-                 exhaustive: bool = False, stats: dict | None = None) -> list[ChunkHit]:
+                 exhaustive: bool = False, native: bool = True, stats: dict | None = None) -> list[ChunkHit]:
     """Top `limit` chunks by BM25 among rows the current RLS principal may see: the exhaustive top k,
-    read with MaxScore (module docstring); `exhaustive` reads every posting (evaluation's reference)."""
+    from the packed lists (bm25_native) when the database has the kdbl_bm25 extension and `native`,
+    else read with MaxScore (module docstring); `exhaustive` reads every posting (evaluation's reference)."""
     if exhaustive:
         return await lexical.exhaustive_search(conn, query, filters, limit=limit, ts_config=ts_config)
-    return await _search(conn, {"cfg": ts_config, "query": query}, filters, limit=limit, given_terms=False,
-                         stats=stats)
+    term_params = {"cfg": ts_config, "query": query}
+    if await _native(conn, filters, native):
+        if stats is not None:
+            stats["native"] = True
+        return await bm25_native.search(conn, term_params, filters, limit=limit, given_terms=False)
+    return await _search(conn, term_params, filters, limit=limit, given_terms=False, stats=stats)
 
 
 async def search_terms(conn: Connection, terms: list[str], filters: Filters, *, limit: int,
-                       exhaustive: bool = False) -> list[ChunkHit]:
+                       exhaustive: bool = False, native: bool = True) -> list[ChunkHit]:
     """search() for terms given as indexed (find_similar's more-like-this), each weighted once."""
     if exhaustive:
         return await lexical.exhaustive_search_terms(conn, terms, filters, limit=limit)
+    if await _native(conn, filters, native):
+        return await bm25_native.search(conn, {"terms": terms}, filters, limit=limit, given_terms=True)
     return await _search(conn, {"terms": terms}, filters, limit=limit, given_terms=True)

@@ -169,6 +169,22 @@ WITH q AS (
 # operations: idf·(k1+1) and k1·b/avgdl are computed once per term (an untyped 0.75 would make every row numeric math).
 BM25_SQL = f"w.idf_k1 * p.tf / (p.tf + (CAST({K1 * (1 - B):.6g} AS float8) + w.k1b_avgdl * p.dl))"
 
+# Ranking order: by score to 1e-9, then chunk id. Two chunks whose scores are equal in exact arithmetic
+# can differ in the last bit depending on the order their terms were summed (a hash aggregate's, C's),
+# so scores are compared rounded (half to even, as rint() in kdbl_bm25 and Python's round()): a tie is
+# a tie whichever method summed it, and every method breaks it by the smaller chunk id.
+RANK_SCALE = 1e9
+
+
+def rank_order(score: str, chunk_id: str) -> str:
+    """SQL ORDER BY items for the ranking order of rows with `score` and `chunk_id`."""
+    return f"round({score} * CAST({RANK_SCALE:.0e} AS float8)) DESC, {chunk_id}"
+
+
+def rank_key(hit: ChunkHit) -> tuple[float, int]:
+    """The ranking order as a Python sort key."""
+    return (-round(hit.score * RANK_SCALE), hit.chunk_id)
+
 
 # The keyword statements (every statement over _STATS below) carry the statistics CTEs and their
 # row-level-security subplans: 4-6 ms to plan at any corpus size, more than executing them at 10k chunks. psycopg prepares a statement on its 5th
@@ -221,14 +237,14 @@ def build_query(filters: Filters, *, given_terms: bool = False, at_most: bool = 
       FROM postings p JOIN w ON w.term = p.term
      WHERE p.tenant_id = kdbl_tenant(){guard}{extra}
      GROUP BY p.chunk_id
-     ORDER BY score DESC, p.chunk_id
+     ORDER BY {rank_order(f"sum({BM25_SQL})", "p.chunk_id")}
      LIMIT %(limit)s
 )
 {HITS_OF_TOP}"""
     if at_most:
         sql += " UNION ALL\nSELECT NULL, NULL, NULL, NULL, NULL, NULL WHERE (SELECT sum(df) FROM w) > %(at_most)s\n"
     else:
-        sql += " ORDER BY top.score DESC, top.chunk_id\n"
+        sql += f" ORDER BY {rank_order('top.score', 'top.chunk_id')}\n"
     return sql, params
 
 

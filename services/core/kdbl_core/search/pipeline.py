@@ -190,7 +190,8 @@ async def _with_vectors(conn: Connection, request: SearchRequest, mode: str, set
     pinned: set[int] = set()
     if mode == "hybrid":
         lex = await bm25_topk.search(conn, request.query, filters, limit=depth,
-                                     ts_config=settings.text_search_config, exhaustive=settings.bm25_exhaustive)
+                                     ts_config=settings.text_search_config, exhaustive=settings.bm25_exhaustive,
+                                     native=settings.bm25_native)
         pinned = await lexical.chunks_with_rare_terms(conn, [h.chunk_id for h in lex],
                                                       [t for t in terms if hybrid.is_identifier(t)])
         lap = _lap(timings, "keyword", lap)
@@ -248,7 +249,7 @@ async def search(conn: Connection, request: SearchRequest, *, settings: Settings
         ranked = await bm25_topk.search(conn, request.query, request.filters,
                                         limit=_ranking_length(request, settings),
                                         ts_config=settings.text_search_config,
-                                        exhaustive=settings.bm25_exhaustive)
+                                        exhaustive=settings.bm25_exhaustive, native=settings.bm25_native)
         _lap(timings, "keyword", lap)
         refs = [HitRef(h.file_id, h.source_id, h.key, h.seq, h.score) for h in ranked]
         explanations = [{"lexical_rank": i, "lexical_score": round(h.score, 6), "vector_rank": None,

@@ -89,7 +89,7 @@ def _mean(vectors: list[Any]) -> list[float]:
 
 
 async def find(conn: Connection, subject: Subject, filters: Filters, *, by: str, limit: int, ts_config: str,
-               vectors_allowed: bool, embedder: Embedder | None, exhaustive: bool = False,
+               vectors_allowed: bool, embedder: Embedder | None, exhaustive: bool = False, native: bool = True,
                terms_k: int = MLT_TERMS) -> Similar:
     """The `limit` nearest chunks (by="chunks") or files (by="files") to `subject`, excluding it."""
     file_id = chunk_id = None
@@ -144,7 +144,8 @@ async def find(conn: Connection, subject: Subject, filters: Filters, *, by: str,
             terms = await lexical.distinctive_terms(conn, chunk_ids=[chunk_id] if subject.kind == "chunk"
                                                     else chunk_ids, ts_config=ts_config, k=terms_k)
         if terms:
-            hits = await bm25_topk.search_terms(conn, terms, filters, limit=depth, exhaustive=exhaustive)
+            hits = await bm25_topk.search_terms(conn, terms, filters, limit=depth, exhaustive=exhaustive,
+                                                   native=native)
     hits = [h for h in hits if h.chunk_id != chunk_id]
     if by == "files":
         best: dict[int, ChunkHit] = {}

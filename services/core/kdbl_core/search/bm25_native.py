@@ -1,0 +1,127 @@
+"""The keyword arm over packed posting lists: the exact BM25 top k in one statement, summed in C.
+
+With the kdbl_bm25 extension installed (kdbl_core.db.pgext), each (tenant, term, source) has its postings
+packed in one `bm25_lists` row (~4 bytes a posting instead of a ~100-byte row and index entry), built by
+kdbl_core.content.bm25_lists up to a chunk id `upto`. A query reads, for its terms:
+
+- the packed lists of the sources the principal sees whole (row-level security on bm25_lists, and the
+  source filters, in SQL);
+- every visible posting written after the lists were built (`chunk_id > upto`: a range of the postings
+  primary key per term) and those of files granted one by one (never in a list the principal sees);
+- the chunks deleted since the build (`bm25_dead`, kept by a trigger on chunks), left out.
+
+kdbl_bm25_topk sums each chunk's BM25 over all of it with the same float8 operations as the SQL query
+(lexical.BM25_SQL) and returns the k best, ties by chunk id: the exhaustive top k, read from compact
+lists. Statistics (idf, average length) are those of what the principal sees, as everywhere
+(lexical._STATS). File-level filters (path, type, authors, labels, dates) are not in the lists: those
+searches use the SQL top-k (bm25_topk).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import psycopg
+
+from kdbl_core.db.async_pool import Connection
+from kdbl_core.search import lexical
+from kdbl_core.search.lexical import B, K1, ChunkHit, Filters
+
+log = logging.getLogger(__name__)
+_K1_1_B = f"CAST({K1 * (1 - B):.6g} AS float8)"  # k1 (1-b), written as lexical.BM25_SQL writes it
+_AVAILABLE_TTL_S = 300.0
+_available: dict[str, tuple[float, bool]] = {}
+
+_SQL = """
+, built AS MATERIALIZED (
+    SELECT coalesce((SELECT b.upto FROM bm25_built b WHERE b.tenant_id = kdbl_tenant()), 0) AS upto
+), ex AS MATERIALIZED (  -- chunks deleted since the lists were built{exclude_comment}
+    SELECT ARRAY(SELECT d.chunk_id FROM bm25_dead d WHERE d.tenant_id = kdbl_tenant(){list_filter_d}{exclude}) AS ids
+), r AS (
+    SELECT kdbl_bm25_topk(x.list, x.chunk_id, x.tf, x.dl, x.idf_k1, (SELECT w.k1b_avgdl FROM w LIMIT 1),
+                          {k1_1_b}, %(limit)s, (SELECT ex.ids FROM ex)) AS r
+      FROM (
+        SELECT l.list, CAST(NULL AS bigint) AS chunk_id, CAST(NULL AS integer) AS tf,
+               CAST(NULL AS integer) AS dl, w.idf_k1
+          FROM bm25_lists l JOIN w ON w.term = l.term
+         WHERE l.tenant_id = kdbl_tenant(){list_filter_l}
+        UNION ALL  -- written since the build
+        SELECT NULL, p.chunk_id, p.tf, p.dl, w.idf_k1
+          FROM postings p JOIN w ON w.term = p.term
+         WHERE p.tenant_id = kdbl_tenant() AND p.chunk_id > (SELECT built.upto FROM built){extra}
+        UNION ALL  -- files granted one by one, in sources the principal does not see whole
+        SELECT NULL, p.chunk_id, p.tf, p.dl, w.idf_k1
+          FROM postings p JOIN w ON w.term = p.term
+         WHERE p.tenant_id = kdbl_tenant() AND p.chunk_id <= (SELECT built.upto FROM built)
+           AND p.file_id IN (SELECT gf.id FROM gf) AND EXISTS (SELECT 1 FROM gf){extra}
+      ) x
+), top AS (
+    SELECT CAST(r.r[2 * i - 1] AS bigint) AS chunk_id, r.r[2 * i] AS score
+      FROM r CROSS JOIN LATERAL generate_series(1, cardinality(r.r) / 2) AS i
+)
+"""
+
+
+def _source_filter(filters: Filters, params: dict, alias: str) -> str:
+    extra = ""
+    if filters.source_id is not None:
+        extra += f" AND {alias}.source_id = %(source_id)s"
+        params["source_id"] = filters.source_id
+    if filters.source_ids:
+        extra += f" AND {alias}.source_id = ANY (CAST(%(source_ids)s AS uuid[]))"
+        params["source_ids"] = list(filters.source_ids)
+    return extra
+
+
+def build_query(filters: Filters, *, given_terms: bool = False) -> tuple[str, dict]:
+    """The statement (and its filter parameters) for `filters`, which must not touch files."""
+    if filters.touches_files:
+        raise ValueError("file-level filters are not in the packed lists: use bm25_topk's SQL top-k")
+    params: dict = {}
+    extra = lexical.filters_sql(filters, params, "p")
+    exclude = ""
+    if filters.exclude_file_id is not None:  # find_similar's subject: its chunks, in lists or not
+        exclude = " UNION ALL SELECT c.id FROM chunks c WHERE c.file_id = %(exclude_file_id)s"
+    terms = lexical.TERMS.replace(lexical.QUERY_LEXEMES, lexical.GIVEN_TERMS, 1) if given_terms else lexical.TERMS
+    sql = terms + _SQL.format(
+        exclude_comment=", and the excluded file's chunks" if exclude else "",
+        list_filter_d=_source_filter(filters, params, "d"), exclude=exclude,
+        list_filter_l=_source_filter(filters, params, "l"), k1_1_b=_K1_1_B, extra=extra)
+    sql += lexical.HITS_OF_TOP + f" ORDER BY {lexical.rank_order('top.score', 'top.chunk_id')}\n"
+    return sql, params
+
+
+# One call of the aggregate (k = 0: nothing scored), which loads the library.
+_PROBE = "SELECT kdbl_bm25_topk(NULL, NULL, NULL, NULL, NULL, CAST(0 AS float8), CAST(0 AS float8), 0, NULL)"
+
+
+async def available(conn: Connection) -> bool:
+    """Whether this database has the extension and its library loads (checked once per server and database
+    every 5 minutes)."""
+    key = f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
+    now = time.monotonic()
+    cached = _available.get(key)
+    if cached is not None and now - cached[0] < _AVAILABLE_TTL_S:
+        return cached[1]
+    cur = await conn.execute("SELECT to_regprocedure('kdbl_bm25_topk_final(internal)') IS NOT NULL")
+    found = bool((await cur.fetchone())[0])
+    if found:
+        try:  # in a savepoint: an extension whose library is gone (an image without it) must not fail a search
+            async with conn.transaction():
+                await conn.execute(_PROBE)
+        except psycopg.Error as exc:
+            found = False
+            log.warning("kdbl_bm25 extension unusable: keyword search uses the SQL top-k",
+                        extra={"reason": str(exc).strip()[:300]})
+    _available[key] = (now, found)
+    return found
+
+
+async def search(conn: Connection, term_params: dict, filters: Filters, *, limit: int,
+                 given_terms: bool) -> list[ChunkHit]:
+    """The exhaustive top `limit` over what the current principal sees, from the packed lists.
+    `term_params`: {"cfg", "query"} (a query) or {"terms"} (given_terms: terms as indexed)."""
+    sql, params = build_query(filters, given_terms=given_terms)
+    rows = await lexical.fetch_generic(conn, sql, {**params, **term_params, "limit": limit})
+    return lexical.hits(rows)

@@ -1,0 +1,163 @@
+"""The keyword arm over packed posting lists (the kdbl_bm25 extension, migration 0017): the exhaustive top
+k whatever the lists' age — before any build, after one, with files written, re-indexed and deleted
+since, under source filters, for a principal granted one file — and a build that waits for chunk writers."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from helpers import crawl, grants_world, make_corpus
+from sqlalchemy import text
+
+from kdbl_core.access.principal import Principal, rls_transaction
+from kdbl_core.content import bm25_lists
+from kdbl_core.db import pgext
+from kdbl_core.db.connect import conninfo
+from kdbl_core.db.embedded_postgres import pg_binary
+from kdbl_core.search import bm25_native, bm25_topk, lexical
+
+
+def _zipf_files(seed: int, docs: int, vocab: list[str]) -> dict[str, str]:
+    rng = random.Random(seed)
+    weights = [1 / (i + 1) for i in range(len(vocab))]
+    return {f"d{n:03}.txt": " ".join(rng.choices(vocab, weights, k=rng.randint(5, 60))) for n in range(docs)}
+
+
+VOCAB = [f"w{i}x" for i in range(300)]
+
+
+def _queries(seed: int, n: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.sample(VOCAB[:3], 2) + rng.sample(VOCAB[3:80], rng.randint(1, 4))) for _ in range(n)]
+
+
+async def _agree(api_pool, principal: Principal, queries: list[str], filters=lexical.Filters()) -> int:
+    """Native and exhaustive give the same ids in the same order and the same scores; the hits compared."""
+    compared = 0
+    for n, query in enumerate(queries):
+        limit = (3, 10, 21)[n % 3]
+        async with rls_transaction(api_pool, principal) as conn:
+            assert await bm25_native.available(conn)
+            native = await bm25_topk.search(conn, query, filters, limit=limit, ts_config="english")
+            full = await bm25_topk.search(conn, query, filters, limit=limit, ts_config="english", exhaustive=True)
+        assert [h.chunk_id for h in native] == [h.chunk_id for h in full], (query, [(h.chunk_id, repr(h.score)) for h in native][15:], [(h.chunk_id, repr(h.score)) for h in full][15:])
+        assert [h.score for h in native] == pytest.approx([h.score for h in full], rel=1e-12)
+        assert [(h.key, h.seq, h.file_id, h.source_id) for h in native] == [
+            (h.key, h.seq, h.file_id, h.source_id) for h in full]
+        compared += len(full)
+    return compared
+
+
+def _build(owner_url: str, tenant_id) -> dict:
+    with psycopg.connect(conninfo(owner_url)) as conn:
+        return bm25_lists.build(conn, tenant_id)
+
+
+def test_the_embedded_server_has_the_extension(owner_engine):
+    assert pgext.is_built(pgext.default_dir(), Path(pg_binary("pg_config")))  # built for this server, current
+    with owner_engine.connect() as conn:
+        assert conn.execute(text("SELECT extversion FROM pg_extension WHERE extname = 'kdbl_bm25'")).scalar() == \
+            pgext.VERSION
+        packed = conn.execute(text(
+            "SELECT kdbl_bm25_pack(id, tf, dl ORDER BY id) FROM (VALUES (CAST(5 AS bigint), 1, 10), "
+            "(3, 2, 7), (9007199254740000, 300, 70000)) v(id, tf, dl)")).scalar()
+        assert conn.execute(text("SELECT array_agg(ARRAY[chunk_id, tf, dl]) FROM kdbl_bm25_unpack(:l)"),
+                            {"l": packed}).scalar() == [[3, 2, 7], [5, 1, 10], [9007199254740000, 300, 70000]]
+        with pytest.raises(Exception, match="corrupt|short|version"):
+            conn.execute(text("SELECT * FROM kdbl_bm25_unpack(:l)"), {"l": packed[:-3] + b"\x80\x80\x80"})
+
+
+@pytest.mark.asyncio
+async def test_native_equals_exhaustive_before_and_after_a_build_and_through_writes_since(
+        owner_engine, worker_engine, owner_url, tmp_path, unique, api_pool):
+    root = tmp_path / f"nat-{unique}"
+    corpus = make_corpus(owner_engine, worker_engine, root, _zipf_files(7, 240, VOCAB), tenant=f"nat-{unique}")
+    principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
+    queries = _queries(11, 30)
+    assert await _agree(api_pool, principal, queries) > 300  # no lists yet: every posting read as written
+
+    built = _build(owner_url, corpus.tenant_id)
+    with owner_engine.connect() as conn:
+        postings = conn.execute(text("SELECT count(*) FROM postings WHERE tenant_id = :t"),
+                                {"t": corpus.tenant_id}).scalar()
+        upto = conn.execute(text("SELECT max(id) FROM chunks WHERE tenant_id = :t"), {"t": corpus.tenant_id}).scalar()
+    assert built["postings"] == postings and built["upto"] == upto and built["lists"] > 250
+    assert built["bytes"] < 8 * postings  # packed: a few bytes a posting
+    assert await _agree(api_pool, principal, queries) > 300
+
+    # since the build: files re-indexed (their old chunks dead, new ones after upto), deleted and added
+    for n in range(0, 40, 3):
+        (root / f"d{n:03}.txt").write_text("w0x w1x w2x w5x w9x " * (n % 4 + 1))
+    for n in range(1, 40, 7):
+        (root / f"d{n:03}.txt").unlink()
+    (root / "new.txt").write_text("w3x w4x w7x w11x w13x")
+    crawl(worker_engine, corpus)
+    with owner_engine.connect() as conn:
+        dead = conn.execute(text("SELECT count(*) FROM bm25_dead WHERE tenant_id = :t"), {"t": corpus.tenant_id}).scalar()
+    assert dead == len(set(range(0, 40, 3)) | set(range(1, 40, 7)))  # one chunk a file: each old one, once
+    assert await _agree(api_pool, principal, queries) > 300
+    assert await _agree(api_pool, principal, queries[:10],
+                        lexical.Filters(source_id=corpus.source_id)) > 100
+    assert await _agree(api_pool, principal, queries[:5], lexical.Filters(exclude_file_id=_file_id(
+        owner_engine, corpus, "d003.txt"))) == 3 + 10 + 21 + 3 + 10
+
+    again = _build(owner_url, corpus.tenant_id)  # the deletions are folded in and forgotten
+    with owner_engine.connect() as conn:
+        dead = conn.execute(text("SELECT count(*) FROM bm25_dead WHERE tenant_id = :t"), {"t": corpus.tenant_id}).scalar()
+    assert dead == 0 and again["upto"] > built["upto"]
+    assert await _agree(api_pool, principal, queries) > 300
+
+
+def _file_id(owner_engine, corpus, key: str) -> int:
+    with owner_engine.connect() as conn:
+        return conn.execute(text("SELECT id FROM files WHERE source_id = :s AND key = :k"),
+                            {"s": corpus.source_id, "k": key}).scalar()
+
+
+@pytest.mark.asyncio
+async def test_a_principal_granted_one_file_gets_its_own_top_k_from_the_lists(
+        owner_engine, worker_engine, owner_url, tmp_path, unique, api_pool):
+    restricted = _zipf_files(3, 120, VOCAB)
+    restricted["mine.txt"] = "w0x w1x w2x"  # only common terms: far below the whole source's top k
+    ids = grants_world(owner_engine, worker_engine, tmp_path / f"ng-{unique}", prefix=f"ng-{unique}",
+                       open_files={"open.txt": "w1x and other words"}, restricted=restricted,
+                       granted="mine.txt", other=restricted)
+    with owner_engine.connect() as conn:
+        tenant_id = conn.execute(text("SELECT id FROM tenants WHERE name = :n"), {"n": ids["tenant"]}).scalar()
+    assert "skipped" not in _build(owner_url, tenant_id)  # mine.txt is in a list alice may not read
+    alice = Principal(tenant_id=tenant_id, tenant_name=ids["tenant"], subject="user:alice")
+    async with rls_transaction(api_pool, alice) as conn:
+        mine = await bm25_topk.search(conn, "w0x w1x w2x", lexical.Filters(), limit=5, ts_config="english")
+        full = await bm25_topk.search(conn, "w0x w1x w2x", lexical.Filters(), limit=5, ts_config="english",
+                                      exhaustive=True)
+        lists = (await (await conn.execute("SELECT count(*) FROM bm25_lists")).fetchone())[0]
+    assert [h.key for h in mine] == [h.key for h in full] == ["mine.txt", "open.txt"]
+    assert [h.score for h in mine] == pytest.approx([h.score for h in full], rel=1e-12)
+    assert lists > 0  # the open source's lists, never the restricted ones (row-level security)
+    assert await _agree(api_pool, alice, _queries(5, 10)) > 0
+
+
+def test_a_build_waits_for_uncommitted_chunks_and_covers_them(owner_engine, worker_engine, owner_url, tmp_path,
+                                                              unique):
+    corpus = make_corpus(owner_engine, worker_engine, tmp_path / f"nw-{unique}", _zipf_files(5, 20, VOCAB),
+                         tenant=f"nw-{unique}")
+    with psycopg.connect(conninfo(owner_url)) as writer:  # a chunk insert left open
+        file_id = writer.execute("SELECT id FROM files WHERE source_id = %s ORDER BY id LIMIT 1",
+                                 (corpus.source_id,)).fetchone()[0]
+        [chunk_id] = writer.execute(
+            "INSERT INTO chunks (tenant_id, source_id, file_id, seq, text, char_start, char_end, token_count) "
+            "VALUES (%s, %s, %s, 9999, 'late', 0, 4, 1) RETURNING id",
+            (corpus.tenant_id, corpus.source_id, file_id)).fetchone()
+        result: dict = {}
+        builder = threading.Thread(target=lambda: result.update(_build(owner_url, corpus.tenant_id)))
+        builder.start()
+        time.sleep(1.0)
+        assert builder.is_alive() and not result  # waiting for the writer, not reading past it
+        writer.commit()
+        builder.join(timeout=60)
+    assert result["upto"] >= chunk_id
