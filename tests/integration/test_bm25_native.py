@@ -161,3 +161,29 @@ def test_a_build_waits_for_uncommitted_chunks_and_covers_them(owner_engine, work
         writer.commit()
         builder.join(timeout=60)
     assert result["upto"] >= chunk_id
+
+
+def _built(owner_engine, tenant_id):
+    with owner_engine.connect() as conn:
+        return conn.execute(text("SELECT upto, postings FROM bm25_built WHERE tenant_id = :t"), {"t": tenant_id}).one_or_none()
+
+
+def test_a_crawl_run_packs_the_lists_when_enough_changed_since_the_last_build(
+        owner_engine, worker_engine, tmp_path, unique, monkeypatch):
+    monkeypatch.setattr(bm25_lists, "REBUILD_MIN", 10**9)  # below the threshold: no build, searches still exact
+    root = tmp_path / f"nb-{unique}"
+    corpus = make_corpus(owner_engine, worker_engine, root, _zipf_files(9, 30, VOCAB), tenant=f"nb-{unique}")
+    assert _built(owner_engine, corpus.tenant_id) is None
+    monkeypatch.setattr(bm25_lists, "REBUILD_MIN", 20)
+    for n in range(25):  # 25 of 30 files re-indexed: 25 dead chunks and 25 new ones since no build
+        (root / f"d{n:03}.txt").write_text(f"w{n}x w0x w1x")
+    crawl(worker_engine, corpus)  # the worker's queue, as the kdbl_worker role, after the run finished
+    upto, postings = _built(owner_engine, corpus.tenant_id)
+    with owner_engine.connect() as conn:
+        assert upto == conn.execute(text("SELECT max(id) FROM chunks WHERE tenant_id = :t"),
+                                    {"t": corpus.tenant_id}).scalar()
+        assert postings == conn.execute(text("SELECT count(*) FROM postings WHERE tenant_id = :t"),
+                                        {"t": corpus.tenant_id}).scalar()
+    (root / "d029.txt").write_text("w3x")  # one file: far below 10% of what was built, no new build
+    crawl(worker_engine, corpus)
+    assert _built(owner_engine, corpus.tenant_id)[0] == upto

@@ -73,6 +73,11 @@ ALTER TABLE bm25_built ENABLE ROW LEVEL SECURITY;
 ALTER TABLE bm25_built FORCE ROW LEVEL SECURITY;
 ALTER TABLE bm25_dead ENABLE ROW LEVEL SECURITY;
 ALTER TABLE bm25_dead FORCE ROW LEVEL SECURITY;
+-- Administration (the owner, kdbl-control: db compact, bench scale) and the trigger, which runs as the owner.
+CREATE POLICY admin_all ON bm25_lists TO kdbl_admin USING (true) WITH CHECK (true);
+CREATE POLICY admin_all ON bm25_built TO kdbl_admin USING (true) WITH CHECK (true);
+CREATE POLICY admin_all ON bm25_dead TO kdbl_admin USING (true) WITH CHECK (true);
+GRANT SELECT, INSERT, UPDATE, DELETE ON bm25_lists, bm25_built, bm25_dead TO kdbl_admin;
 -- The API reads the lists and deletions of the sources it sees whole (files granted one by one are read
 -- from postings), and its tenant's build mark.
 CREATE POLICY api_read ON bm25_lists FOR SELECT TO kdbl_api
