@@ -187,3 +187,77 @@ def test_a_crawl_run_packs_the_lists_when_enough_changed_since_the_last_build(
     (root / "d029.txt").write_text("w3x")  # one file: far below 10% of what was built, no new build
     crawl(worker_engine, corpus)
     assert _built(owner_engine, corpus.tenant_id)[0] == upto
+
+
+def _build_kind(owner_url: str, tenant_id, kind) -> dict:
+    with psycopg.connect(conninfo(owner_url)) as conn:
+        return bm25_lists.build(conn, tenant_id, kind)
+
+
+@pytest.mark.asyncio
+async def test_an_added_generation_packs_only_what_was_written_since_and_searches_stay_exact(
+        owner_engine, worker_engine, owner_url, tmp_path, unique, api_pool):
+    root = tmp_path / f"ng-{unique}"
+    corpus = make_corpus(owner_engine, worker_engine, root, _zipf_files(13, 120, VOCAB), tenant=f"na-{unique}")
+    principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
+    queries = _queries(17, 24)
+    first = _build_kind(owner_url, corpus.tenant_id, "add")  # nothing built yet: a full build
+    assert (first["kind"], first["generations"]) == ("full", 1)
+    for n in range(0, 30, 2):
+        (root / f"d{n:03}.txt").write_text("w0x w1x w6x w8x " * (n % 3 + 1))
+    (root / "d031.txt").unlink()
+    crawl(worker_engine, corpus)
+    added = _build_kind(owner_url, corpus.tenant_id, "add")
+    assert (added["kind"], added["generations"]) == ("add", 2) and added["upto"] > first["upto"]
+    with owner_engine.connect() as conn:
+        by_gen = dict(conn.execute(text("SELECT gen, sum(n) FROM bm25_lists WHERE tenant_id = :t GROUP BY gen"),
+                                   {"t": corpus.tenant_id}).all())
+        since = conn.execute(text("SELECT count(*) FROM postings WHERE tenant_id = :t AND chunk_id > :a"),
+                             {"t": corpus.tenant_id, "a": first["upto"]}).scalar()
+        dead = conn.execute(text("SELECT count(*) FROM bm25_dead WHERE tenant_id = :t"), {"t": corpus.tenant_id}).scalar()
+    assert by_gen[1] == since  # only the chunks written since, and every one of them
+    assert dead == 16  # the old chunks stay in generation 0: left out until a full build
+    assert await _agree(api_pool, principal, queries) > 200
+    (root / "d040.txt").write_text("w2x w3x")
+    crawl(worker_engine, corpus)
+    full = _build_kind(owner_url, corpus.tenant_id, "full")
+    with owner_engine.connect() as conn:
+        gens = conn.execute(text("SELECT array_agg(DISTINCT gen) FROM bm25_lists WHERE tenant_id = :t"),
+                            {"t": corpus.tenant_id}).scalar()
+        dead = conn.execute(text("SELECT count(*) FROM bm25_dead WHERE tenant_id = :t"), {"t": corpus.tenant_id}).scalar()
+    assert (full["generations"], gens, dead) == (1, [0], 0)
+    assert await _agree(api_pool, principal, queries) > 200
+
+
+def _due(owner_url: str, tenant_id, monkeypatch):
+    """due() with REBUILD_MIN 4; crawls run with it out of reach, so the worker builds nothing itself."""
+    monkeypatch.setattr(bm25_lists, "REBUILD_MIN", 4)
+    try:
+        with psycopg.connect(conninfo(owner_url)) as conn:
+            return bm25_lists.due(conn, tenant_id)
+    finally:
+        monkeypatch.setattr(bm25_lists, "REBUILD_MIN", 10**9)
+
+
+def test_due_adds_a_generation_for_a_few_changes_and_builds_in_full_past_the_limits(
+        owner_engine, worker_engine, owner_url, tmp_path, unique, monkeypatch):
+    monkeypatch.setattr(bm25_lists, "REBUILD_MIN", 10**9)
+    root = tmp_path / f"nd-{unique}"
+    corpus = make_corpus(owner_engine, worker_engine, root, _zipf_files(21, 40, VOCAB), tenant=f"nd-{unique}")
+    assert _due(owner_url, corpus.tenant_id, monkeypatch) == "full"  # no lists yet
+    _build(owner_url, corpus.tenant_id)
+    assert _due(owner_url, corpus.tenant_id, monkeypatch) is None  # nothing changed
+    for n in range(40, 43):
+        (root / f"new{n}.txt").write_text(f"w{n}x w0x")
+    crawl(worker_engine, corpus)
+    assert _due(owner_url, corpus.tenant_id, monkeypatch) is None  # 3 new chunks: below REBUILD_MIN
+    (root / "new43.txt").write_text("w43x")
+    crawl(worker_engine, corpus)
+    assert _due(owner_url, corpus.tenant_id, monkeypatch) == "add"
+    monkeypatch.setattr(bm25_lists, "MAX_GENERATIONS", 1)
+    assert _due(owner_url, corpus.tenant_id, monkeypatch) == "full"
+    monkeypatch.setattr(bm25_lists, "MAX_GENERATIONS", 8)
+    for n in range(0, 8):
+        (root / f"d{n:03}.txt").unlink()  # 8 of 44 chunks deleted: past FULL_DEAD_SHARE
+    crawl(worker_engine, corpus)
+    assert _due(owner_url, corpus.tenant_id, monkeypatch) == "full"

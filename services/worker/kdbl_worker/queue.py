@@ -234,16 +234,17 @@ class QueueRunner:
         return done
 
     def build_lists(self, tenant_id: uuid.UUID, *, force: bool = False) -> dict | None:
-        """After a crawl run: pack the tenant's postings again when enough changed since the last build
-        (kdbl_core.content.bm25_lists; searches are exact either way, this makes them read less)."""
+        """After a crawl run: pack what the tenant wrote since the last build as a new generation, or all
+        of it again, when enough changed (kdbl_core.content.bm25_lists.due; searches are exact either way,
+        building makes them read less)."""
         with self.pool.connection() as conn:
             try:
-                due = force or bm25_lists.due(conn, tenant_id)
+                kind = "full" if force else bm25_lists.due(conn, tenant_id)
                 conn.commit()
-                if not due:
+                if kind is None:
                     return None
-                log.info("building the packed keyword lists", extra={"tenant_id": str(tenant_id)})
-                built = bm25_lists.build(conn, tenant_id)
+                log.info("building the packed keyword lists", extra={"tenant_id": str(tenant_id), "kind": kind})
+                built = bm25_lists.build(conn, tenant_id, kind)
             finally:
                 conn.rollback()  # nothing open after a build; after a failure, whatever was
                 conn.autocommit = False

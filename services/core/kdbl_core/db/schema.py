@@ -184,23 +184,26 @@ corpus_stats = Table(
     PrimaryKeyConstraint("tenant_id", "source_id", "shard", name="corpus_stats_pkey"),
 )
 
-# Packed BM25 posting lists (migration 0017, kdbl_core.content.bm25_lists): one per (tenant, term, source),
+# Packed BM25 posting lists (migration 0017, kdbl_core.content.bm25_lists): one per (tenant, term, source, gen),
 # complete up to bm25_built.upto; chunks deleted since are in bm25_dead (a trigger on chunks).
 bm25_lists = Table(
     "bm25_lists", metadata,
     _fk("tenant_id", "tenants.id"),
     Column("term", Text, nullable=False),
     _fk("source_id", "sources.id"),
+    Column("gen", Integer, nullable=False),
     Column("n", Integer, nullable=False),
     Column("list", LargeBinary, nullable=False),
-    PrimaryKeyConstraint("tenant_id", "term", "source_id", name="bm25_lists_pkey"),
+    PrimaryKeyConstraint("tenant_id", "term", "source_id", "gen", name="bm25_lists_pkey"),
 )
 
 bm25_built = Table(
     "bm25_built", metadata,
     Column("tenant_id", UUID(as_uuid=True), ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True),
     _count("upto"),
+    _count("gens", Integer),
     _count("chunks"),
+    _count("dead"),
     _count("lists"),
     _count("postings"),
     _count("bytes"),

@@ -1,5 +1,5 @@
--- Packed BM25 posting lists (issue 19): one row per (tenant, term, source) holding that term's postings
--- in that source, packed by the kdbl_bm25 extension (kdbl_core.db.pgext) up to chunk id `upto`
+-- Packed BM25 posting lists (issue 19): one row per (tenant, term, source, generation) holding that term's
+-- postings in that source and generation's chunk range, packed by the kdbl_bm25 extension (kdbl_core.db.pgext) up to chunk id `upto`
 -- (bm25_built); the keyword arm reads them instead of postings rows when the extension is installed
 -- (kdbl_core.search.bm25_native). Postings stay the source of truth: the lists are rebuilt from them
 -- (kdbl_core.content.bm25_lists), and what was written or deleted since is read from postings and
@@ -8,9 +8,10 @@ CREATE TABLE bm25_lists (
     tenant_id   uuid NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
     term        text NOT NULL,
     source_id   uuid NOT NULL REFERENCES sources (id) ON DELETE CASCADE,
+    gen         integer NOT NULL,          -- generation: 0 from a full build, then one per added range
     n           integer NOT NULL,          -- postings in the list
     list        bytea NOT NULL,
-    PRIMARY KEY (tenant_id, term, source_id)
+    PRIMARY KEY (tenant_id, term, source_id, gen)
 );
 -- Varints do not compress; uncompressed out-of-line values are read without a decompression pass.
 ALTER TABLE bm25_lists ALTER COLUMN list SET STORAGE EXTERNAL;
@@ -18,7 +19,9 @@ ALTER TABLE bm25_lists ALTER COLUMN list SET STORAGE EXTERNAL;
 CREATE TABLE bm25_built (
     tenant_id   uuid PRIMARY KEY REFERENCES tenants (id) ON DELETE CASCADE,
     upto        bigint NOT NULL DEFAULT 0,  -- the lists hold every posting of chunks with id <= upto
+    gens        integer NOT NULL DEFAULT 0, -- generations in the lists
     chunks      bigint NOT NULL DEFAULT 0,  -- chunks in the tenant at the build
+    dead        bigint NOT NULL DEFAULT 0,  -- rows in bm25_dead at the build
     lists       bigint NOT NULL DEFAULT 0,
     postings    bigint NOT NULL DEFAULT 0,
     bytes       bigint NOT NULL DEFAULT 0,
