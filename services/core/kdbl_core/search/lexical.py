@@ -123,10 +123,11 @@ def filters_sql(filters: Filters, params: dict, alias: str) -> str:
 # Statistics of what the principal sees (see the module docstring), for the terms of CTE `q`.
 # `gf`: files granted one by one in sources not seen whole; their counts come from postings and chunks.
 _STATS = """
-gf AS MATERIALIZED (
-    SELECT f.id, f.chunk_count FROM files f
-     WHERE f.tenant_id = kdbl_tenant() AND f.id IN (SELECT g.id FROM kdbl_granted_files() AS g(id))
-       AND f.source_id NOT IN (SELECT ws.id FROM kdbl_whole_sources() AS ws(id))
+gf AS MATERIALIZED (  -- from the grants (few, usually none): a generic plan scanned all files (6.5 ms at 100k chunks)
+    SELECT f.id, f.chunk_count FROM kdbl_granted_files() AS g(id)
+     CROSS JOIN LATERAL (SELECT f.id, f.chunk_count, f.source_id FROM files f
+                          WHERE f.id = g.id AND f.tenant_id = kdbl_tenant() OFFSET 0) f
+     WHERE f.source_id NOT IN (SELECT ws.id FROM kdbl_whole_sources() AS ws(id))
 ), corpus AS MATERIALIZED (
     SELECT greatest(n, 1)::float8 AS n, greatest(total_len, 1)::float8 / greatest(n, 1)::float8 AS avgdl,
            CAST(coalesce(dl_min, 0) AS float8) AS dl_min
