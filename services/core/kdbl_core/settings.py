@@ -262,6 +262,10 @@ class Settings(BaseSettings):
     # --- embedded PostgreSQL ----------------------------------------------------------------
     runtime_dir: str | None = Field(default=None, description=(
         "XDG_RUNTIME_DIR: the embedded server's socket folder goes there (else the temp folder)."))
+    embedded_shared_buffers_mb: int = Field(default=0, ge=0, le=1024 * 1024, description=(
+        "The embedded server's shared_buffers in MB; 0 (default) = a quarter of this machine's memory, "
+        "128 MB to 8 GB (PostgreSQL's own default, 128 MB, kept the 2 GB HNSW graph of 1M chunks out: "
+        "every hybrid search copied its pages from the OS cache; docs/benchmarks.md)."))
 
     # --- kdbl-operator (KDBL_OPERATOR_*) ------------------------------------------------------
     operator: OperatorSettings = Field(default_factory=OperatorSettings)

@@ -254,6 +254,9 @@ class EmbeddedDatabase:
         argv = _as_server_user([pg_binary("postgres"), "-D", str(self.pgdata), "-c", "listen_addresses=",
                                 "-c", f"unix_socket_directories={socket_dir}",
                                 "-c", "unix_socket_permissions=0700",
+                                "-c", f"shared_buffers={shared_buffers_mb()}MB",
+                                # the buffers' contents survive a restart (autoprewarm's dump, reloaded)
+                                "-c", "shared_preload_libraries=pg_prewarm",
                                 *(pgext.server_options(ext_dir) if ext_dir else [])])
         with open(log_file, "ab") as out:
             # Its own session: a Ctrl-C in the terminal reaches `up`, which stops the server in order.
@@ -293,6 +296,19 @@ class EmbeddedDatabase:
             os.close(self._lock_fd)
             self._lock_fd = None
             atexit.unregister(self.stop)
+
+
+def shared_buffers_mb() -> int:
+    """KDBL_EMBEDDED_SHARED_BUFFERS_MB, or a quarter of the machine's memory within 128 MB .. 8 GB (the usual
+    rule for a dedicated server; the pages are touched only as they are used)."""
+    configured = get_settings().embedded_shared_buffers_mb
+    if configured:
+        return configured
+    try:
+        memory_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+    except (ValueError, OSError):
+        return 128
+    return max(128, min(8192, memory_mb // 4))
 
 
 def _postmaster(pgdata: Path) -> dict | None:
