@@ -299,16 +299,20 @@ class EmbeddedDatabase:
 
 
 def shared_buffers_mb() -> int:
-    """KDBL_EMBEDDED_SHARED_BUFFERS_MB, or a quarter of the machine's memory within 128 MB .. 8 GB (the usual
-    rule for a dedicated server; the pages are touched only as they are used)."""
+    """KDBL_EMBEDDED_SHARED_BUFFERS_MB, or a quarter of the memory this process may use (the machine's, or
+    its cgroup's limit when lower: a container) within 128 MB .. 8 GB (the usual rule for a dedicated
+    server; the pages are touched only as they are used)."""
     configured = get_settings().embedded_shared_buffers_mb
     if configured:
         return configured
     try:
-        memory_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         return 128
-    return max(128, min(8192, memory_mb // 4))
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with contextlib.suppress(OSError, ValueError):
+            memory = min(memory, int(Path(limit_file).read_text().strip()))  # "max": no limit (ValueError)
+    return max(128, min(8192, memory // 2**20 // 4))
 
 
 def _postmaster(pgdata: Path) -> dict | None:
