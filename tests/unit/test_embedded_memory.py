@@ -14,8 +14,8 @@ def test_shared_buffers_follow_the_machine_within_bounds_unless_set(monkeypatch)
     memory_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
     auto = shared_buffers_mb()
     assert 128 <= auto <= 8192 and auto <= max(128, memory_mb // 4)
-    monkeypatch.setattr(os, "sysconf", lambda name: {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 2**18}[name])
-    assert shared_buffers_mb() == 128  # 1 GB of memory: never below PostgreSQL's default
+    monkeypatch.setattr(os, "sysconf", lambda name: {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 2**16}[name])
+    assert shared_buffers_mb() == 128  # 256 MB of memory: never below PostgreSQL's default
     monkeypatch.setattr(os, "sysconf", lambda name: {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 2**28}[name])
     assert auto <= shared_buffers_mb() <= 8192  # 1 TB: capped at 8 GB (or a quarter of a cgroup limit)
     monkeypatch.setenv("KDBL_EMBEDDED_SHARED_BUFFERS_MB", "256")
