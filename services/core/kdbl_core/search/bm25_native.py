@@ -72,17 +72,6 @@ _SQL = """
 """
 
 
-def _source_filter(filters: Filters, params: dict, alias: str) -> str:
-    extra = ""
-    if filters.source_id is not None:
-        extra += f" AND {alias}.source_id = %(source_id)s"
-        params["source_id"] = filters.source_id
-    if filters.source_ids:
-        extra += f" AND {alias}.source_id = ANY (CAST(%(source_ids)s AS uuid[]))"
-        params["source_ids"] = list(filters.source_ids)
-    return extra
-
-
 def build_query(filters: Filters, *, given_terms: bool = False) -> tuple[str, dict]:
     """The statement (and its filter parameters) for `filters`, which must not touch files."""
     if filters.touches_files:
@@ -95,8 +84,8 @@ def build_query(filters: Filters, *, given_terms: bool = False) -> tuple[str, di
     terms = lexical.TERMS.replace(lexical.QUERY_LEXEMES, lexical.GIVEN_TERMS, 1) if given_terms else lexical.TERMS
     sql = terms + _SQL.format(
         exclude_comment=", and the excluded file's chunks" if exclude else "",
-        list_filter_d=_source_filter(filters, params, "d"), exclude=exclude,
-        list_filter_l=_source_filter(filters, params, "l"), k1_1_b=_K1_1_B, extra=extra)
+        list_filter_d=lexical.source_filter_sql(filters, params, "d"), exclude=exclude,
+        list_filter_l=lexical.source_filter_sql(filters, params, "l"), k1_1_b=_K1_1_B, extra=extra)
     sql += lexical.HITS_OF_TOP + f" ORDER BY {lexical.rank_order('top.score', 'top.chunk_id')}\n"
     return sql, params
 

@@ -102,18 +102,25 @@ def file_filter_sql(filters: Filters, params: dict) -> str:
     return " AND ".join(clauses)
 
 
-def filters_sql(filters: Filters, params: dict, alias: str) -> str:
-    """` AND ...` restricting rows of `alias` (postings or chunks: both carry source_id and file_id)."""
+def source_filter_sql(filters: Filters, params: dict, alias: str) -> str:
+    """` AND ...` restricting rows of `alias` (any table with source_id) to the source filters."""
     extra = ""
-    if filters.exclude_file_id is not None:
-        extra += f" AND {alias}.file_id <> %(exclude_file_id)s"
-        params["exclude_file_id"] = filters.exclude_file_id
     if filters.source_id is not None:
         extra += f" AND {alias}.source_id = %(source_id)s"
         params["source_id"] = filters.source_id
     if filters.source_ids:
         extra += f" AND {alias}.source_id = ANY (CAST(%(source_ids)s AS uuid[]))"
         params["source_ids"] = list(filters.source_ids)
+    return extra
+
+
+def filters_sql(filters: Filters, params: dict, alias: str) -> str:
+    """` AND ...` restricting rows of `alias` (postings or chunks: both carry source_id and file_id)."""
+    extra = ""
+    if filters.exclude_file_id is not None:
+        extra += f" AND {alias}.file_id <> %(exclude_file_id)s"
+        params["exclude_file_id"] = filters.exclude_file_id
+    extra += source_filter_sql(filters, params, alias)
     if filters.touches_files:
         extra += (f" AND {alias}.file_id IN (SELECT f.id FROM files f WHERE f.tenant_id = kdbl_tenant() AND "
                   f"{file_filter_sql(filters, params)})")
