@@ -1,14 +1,14 @@
 """The keyword arm over packed posting lists: the exact BM25 top k in one statement, summed in C.
 
 With the kdbl_bm25 extension installed (kdbl_core.db.pgext), each (tenant, term, source) has its postings
-packed in one `bm25_lists` row (~4 bytes a posting instead of a ~100-byte row and index entry), built by
-kdbl_core.content.bm25_lists up to a chunk id `upto`. A query reads, for its terms:
+packed in `bm25_lists` rows, one per generation (~3.3 bytes a posting instead of a ~100-byte row and index
+entry), built by kdbl_core.content.bm25_lists up to a chunk id `upto`. A query reads, for its terms:
 
-- the packed lists of the sources the principal sees whole (row-level security on bm25_lists, and the
-  source filters, in SQL);
-- every visible posting written after the lists were built (`chunk_id > upto`: a range of the postings
+- the packed lists of the sources the principal sees whole, every generation (row-level security on
+  bm25_lists, and the source filters, in SQL);
+- every visible posting written after the last build (`chunk_id > upto`: a range of the postings
   primary key per term) and those of files granted one by one (never in a list the principal sees);
-- the chunks deleted since the build (`bm25_dead`, kept by a trigger on chunks), left out.
+- the chunks deleted since the last full build (`bm25_dead`, kept by a trigger on chunks), left out.
 
 kdbl_bm25_topk sums each chunk's BM25 over all of it with the same float8 operations as the SQL query
 (lexical.BM25_SQL) and returns the k best, ties by chunk id: the exhaustive top k, read from compact
