@@ -53,9 +53,9 @@ async def _agree(api_pool, principal: Principal, queries: list[str], filters=lex
     return compared
 
 
-def _build(owner_url: str, tenant_id) -> dict:
+def _build(owner_url: str, tenant_id, kind="full") -> dict:
     with psycopg.connect(conninfo(owner_url)) as conn:
-        return bm25_lists.build(conn, tenant_id)
+        return bm25_lists.build(conn, tenant_id, kind)
 
 
 def test_the_embedded_server_has_the_extension(owner_engine):
@@ -189,10 +189,6 @@ def test_a_crawl_run_packs_the_lists_when_enough_changed_since_the_last_build(
     assert _built(owner_engine, corpus.tenant_id)[0] == upto
 
 
-def _build_kind(owner_url: str, tenant_id, kind) -> dict:
-    with psycopg.connect(conninfo(owner_url)) as conn:
-        return bm25_lists.build(conn, tenant_id, kind)
-
 
 @pytest.mark.asyncio
 async def test_an_added_generation_packs_only_what_was_written_since_and_searches_stay_exact(
@@ -201,13 +197,13 @@ async def test_an_added_generation_packs_only_what_was_written_since_and_searche
     corpus = make_corpus(owner_engine, worker_engine, root, _zipf_files(13, 120, VOCAB), tenant=f"na-{unique}")
     principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
     queries = _queries(17, 24)
-    first = _build_kind(owner_url, corpus.tenant_id, "add")  # nothing built yet: a full build
+    first = _build(owner_url, corpus.tenant_id, "add")  # nothing built yet: a full build
     assert (first["kind"], first["generations"]) == ("full", 1)
     for n in range(0, 30, 2):
         (root / f"d{n:03}.txt").write_text("w0x w1x w6x w8x " * (n % 3 + 1))
     (root / "d031.txt").unlink()
     crawl(worker_engine, corpus)
-    added = _build_kind(owner_url, corpus.tenant_id, "add")
+    added = _build(owner_url, corpus.tenant_id, "add")
     assert (added["kind"], added["generations"]) == ("add", 2) and added["upto"] > first["upto"]
     with owner_engine.connect() as conn:
         by_gen = dict(conn.execute(text("SELECT gen, sum(n) FROM bm25_lists WHERE tenant_id = :t GROUP BY gen"),
@@ -220,7 +216,7 @@ async def test_an_added_generation_packs_only_what_was_written_since_and_searche
     assert await _agree(api_pool, principal, queries) > 200
     (root / "d040.txt").write_text("w2x w3x")
     crawl(worker_engine, corpus)
-    full = _build_kind(owner_url, corpus.tenant_id, "full")
+    full = _build(owner_url, corpus.tenant_id, "full")
     with owner_engine.connect() as conn:
         gens = conn.execute(text("SELECT array_agg(DISTINCT gen) FROM bm25_lists WHERE tenant_id = :t"),
                             {"t": corpus.tenant_id}).scalar()
