@@ -18,7 +18,8 @@ import pytest
 from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import make_url
 
-from kdbl_core.db.embedded_postgres import EmbeddedDatabase
+from kdbl_core.db.embedded_postgres import EmbeddedDatabase, _as_server_user, pg_binary
+from kdbl_core.db.connect import conninfo
 from kdbl_core.db.urls import for_role
 
 PROBE_USER = "kdbl-probe"
@@ -191,3 +192,36 @@ def test_a_restart_with_a_long_path_keeps_the_url_and_the_private_socket_directo
         assert stat.S_IMODE(info.st_mode) == 0o700 and info.st_uid == os.geteuid()
     finally:
         db.stop()
+
+
+def test_pg_ctl_restart_brings_the_server_back_with_its_options_and_stop_ends_it(private_parent):
+    """postmaster.opts is replayed through /bin/sh by `pg_ctl restart`: with `$libdir` and `$system` on the
+    command line the restarted server lost them and did not come back. The options now live in a file."""
+    db = EmbeddedDatabase(private_parent / "data")
+    try:
+        url = db.start()
+        opts = (db.pgdata / "postmaster.opts").read_text()
+        assert "$" not in opts and "-c" not in opts
+        before = _postmaster_pid(db.pgdata)
+        restart = _as_server_user([pg_binary("pg_ctl"), "restart", "-D", str(db.pgdata), "-w", "-t", "300",
+                                   "-m", "fast", "-l", str(db.pgdata / "log")])
+        result = subprocess.run(restart, capture_output=True, text=True, timeout=600, check=False)
+        assert result.returncode == 0, result.stdout + result.stderr
+        after = _postmaster_pid(db.pgdata)
+        assert after != before
+        with psycopg.connect(conninfo(url), autocommit=True) as conn:
+            assert conn.execute("SHOW listen_addresses").fetchone() == ("",)
+            assert conn.execute("SHOW unix_socket_permissions").fetchone() == ("0700",)
+            assert "pg_prewarm" in conn.execute("SHOW shared_preload_libraries").fetchone()[0]
+            [libs] = conn.execute("SHOW dynamic_library_path").fetchone()
+            assert libs.startswith("$libdir:") and libs != "$libdir:"
+            assert conn.execute("SELECT count(*) FROM pg_available_extensions WHERE name = 'kdbl_bm25'"
+                                ).fetchone() == (1,)
+        db.stop()
+        assert not _running(after)
+    finally:
+        db.stop()
+
+
+def _postmaster_pid(pgdata: Path) -> int:
+    return int((pgdata / "postmaster.pid").read_text().split()[0])

@@ -18,7 +18,9 @@ What this module guarantees, whatever the path:
 - one owner: the process holding DIR/lock starts the server and stops it (on `stop()` and at
   exit); other processes (`kdbl-control --data-dir` commands while `up` runs) attach and leave it
   running. A server left by a crashed owner (kill -9) is found by its postmaster.pid, stopped, and a
-  fresh one started with these options (reported by a warning and `stale_pid`).
+  fresh one started with these options (reported by a warning and `stale_pid`);
+- its options live in PGDATA/kdbl.conf, included from postgresql.conf, not on its command line, so a
+  server restarted by hand (`pg_ctl restart`) comes back with them, and `stop()` ends it too.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ SOCKET_NAME = ".s.PGSQL.5432"
 SOCKET_PATH_MAX = 107  # sun_path is 108 bytes on Linux, including the terminating NUL
 START_TIMEOUT = 60.0  # a cold start on a busy 2-core machine took up to ~12 s
 STOP_TIMEOUT = 30.0
+CONF_NAME = "kdbl.conf"
+INCLUDE_LINE = f"include_if_exists '{CONF_NAME}'"
 HBA = ("# written by kdbl: password (SCRAM) for every role, no TCP listener\n"
        "local all all scram-sha-256\n"
        "host all all 127.0.0.1/32 scram-sha-256\n"
@@ -251,13 +255,14 @@ class EmbeddedDatabase:
         log_file = self.pgdata / "log"
         # The kdbl_bm25 extension, compiled against this server when missing or stale (kdbl_core.db.pgext).
         ext_dir = pgext.ensure_built(Path(pg_binary("pg_config")))
-        argv = _as_server_user([pg_binary("postgres"), "-D", str(self.pgdata), "-c", "listen_addresses=",
-                                "-c", f"unix_socket_directories={socket_dir}",
-                                "-c", "unix_socket_permissions=0700",
-                                "-c", f"shared_buffers={shared_buffers_mb()}MB",
-                                # the buffers' contents survive a restart (autoprewarm's dump, reloaded)
-                                "-c", "shared_preload_libraries=pg_prewarm",
-                                *(pgext.server_options(ext_dir) if ext_dir else [])])
+        options = {"listen_addresses": "", "unix_socket_directories": str(socket_dir),
+                   "unix_socket_permissions": "0700", "shared_buffers": f"{shared_buffers_mb()}MB",
+                   # the buffers' contents survive a restart (autoprewarm's dump, reloaded)
+                   "shared_preload_libraries": "pg_prewarm"}
+        if ext_dir:
+            options.update(_settings_of(pgext.server_options(ext_dir)))
+        _write_server_conf(self.pgdata, options)
+        argv = _as_server_user([pg_binary("postgres"), "-D", str(self.pgdata)])
         with open(log_file, "ab") as out:
             # Its own session: a Ctrl-C in the terminal reaches `up`, which stops the server in order.
             self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
@@ -284,6 +289,10 @@ class EmbeddedDatabase:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self._process.wait(timeout=STOP_TIMEOUT)
             self._pid = self._process = None
+            # a postmaster restarted by hand (`pg_ctl restart`) runs under another pid
+            info = _postmaster(self.pgdata)
+            if info and _is_our_postmaster(info["pid"], self.pgdata):
+                _terminate(info["pid"])
         if self._socket_dir_made is not None:
             shutil.rmtree(self._socket_dir_made, ignore_errors=True)
             self._socket_dir_made = None
@@ -313,6 +322,30 @@ def shared_buffers_mb() -> int:
         with contextlib.suppress(OSError, ValueError):
             memory = min(memory, int(Path(limit_file).read_text().strip()))  # "max": no limit (ValueError)
     return max(128, min(8192, memory // 2**20 // 4))
+
+
+def _settings_of(argv: list[str]) -> dict[str, str]:
+    """`["-c", "name=value", ...]` -> {name: value}."""
+    return dict(arg.split("=", 1) for flag, arg in zip(argv[::2], argv[1::2], strict=True) if flag == "-c")
+
+
+def _conf_value(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _write_server_conf(pgdata: Path, options: dict[str, str]) -> None:
+    """The server's options in PGDATA/kdbl.conf, included last from postgresql.conf, not on its command
+    line: PostgreSQL records the command line in postmaster.opts, `pg_ctl restart` replays it through
+    /bin/sh, and the shell expanded `$libdir`/`$system` (and would any `$` or backquote in a path) to
+    nothing, so a server restarted by hand came back without the extension and stayed down."""
+    lines = ["# written by kdbl at each start (kdbl_core.db.embedded_postgres); edits are overwritten\n"]
+    lines += [f"{name} = {_conf_value(value)}\n" for name, value in options.items()]
+    _write_private(pgdata / CONF_NAME, "".join(lines))
+    main = pgdata / "postgresql.conf"
+    text = main.read_text()
+    if INCLUDE_LINE not in text.splitlines():
+        with open(main, "a") as handle:
+            handle.write(("" if text.endswith("\n") else "\n") + INCLUDE_LINE + "\n")
 
 
 def _postmaster(pgdata: Path) -> dict | None:
