@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from leftover_processes import (  # noqa: F401 - hooks: no process a test starts outlives the session
+    pytest_configure, pytest_runtest_setup, pytest_sessionfinish)
 from skip_policy import pytest_runtest_makereport  # noqa: F401 - the hook: a skip fails unless opted in
 from sqlalchemy import create_engine
 

@@ -83,7 +83,7 @@ def serving(app, **config) -> Iterator[str]:
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **config))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120  # fails at once if the thread ends; the bound is for a loaded machine
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("server did not start")

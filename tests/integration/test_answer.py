@@ -250,7 +250,7 @@ async def test_a_generation_past_the_timeout_stops_with_the_text_so_far(world, o
         result = await ask(url, world["token"], question="vitamin D sunlight", answer_type="abstractive",
                            max_tokens=4096)
     assert result["finish_reason"] == "timeout" and 0 < result["tokens"] < 4096
-    assert chat_model.last.seconds < 5
+    assert chat_model.last.finish_reason == "timeout"  # the generation itself stopped, not only the reply
 
 
 async def test_cancelling_the_call_stops_generation_between_tokens(world, chat_model):

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 from test_queue import corpus_files, item_states, start_worker, stop_worker, wait_connected, wait_until
 
@@ -42,8 +41,9 @@ def test_crawl_queue_logs_progress_on_a_pipe_and_sigint_stops_the_waiting(owner_
         job_id = int(waiter.stdout.readline())
         assert "listed" in lines[-1] and "pending" in lines[-1] and "files/s" in lines[-1]
         waiter.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        assert waiter.wait(timeout=30) == 130 and time.monotonic() - sent < 5
+        assert waiter.wait(timeout=120) == 130
+        # it left at once, not when the run ended (the worker needs >= 10 s of pg_sleep for 200 files)
+        assert item_states(owner_engine, job_id).get("done", 0) < 200
         assert "the runs go on in the workers" in waiter.stderr.read()
         # the worker was not disturbed: it finishes the run
         wait_until(lambda: item_states(owner_engine, job_id).get("done") == 200, 120, "the worker to finish")

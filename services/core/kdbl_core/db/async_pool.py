@@ -43,6 +43,7 @@ Params = Mapping[str, Any] | Sequence[Any]
 
 PROBE_INTERVAL_S = 1.0
 CONNECT_TIMEOUT_S = 2  # libpq's minimum; a host that does not answer fails after this long
+POOL_TIMEOUT_S = 30.0  # how long a request waits for a pooled connection
 RETRY_AFTER_S = 1
 UNAVAILABLE_MESSAGE = "the database is unreachable; retry shortly"
 LOST_MESSAGE = "the database connection was lost during the request; retry shortly"
@@ -125,7 +126,7 @@ class AsyncPool:
         return self._size
 
     async def open(self) -> None:
-        self._pool = await self._new_pool(timeout=30.0)
+        self._pool = await self._new_pool(timeout=POOL_TIMEOUT_S)
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
@@ -137,7 +138,7 @@ class AsyncPool:
     async def _new_pool(self, *, timeout: float) -> AsyncConnectionPool[Connection]:
         pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
             self._conninfo, min_size=self._size, max_size=self._size, open=False, name=self._name,
-            timeout=30.0, max_lifetime=1800.0, configure=_configure,
+            timeout=POOL_TIMEOUT_S, max_lifetime=1800.0, configure=_configure,
             kwargs={"connect_timeout": CONNECT_TIMEOUT_S, "row_factory": named_rows, "autocommit": True})
         await pool.open(wait=True, timeout=timeout)
         return pool

@@ -26,6 +26,7 @@ from kdbl_core.errors import ConfigError
 Pool = ConnectionPool
 Connection = psycopg.Connection[Any]
 CONNECT_TIMEOUT_S = 2  # libpq's minimum; a host that does not answer fails after this long
+POOL_TIMEOUT_S = 30.0  # how long a caller waits for a pooled connection
 
 
 def conninfo(url: str) -> str:
@@ -48,7 +49,7 @@ def sync_pool(url: str, *, size: int = 5, name: str = "kdbl") -> ConnectionPool:
     and let the first caller wait out its 30 s timeout."""
     info = conninfo(url)
     psycopg.connect(info, connect_timeout=CONNECT_TIMEOUT_S).close()
-    return ConnectionPool(info, min_size=1, max_size=size, name=name, open=True, timeout=30.0,
+    return ConnectionPool(info, min_size=1, max_size=size, name=name, open=True, timeout=POOL_TIMEOUT_S,
                           max_lifetime=1800.0, configure=_configure,
                           kwargs={"row_factory": namedtuple_row, "connect_timeout": CONNECT_TIMEOUT_S})
 
