@@ -96,7 +96,7 @@ def registry(airgap_tools: dict[str, str]) -> Iterator[str]:
     log = open(work / "registry.log", "w")
     proc = subprocess.Popen([airgap_tools["docker-registry"], "serve", str(config)], stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}/v2/"
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120  # fails at once if the registry exits; the bound is for a loaded machine
     while True:
         try:
             with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=2) as resp:

@@ -39,7 +39,7 @@ def kdbl_api(owner_url: str, **overrides) -> Iterator[Settings]:
     sockets = main.listen_sockets(settings)
     thread = threading.Thread(target=server.run, kwargs={"sockets": sockets}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120  # fails at once if the thread ends; the bound is for a loaded machine
     while not server.started:
         assert time.monotonic() < deadline and thread.is_alive(), "API did not start"
         time.sleep(0.05)

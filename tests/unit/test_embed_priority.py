@@ -20,15 +20,15 @@ def test_an_urgent_holder_takes_the_lock_before_ordinary_ones_that_waited_longer
     with lock.hold():
         ordinary = threading.Thread(target=take, args=("batch", False, ordinary_waiting))
         ordinary.start()
-        ordinary_waiting.wait(5)
+        ordinary_waiting.wait(60)
         urgent = threading.Thread(target=take, args=("query", True, urgent_waiting))
         urgent.start()
-        urgent_waiting.wait(5)
-        deadline = time.monotonic() + 5
+        urgent_waiting.wait(60)
+        deadline = time.monotonic() + 60
         while lock._urgent_waiting == 0 and time.monotonic() < deadline:
             time.sleep(0.001)
-    ordinary.join(5)
-    urgent.join(5)
+    ordinary.join(60)
+    urgent.join(60)
     assert order == ["query", "batch"]
 
 
@@ -41,7 +41,7 @@ def test_a_query_is_embedded_while_a_long_background_batch_is_still_running(embe
         per_chunk = (time.perf_counter() - started) / 8
         background = threading.Thread(target=embedder.embed, args=(texts,))
         background.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while not embedder._lock._busy and time.monotonic() < deadline:
             time.sleep(0.001)
         started = time.perf_counter()
