@@ -10,6 +10,11 @@ are never modified.
 
 Keyword search works without the extension (the SQL MaxScore top-k, kdbl_core.search.bm25_topk); with
 it, the keyword arm reads packed lists instead of postings rows (docs/architecture.md).
+
+Versions: 1.1 (issue 27) range-checks every argument in C, revokes EXECUTE from PUBLIC and marks the
+aggregates PARALLEL SAFE; a database at 1.0 is updated by INSTALL_SQL (kdbl_bm25--1.0--1.1.sql), after
+which its privileges are those of a fresh 1.1. Only the current install script and the update scripts
+ship (pgvector's layout), so no older, unlocked version can be created.
 """
 
 from __future__ import annotations
@@ -24,9 +29,11 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 NAME = "kdbl_bm25"
-VERSION = "1.0"
+VERSION = "1.1"
 SOURCE_DIR = Path(__file__).resolve().parent
-SOURCES = ("kdbl_bm25.c", "kdbl_bm25.control", f"kdbl_bm25--{VERSION}.sql", "Makefile")
+# The install script of VERSION, then the update scripts from each earlier version (Makefile's DATA).
+SCRIPTS = (f"kdbl_bm25--{VERSION}.sql", "kdbl_bm25--1.0--1.1.sql")
+SOURCES = ("kdbl_bm25.c", "kdbl_bm25.control", *SCRIPTS, "Makefile")
 # PGXS's CFLAGS are those the server was compiled with (the embedded wheel's: clang's warnings, which
 # gcc rejects); these are the ones the code needs, for any C compiler.
 CFLAGS = "-O2 -fno-strict-aliasing -fwrapv -fexcess-precision=standard -Wall"
@@ -78,7 +85,7 @@ def build(pg_config: Path, dest: Path) -> Path:
         (staging / "lib").mkdir()
         (staging / "share" / "extension").mkdir(parents=True)
         shutil.copy2(work / f"{NAME}.so", staging / "lib" / f"{NAME}.so")
-        for name in (f"{NAME}.control", f"{NAME}--{VERSION}.sql"):
+        for name in (f"{NAME}.control", *SCRIPTS):
             shutil.copy2(work / name, staging / "share" / "extension" / name)
         (staging / "stamp").write_text(_fingerprint(pg_config) + "\n")
         for path in [staging, *staging.rglob("*")]:
@@ -110,18 +117,65 @@ def server_options(ext_dir: Path) -> list[str]:
             "-c", f"dynamic_library_path=$libdir:{ext_dir / 'lib'}"]
 
 
+# Who calls what (the roles of migration 0001): the API searches (kdbl_bm25_topk: bm25_native); the worker
+# packs its tenant's lists after a crawl run (kdbl_bm25_pack: content.bm25_lists); the owner's
+# `kdbl-control db compact` and `bench scale` pack too, as kdbl_admin where the owner is not a superuser;
+# kdbl_bm25_unpack is for inspection. No one else: EXECUTE is revoked from PUBLIC. The aggregates' support
+# functions are granted to no one (an aggregate checks its owner's right to them).
+GRANTS = {
+    "kdbl_bm25_topk": ("kdbl_api", "kdbl_admin"),
+    "kdbl_bm25_pack": ("kdbl_worker", "kdbl_admin"),
+    "kdbl_bm25_unpack": ("kdbl_admin",),
+}
+
+# Every function of the installed extension, whatever its version: EXECUTE revoked from PUBLIC (where a
+# 1.0 could not be updated: the server lacks the 1.1 files) and granted to the roles above. Idempotent; as
+# the owner after every migration, so a database converges to the same privileges whatever its history.
+# A role that may not (not a superuser, not the creator of a 1.1) gets warnings, not an error. (No `%` in
+# these statements: drivers read it as a placeholder.)
+_GRANT_CASES = "\n".join(f"            WHEN '{fn}' THEN '{', '.join(roles)}'" for fn, roles in GRANTS.items())
+PRIVILEGES_SQL = f"""
+    FOR f IN
+        SELECT CAST(p.oid AS regprocedure) AS fn, p.proname
+          FROM pg_depend d JOIN pg_proc p ON p.oid = d.objid
+         WHERE d.classid = CAST('pg_proc' AS regclass) AND d.refclassid = CAST('pg_extension' AS regclass)
+           AND d.deptype = 'e' AND d.refobjid = (SELECT e.oid FROM pg_extension e WHERE e.extname = '{NAME}')
+    LOOP
+        IF has_function_privilege('public', f.fn, 'EXECUTE') THEN
+            EXECUTE 'REVOKE ALL ON FUNCTION ' || f.fn || ' FROM PUBLIC';
+            IF has_function_privilege('public', f.fn, 'EXECUTE') THEN
+                RAISE WARNING USING MESSAGE = '{NAME}: every role may still execute ' || f.fn, HINT = 'As a superuser: ALTER EXTENSION {NAME} UPDATE (or REVOKE ALL ON FUNCTION ... FROM PUBLIC)';
+            END IF;
+        END IF;
+        roles := CASE f.proname
+{_GRANT_CASES}
+        END;
+        IF roles IS NOT NULL THEN
+            EXECUTE 'GRANT EXECUTE ON FUNCTION ' || f.fn || ' TO ' || roles;
+        END IF;
+    END LOOP;"""
+
 # CREATE EXTENSION when the server offers it (as the owner, after the migrations), ALTER ... UPDATE
-# when an older version is installed. Without it nothing changes: search uses the SQL top-k.
+# when an older version is installed, then PRIVILEGES_SQL. Without it nothing changes: search uses the SQL
+# top-k. An update the migrator may not run (another role created the extension) is a warning, and the
+# privileges are still put right where it may.
 INSTALL_SQL = f"""
 DO $$
+DECLARE
+    f record;
+    roles text;
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_available_extension_versions WHERE name = '{NAME}' AND version = '{VERSION}') THEN
         IF NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = '{NAME}') THEN
             CREATE EXTENSION {NAME};
         ELSIF (SELECT extversion FROM pg_extension WHERE extname = '{NAME}') <> '{VERSION}' THEN
-            ALTER EXTENSION {NAME} UPDATE TO '{VERSION}';
+            BEGIN
+                ALTER EXTENSION {NAME} UPDATE TO '{VERSION}';
+            EXCEPTION WHEN insufficient_privilege THEN
+                RAISE WARNING USING MESSAGE = '{NAME} not updated to {VERSION}: ' || SQLERRM, HINT = 'As a superuser or the extension''s owner: ALTER EXTENSION {NAME} UPDATE';
+            END;
         END IF;
-    END IF;
+    END IF;{PRIVILEGES_SQL}
 END
 $$"""
 
