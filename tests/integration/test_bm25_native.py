@@ -156,11 +156,24 @@ def test_a_build_waits_for_uncommitted_chunks_and_covers_them(owner_engine, work
         result: dict = {}
         builder = threading.Thread(target=lambda: result.update(_build(owner_url, corpus.tenant_id)))
         builder.start()
-        time.sleep(1.0)
+        _wait_until_the_build_waits_for_the_writers(writer, builder)
         assert builder.is_alive() and not result  # waiting for the writer, not reading past it
         writer.commit()
         builder.join(timeout=60)
     assert result["upto"] >= chunk_id
+
+
+def _wait_until_the_build_waits_for_the_writers(conn, builder: threading.Thread, timeout: float = 60.0) -> None:
+    """Until the build's session queues for the chunk writers' lock (bm25_lists.LOCK_KEY, held shared by
+    the open insert): an advisory lock not granted, in pg_locks."""
+    key = {"hi": bm25_lists.LOCK_KEY >> 32, "lo": bm25_lists.LOCK_KEY & 0xFFFFFFFF}
+    deadline = time.monotonic() + timeout
+    while not conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1 "
+            "AND classid = CAST(%(hi)s AS oid) AND objid = CAST(%(lo)s AS oid))", key).fetchone()[0]:
+        assert builder.is_alive(), "the build ended without waiting for the uncommitted chunk"
+        assert time.monotonic() < deadline, f"the build did not queue for the writers' lock in {timeout} s"
+        time.sleep(0.01)
 
 
 def _built(owner_engine, tenant_id):
