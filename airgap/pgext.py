@@ -1,7 +1,8 @@
 """K-Lake's PostgreSQL extension kdbl_bm25, compiled for the app image at bundle-build time.
 
 The kdbl/kdbl image carries the compiled extension at ``/opt/kdbl/pgext`` (``lib/kdbl_bm25.so``,
-``share/extension/kdbl_bm25.control`` and ``kdbl_bm25--1.0.sql``). The chart copies that directory
+``share/extension/kdbl_bm25.control``, the install script ``kdbl_bm25--1.1.sql`` and the update script
+``kdbl_bm25--1.0--1.1.sql``). The chart copies that directory
 into the bundled PostgreSQL's Pod (an initContainer) and starts the server with
 ``extension_control_path``/``dynamic_library_path`` pointing at it (PostgreSQL 18), so the stock
 pgvector/pgvector:pg18 image stays unmodified.

@@ -52,7 +52,8 @@ def test_full_bundle_contents(full_bundle: Path) -> None:
     pgext = manifest["pgext"]
     assert pgext["path"] == "/opt/kdbl/pgext" and pgext["postgres"].startswith("PostgreSQL 18.")
     assert set(pgext["files"]) == {
-        "lib/kdbl_bm25.so", "share/extension/kdbl_bm25.control", "share/extension/kdbl_bm25--1.0.sql"
+        "lib/kdbl_bm25.so", "share/extension/kdbl_bm25.control", "share/extension/kdbl_bm25--1.1.sql",
+        "share/extension/kdbl_bm25--1.0--1.1.sql",
     }
     tar = full_bundle.with_name(full_bundle.name + ".tar")
     assert tar.is_file()

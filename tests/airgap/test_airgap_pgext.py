@@ -62,7 +62,8 @@ def test_the_extension_is_laid_out_as_the_image_carries_it(built: tuple[Path, di
     dest, info = built
     assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == [
         "lib/kdbl_bm25.so",
-        "share/extension/kdbl_bm25--1.0.sql",
+        "share/extension/kdbl_bm25--1.0--1.1.sql",
+        "share/extension/kdbl_bm25--1.1.sql",
         "share/extension/kdbl_bm25.control",
     ]
     assert "module_pathname = 'kdbl_bm25'" in (dest / "share" / "extension" / "kdbl_bm25.control").read_text()
@@ -87,7 +88,7 @@ def test_the_library_exports_the_module_magic_and_the_functions_the_sql_binds(
     symbols = subprocess.run(["nm", "-D", "--defined-only", library], capture_output=True, text=True,
                              check=True).stdout
     exported = {line.split()[-1] for line in symbols.splitlines() if line.strip()}
-    sql = (dest / "share" / "extension" / "kdbl_bm25--1.0.sql").read_text()
+    sql = (dest / "share" / "extension" / "kdbl_bm25--1.1.sql").read_text()
     wanted = pgext.required_symbols(sql)
     assert {"Pg_magic_func", "kdbl_bm25_topk_final", "pg_finfo_kdbl_bm25_topk_final"} <= wanted
     assert wanted <= exported, f"{library} does not export {sorted(wanted - exported)}"
@@ -122,7 +123,8 @@ def test_the_library_needs_no_newer_glibc_than_debian_bookworm_s(built: tuple[Pa
 
 def test_the_source_hash_changes_with_the_source(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     before = pgext.source_sha256()
-    for name in ("kdbl_bm25.c", "kdbl_bm25.control", "kdbl_bm25--1.0.sql", "Makefile", "__init__.py"):
+    for name in ("kdbl_bm25.c", "kdbl_bm25.control", "kdbl_bm25--1.1.sql", "kdbl_bm25--1.0--1.1.sql", "Makefile",
+                 "__init__.py"):
         (tmp_path / name).write_bytes((pgext.SOURCE_DIR / name).read_bytes())
     monkeypatch.setattr(pgext, "SOURCE_DIR", tmp_path)
     assert pgext.source_sha256() == before
