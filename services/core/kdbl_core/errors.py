@@ -41,6 +41,7 @@ UNAUTHENTICATED = -32001
 RESOURCE_NOT_FOUND = -32002
 FORBIDDEN = -32003
 UNAVAILABLE = -32004
+DEADLINE_EXCEEDED = -32008
 CONFLICT = -32009
 RATE_LIMITED = -32029
 
@@ -101,6 +102,19 @@ class RequestTimeout(KdblError):
 
     jsonrpc_code = INVALID_REQUEST
     http_status = 408
+
+
+class DeadlineExceeded(KdblError):
+    """A call ran past its deadline (its tenant's per-tool timeout, else KDBL_CALL_TIMEOUT_S): its statement was
+    cancelled, its transaction rolled back. HTTP 504, -32008; not temporary: the same call under the same
+    deadline fails again, so the message says what to change (a narrower call, or a longer deadline)."""
+
+    jsonrpc_code = DEADLINE_EXCEEDED
+    http_status = 504
+
+    def __init__(self, message: str, *, deadline_ms: int) -> None:
+        super().__init__(message, data={"deadline_ms": deadline_ms})
+        self.deadline_ms = deadline_ms
 
 
 class MisdirectedRequest(KdblError):

@@ -132,6 +132,20 @@ class Settings(BaseSettings):
         default=600, ge=0, description="Per-token minute tier of tenants whose policy sets none (buckets shared "
                                        "by every replica, kdbl_api.ratelimit); 0 disables.")
     rate_limit_burst: int = Field(default=60, ge=1)
+    tenant_max_in_flight: int = Field(default=4, ge=1, le=1000, description=(
+        "Fair share between tenants (kdbl_api.fair_share): cost units of calls one tenant may have in flight "
+        "per API process, unless its policy sets concurrency.max_in_flight. A call costs 1 (a search, a read) "
+        "to 4 (an abstractive answer); never more than KDBL_DB_POOL_SIZE - 1, so one tenant cannot hold "
+        "every database connection. 4 keeps one tenant to about the two cores of the reference box."))
+    tenant_queue_s: float = Field(default=2.0, ge=0, le=60, description=(
+        "How long a call over its tenant's in-flight limit waits for a slot (first come, first served) "
+        "before it is refused with 429 + Retry-After; 0 refuses at once."))
+    call_timeout_s: float = Field(default=10.0, ge=0.1, le=3600, description=(
+        "Every MCP call's deadline, unless its tenant's policy sets one (deadlines.default_ms, per tool "
+        "deadlines.tools): each SQL statement's statement_timeout, and the call as a whole in Python (1 s "
+        "later, so that a slow statement is cancelled by the server first); `answer` adds "
+        "KDBL_CHAT_TIMEOUT_S for its generation. Past it the call answers -32008 naming the deadline. 10 s is "
+        "5x the slowest search measured (naive OR BM25 at 100k chunks: p95 1.8 s)."))
     body_read_timeout_s: float = Field(default=10.0, gt=0, le=600, description=(
         "A /mcp request body must arrive within this many seconds of its headers, else 408 and the "
         "connection is closed (a stalled body used to hold a connection and its slot open > 25 s)."))

@@ -12,6 +12,11 @@ them through `parse`, so every reader applies the same defaults:
     downloads      mode off | inline | attachment (inline + attachment); `enabled: false` (the older
                    field) means off; link_ttl_seconds (default 900)
     quotas         max_sources / max_files / max_bytes (absent = unlimited)
+    concurrency    max_in_flight: cost units the tenant may have in flight per API process (a call costs
+                   1-4: kdbl_api.fair_share.cost); queue_ms: how long a call over it waits for a slot
+                   before 429 + Retry-After. Absent: KDBL_TENANT_MAX_IN_FLIGHT / KDBL_TENANT_QUEUE_S.
+    deadlines      default_ms and tools {tool: ms}: each call's deadline (every SQL statement's
+                   statement_timeout, and the call as a whole in Python); absent: KDBL_CALL_TIMEOUT_S.
 
 `parse` never fails on stored settings (a reader must not break a tenant over a bad value: unknown
 tools and modes are dropped, bad numbers ignored); `validate_update` is the strict path for writers.
@@ -48,6 +53,13 @@ PERIODS = {"minute": 60, "hour": 3600, "day": 86400}
 _UNIT = {"s": None, "m": "minute", "min": "minute", "minute": "minute", "h": "hour", "hour": "hour",
          "d": "day", "day": "day"}
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*([a-z]+)\s*$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min)?\s*$")
+_DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000}
+# What a writer may set (the CRD's bounds are the same): a deadline from 100 ms to an hour, 1-1000 slots,
+# a queue of at most a minute.
+DEADLINE_MS_RANGE = (100, 3_600_000)
+IN_FLIGHT_RANGE = (1, 1000)
+QUEUE_MS_RANGE = (0, 60_000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +80,25 @@ class Tier:
 
 
 @dataclass(frozen=True, slots=True)
+class Limits:
+    """Fair share and deadlines (issue 27): the installation's (from Settings: `Limits.of`) or a tenant's."""
+
+    max_in_flight: int = 4
+    queue_ms: int = 2000
+    timeout_ms: int = 10_000
+    tool_timeouts_ms: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, settings: Settings) -> Limits:
+        return cls(max_in_flight=settings.tenant_max_in_flight, queue_ms=round(settings.tenant_queue_s * 1000),
+                   timeout_ms=round(settings.call_timeout_s * 1000))
+
+    def deadline_ms(self, tool: str) -> int:
+        """The deadline of a call of `tool` (a tool or resources/...): its own, else the default."""
+        return self.tool_timeouts_ms.get(tool, self.timeout_ms)
+
+
+@dataclass(frozen=True, slots=True)
 class TenantPolicy:
     enabled: bool = True
     tools: frozenset[str] = frozenset(TOOLS)
@@ -77,6 +108,7 @@ class TenantPolicy:
     downloads: str = "attachment"
     link_ttl_s: int = DEFAULT_LINK_TTL_S
     quotas: Mapping[str, int] = field(default_factory=dict)
+    limits: Limits = field(default_factory=Limits)
 
     def allows_tool(self, name: str) -> bool:
         return name in self.tools
@@ -88,6 +120,8 @@ class TenantPolicy:
             "modes": [m for m in MODES if m in self.modes],
             "rate_limit": {"per_token": _tiers_json(self.token_tiers), "tenant": _tiers_json(self.tenant_tiers)},
             "downloads": self.downloads, "link_ttl_seconds": self.link_ttl_s, "quotas": dict(self.quotas),
+            "concurrency": {"max_in_flight": self.limits.max_in_flight, "queue_ms": self.limits.queue_ms},
+            "deadlines": {"default_ms": self.limits.timeout_ms, "tools": dict(self.limits.tool_timeouts_ms)},
         }
 
 
@@ -119,8 +153,26 @@ def tiers(spec: Mapping[str, Any] | None, *, default_per_minute: int | None = No
     return tuple(out)
 
 
+def _in(value: Any, bounds: tuple[int, int]) -> int | None:
+    number = _int(value, low=bounds[0])
+    return number if number is not None and number <= bounds[1] else None
+
+
+def limits(concurrency: Any, deadlines: Any, default: Limits) -> Limits:
+    """The tenant's `concurrency` and `deadlines` over the installation's `default` (a bad value: the default)."""
+    concurrency = concurrency if isinstance(concurrency, Mapping) else {}
+    deadlines = deadlines if isinstance(deadlines, Mapping) else {}
+    tools = deadlines.get("tools") if isinstance(deadlines.get("tools"), Mapping) else {}
+    own = {t: ms for t, v in tools.items() if t in ALL_TOOLS and (ms := _in(v, DEADLINE_MS_RANGE)) is not None}
+    return Limits(
+        max_in_flight=_in(concurrency.get("max_in_flight"), IN_FLIGHT_RANGE) or default.max_in_flight,
+        queue_ms=q if (q := _in(concurrency.get("queue_ms"), QUEUE_MS_RANGE)) is not None else default.queue_ms,
+        timeout_ms=_in(deadlines.get("default_ms"), DEADLINE_MS_RANGE) or default.timeout_ms,
+        tool_timeouts_ms={**default.tool_timeouts_ms, **own})
+
+
 def parse(settings: Mapping[str, Any] | None, *, default_per_minute: int | None = None,
-          default_burst: int | None = None) -> TenantPolicy:
+          default_burst: int | None = None, default_limits: Limits | None = None) -> TenantPolicy:
     """The effective policy of stored settings (lenient: see the module docstring)."""
     s = settings if isinstance(settings, Mapping) else {}
     mcp = s.get("mcp") if isinstance(s.get("mcp"), Mapping) else {}
@@ -142,6 +194,7 @@ def parse(settings: Mapping[str, Any] | None, *, default_per_minute: int | None 
         link_ttl_s=_int(downloads.get("link_ttl_seconds"), low=10) or DEFAULT_LINK_TTL_S,
         quotas={k: v for k in ("max_sources", "max_files", "max_bytes")
                 if (v := _int(quotas.get(k))) is not None},
+        limits=limits(s.get("concurrency"), s.get("deadlines"), default_limits or Limits()),
     )
 
 
@@ -175,10 +228,62 @@ def parse_list(text: str, allowed: tuple[str, ...], field_name: str) -> list[str
     return [t for t in allowed if t in items]
 
 
+def parse_duration_ms(text: str, field_name: str) -> int:
+    """'250ms', '2s', '1.5s', '2m' (a bare number is seconds) -> milliseconds within DEADLINE_MS_RANGE."""
+    match = _DURATION.match(text.lower())
+    if match is None:
+        raise InvalidArgument(field_name, f"'{text.strip()}' is not a duration (e.g. 500ms, 10s, 2m)")
+    ms = round(float(match.group(1)) * _DURATION_MS[match.group(2) or "s"])
+    low, high = DEADLINE_MS_RANGE
+    if not low <= ms <= high:
+        raise InvalidArgument(field_name, f"{text.strip()} is outside {low} ms to {high // 60_000} minutes")
+    return ms
+
+
+def parse_deadlines(text: str) -> dict[str, Any]:
+    """'10s' (every tool), 'answer=90s,search_content=5s' (those tools) or both ('10s,answer=90s') -> the
+    settings' `deadlines` ({default_ms, tools}); 'default' -> {} (the installation default everywhere)."""
+    if text.strip().lower() in ("default", ""):
+        return {}
+    out: dict[str, Any] = {}
+    tools: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",")):
+        tool, sep, value = part.partition("=")
+        if not sep:
+            if "default_ms" in out:
+                raise InvalidArgument("timeout", "the default deadline is given twice")
+            out["default_ms"] = parse_duration_ms(part, "timeout")
+            continue
+        tool = tool.strip()
+        if tool not in ALL_TOOLS:
+            raise InvalidArgument("timeout", f"unknown tool '{tool}' (known: {', '.join(ALL_TOOLS)})")
+        if tool in tools:
+            raise InvalidArgument("timeout", f"{tool} is given twice")
+        tools[tool] = parse_duration_ms(value, "timeout")
+    if tools:
+        out["tools"] = {t: tools[t] for t in ALL_TOOLS if t in tools}
+    return out
+
+
+def parse_count(text: str, bounds: tuple[int, int], field_name: str) -> int | None:
+    """An integer within `bounds`; 'default' -> None (the installation default)."""
+    if text.strip().lower() == "default":
+        return None
+    if not text.strip().isdigit() or not bounds[0] <= int(text) <= bounds[1]:
+        raise InvalidArgument(field_name, f"use an integer from {bounds[0]} to {bounds[1]}, or 'default'")
+    return int(text)
+
+
+_UNSET: Any = object()
+
+
 def apply_update(settings: Mapping[str, Any], *, enabled: bool | None = None, tools: list[str] | None = None,
                  modes: list[str] | None = None, rate: dict[str, int] | None = None,
-                 tenant_rate: dict[str, int] | None = None, downloads: str | None = None) -> dict[str, Any]:
-    """New settings with the given fields changed (the keys the operator writes; the rest is kept)."""
+                 tenant_rate: dict[str, int] | None = None, downloads: str | None = None,
+                 max_in_flight: int | None = _UNSET, queue_ms: int | None = _UNSET,
+                 deadlines: dict[str, Any] | None = None) -> dict[str, Any]:
+    """New settings with the given fields changed (the keys the operator writes; the rest is kept).
+    `max_in_flight` / `queue_ms` None: back to the installation default; `deadlines` {}: the same."""
     out = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in settings.items()}
     if enabled is not None:
         out["enabled"] = enabled
@@ -202,6 +307,23 @@ def apply_update(settings: Mapping[str, Any], *, enabled: bool | None = None, to
         if downloads not in DOWNLOAD_MODES:
             raise InvalidArgument("downloads", f"use one of {', '.join(DOWNLOAD_MODES)}")
         out["downloads"] = {**(out.get("downloads") or {}), "mode": downloads, "enabled": downloads != "off"}
+    for key, value, bounds in (("max_in_flight", max_in_flight, IN_FLIGHT_RANGE), ("queue_ms", queue_ms, QUEUE_MS_RANGE)):
+        if value is _UNSET:
+            continue
+        concurrency = out.setdefault("concurrency", {})
+        if value is None:
+            concurrency.pop(key, None)
+        elif _in(value, bounds) is None:
+            raise InvalidArgument(key.replace("_", "-"), f"use an integer from {bounds[0]} to {bounds[1]}")
+        else:
+            concurrency[key] = value
+        if not concurrency:
+            out.pop("concurrency")
+    if deadlines is not None:
+        if deadlines:
+            out["deadlines"] = deadlines
+        else:
+            out.pop("deadlines", None)
     return out
 
 
@@ -216,7 +338,7 @@ class Policies:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._pool, self._ttl, self._clock = pool, ttl_s, clock
         self._defaults = {"default_per_minute": settings.rate_limit_per_minute,
-                          "default_burst": settings.rate_limit_burst}
+                          "default_burst": settings.rate_limit_burst, "default_limits": Limits.of(settings)}
         self._cache: dict[UUID, tuple[float, TenantPolicy]] = {}
 
     async def get(self, tenant_id: UUID) -> TenantPolicy:

@@ -43,6 +43,8 @@ class Principal:
 _SUBJECT_SEP = "\x1f"
 _SET_PRINCIPAL = ("SELECT set_config('kdbl.tenant_id', %(tenant)s, true), "
                   "set_config('kdbl.subjects', %(subjects)s, true)")
+# the same, with the call's deadline as SET LOCAL statement_timeout (one statement, no round trip more)
+_SET_PRINCIPAL_AND_TIMEOUT = _SET_PRINCIPAL + ", set_config('statement_timeout', %(timeout)s, true)"
 
 
 def principal_params(principal: Principal) -> dict[str, str]:
@@ -53,13 +55,19 @@ def principal_params(principal: Principal) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def rls_transaction(pool: AsyncPool, principal: Principal, *, also: Statement | None = None
-                          ) -> AsyncIterator[AsyncConnection]:
+async def rls_transaction(pool: AsyncPool, principal: Principal, *, also: Statement | None = None,
+                          statement_timeout_ms: int | None = None) -> AsyncIterator[AsyncConnection]:
     """One transaction scoped to `principal` (row-level security reads `kdbl.tenant_id` and
     `kdbl.subjects`; SET LOCAL: they vanish at COMMIT/ROLLBACK). The settings travel with BEGIN in one
-    round trip, and `also` (the call's first statement, under RLS already) with them. Yields psycopg's
-    AsyncConnection: `%(name)s` SQL, named-tuple rows."""
-    async with pool.transaction(_SET_PRINCIPAL, principal_params(principal), also=also) as conn:
+    round trip, and `also` (the call's first statement, under RLS already) with them. With
+    `statement_timeout_ms`, every statement of the transaction (`also` too) is cancelled by the server
+    past it (SET LOCAL statement_timeout: psycopg.errors.QueryCanceled; the connection stays usable).
+    Yields psycopg's AsyncConnection: `%(name)s` SQL, named-tuple rows."""
+    params = principal_params(principal)
+    sql = _SET_PRINCIPAL
+    if statement_timeout_ms is not None:
+        sql, params = _SET_PRINCIPAL_AND_TIMEOUT, {**params, "timeout": str(int(statement_timeout_ms))}
+    async with pool.transaction(sql, params, also=also) as conn:
         yield conn
 
 
