@@ -31,6 +31,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from kdbl_api.bearer import SdkTokenVerifier
 from kdbl_api.downloads import Downloads
+from kdbl_api.fair_share import FairShare
 from kdbl_api.host_hint import HostHint
 from kdbl_api.http_auth import PRM_PATH, McpFrontDoor, public_base
 from kdbl_api.legacy_sse import MESSAGES_PATH, SSE_PATH, LegacySse
@@ -123,9 +124,11 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
     verifier = BearerVerifier(PatVerifier(pool), _oidc(settings, pool))
     policies = Policies(pool, settings)
     limiter = RateLimiter(pool)
+    share = FairShare(state.observability, pool_size=settings.db_pool_size)  # each tenant's calls in flight
     mcp_app = HostHint(StreamableHTTPASGIApp(manager), settings)  # a 421 names --host / KDBL_ALLOWED_HOSTS
     front_door = McpFrontDoor(mcp_app, SdkTokenVerifier(verifier), settings, limiter, state.observability,
-                              policies, pool, streaming_app=HostHint(StreamableHTTPASGIApp(streaming), settings))
+                              policies, pool, streaming_app=HostHint(StreamableHTTPASGIApp(streaming), settings),
+                              share=share)
     downloads = Downloads(settings, pool, state.observability, policies)
 
     async def healthz(request: Request) -> JSONResponse:
@@ -199,6 +202,9 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
             "rate_limit": await front_door.quota(principal),
         }
         policy = await policies.get(principal.tenant_id)
+        body["concurrency"] = {"max_in_flight": share.limit(policy.limits), "in_flight": share.in_flight(
+            principal.tenant_id), "queue_ms": policy.limits.queue_ms, "scope": "per API process (cost units)"}
+        body["deadlines"] = policy.describe()["deadlines"]
         tools: dict[str, object] = {}  # tools beyond the six: only where the tenant's allowlist names them
         if policy.allows_tool("get_contents"):
             tools["get_contents"] = {"latency": obs.mode_latency("get_contents"),

@@ -2,9 +2,10 @@
 
 Every call leaves one, refused or not (the API role may insert rows, never read them). `status` is
 one of STATUSES: ok; error (the tool failed: bad arguments, not found, or an unexpected internal
-error, named in `error`); denied (403: scope, tenant disabled, policy); rate_limited (429);
-unauthenticated (401 for a known token of the tenant: wrong secret, revoked, expired). `error` holds
-the reason, never a secret.
+error, named in `error`); denied (403: scope, tenant disabled, policy); rate_limited (429: a rate
+tier, or the tenant's call slots full: kdbl_api.fair_share); timeout (the call passed its deadline:
+rolled back, then audited in a transaction of its own); unauthenticated (401 for a known token of the
+tenant: wrong secret, revoked, expired). `error` holds the reason, never a secret.
 
 A handler (tool, resource, download) returns `AuditFacts` next to its result; a refusal or failure is
 `AuditFacts.refused(status, reason)`; `audit_row` builds every row from the principal, the request
@@ -94,7 +95,7 @@ async def write_alone(pool: AsyncPool, principal: Principal, row: dict[str, Any]
         log.exception("audit write failed", extra={"tool": row["tool"], "status": row["status"]})
 
 
-STATUSES = ("ok", "error", "denied", "rate_limited", "unauthenticated")
+STATUSES = ("ok", "error", "denied", "rate_limited", "timeout", "unauthenticated")
 
 _INSERT = """
 INSERT INTO audit (tenant_id, principal, token_id, tool, arguments, source_ids, keys, row_count, status,

@@ -8,7 +8,9 @@ Then the tenant's policy (kdbl_core.access.policy, at most 2 s old): a disabled 
 a tool outside the allowlist passes as an unknown tool would (the SDK layer refuses it), and
 resources/* (get_file_text by another name) get 403 unless get_file_text is allowed; requests
 that do work take from the shared rate-limit buckets (kdbl_api.ratelimit) and carry RateLimit-*
-headers. Every refusal here writes an audit row (kdbl_api.audit). Each refusal is a
+headers. Last, a call takes its cost in its tenant's slots (kdbl_api.fair_share: calls in flight per
+tenant and process), waiting briefly or refused 429 + Retry-After, and gives them back once answered.
+Every refusal here writes an audit row (kdbl_api.audit). Each refusal is a
 kdbl_core.errors class rendered by `jsonrpc_response_of` (its JSON-RPC code and HTTP status).
 
 First of all the door opens the call's `kdbl_api.request_meta.CallMeta`: its request id (the client's
@@ -28,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kdbl_api import audit, bearer, jsonrpc_envelope, request_meta, scope_check
+from kdbl_api import audit, bearer, fair_share, jsonrpc_envelope, request_meta, scope_check
 from kdbl_api.audit import AuditFacts
 from kdbl_api.bearer import PrincipalToken, SdkTokenVerifier
 from kdbl_api.observability import Observability
@@ -67,7 +69,7 @@ def disabled_message(tenant_name: str) -> str:
 class McpFrontDoor:
     def __init__(self, sdk_app: ASGIApp, verifier: SdkTokenVerifier, settings: Settings, limiter: RateLimiter,
                  observability: Observability, policies: Policies, pool: AsyncPool,
-                 streaming_app: ASGIApp | None = None) -> None:
+                 streaming_app: ASGIApp | None = None, share: fair_share.FairShare | None = None) -> None:
         self.sdk_app = sdk_app
         self.streaming_app = streaming_app  # SSE responses, for tools/calls with a progress token
         self.verifier = verifier
@@ -76,6 +78,7 @@ class McpFrontDoor:
         self.obs = observability
         self.policies = policies
         self.pool = pool
+        self.share = share if share is not None else fair_share.FairShare(observability, pool_size=pool.size)
 
     async def quota(self, principal: Principal) -> dict[str, Any]:
         """/capacity's rate_limit: the caller's tiers (per token, tenant) and what is left of the tightest
@@ -208,13 +211,29 @@ class McpFrontDoor:
         bearer.authenticated(scope, access)
         scope[POLICY_KEY] = policy
         meta.add("auth", meta.started)
+        slot: fair_share.Slot | None = None
+        units = sum(fair_share.cost(method, tool, arguments) for method, tool, arguments in calls)
+        if units:
+            queued = time.perf_counter()
+            try:
+                slot = await self.share.acquire(principal.tenant_id, principal.tenant_name, units, policy.limits)
+            except RateLimited as exc:  # the tenant's slots stayed full: 429 + Retry-After, audited
+                await self._refused(request, principal, calls, "rate_limited", exc.message, started)
+                await _refuse(exc, decision.headers() if decision else None)(scope, receive, send)
+                return
+            if slot.waited_s:
+                meta.add("queue", queued)
         headers = _with_headers(send, decision.headers() if decision else None)
-        if self.streaming_app is not None and _wants_progress(message, scope):
-            # an SSE response listens for the client going away (that cancels the call): after the body,
-            # the connection's own receive, which reports the disconnect when it happens
-            await self.streaming_app(scope, replay(body, then=receive), headers)
-        else:
-            await self.sdk_app(scope, replay(body), headers)
+        try:
+            if self.streaming_app is not None and _wants_progress(message, scope):
+                # an SSE response listens for the client going away (that cancels the call): after the body,
+                # the connection's own receive, which reports the disconnect when it happens
+                await self.streaming_app(scope, replay(body, then=receive), headers)
+            else:
+                await self.sdk_app(scope, replay(body), headers)
+        finally:
+            if slot is not None:
+                slot.release()
 
     async def read_body(self, request: Request) -> bytes | None:
         """The body (None: over the size limit); TimeoutError if it does not arrive in

@@ -35,6 +35,18 @@ class Observability:
                                   registry=self.registry)
         self.sse_refused = Counter("kdbl_sse_refused", "Legacy SSE sessions and POSTs refused", ["reason"],
                                    registry=self.registry)
+        # fair share (kdbl_api.fair_share): every tenant's call slots together, no tenant label or name
+        self.slots_in_use = Gauge("kdbl_call_slots_in_use", "Cost units of the calls in flight",
+                                  registry=self.registry)
+        self.slots_waiting = Gauge("kdbl_call_slots_waiting", "Calls waiting for a call slot", registry=self.registry)
+        self.slots_full = Gauge("kdbl_call_slots_full", "Slot sets (one per account) with every slot taken",
+                                registry=self.registry)
+        self.slot_wait = Histogram("kdbl_call_slot_wait_seconds", "How long calls waited for a call slot",
+                                   buckets=_BUCKETS, registry=self.registry)
+        self.slots_refused = Counter("kdbl_call_slots_refused", "Calls refused (429): their slots stayed taken",
+                                     ["reason"], registry=self.registry)
+        self.deadline_exceeded = Counter("kdbl_call_deadline_exceeded", "Calls stopped at their deadline",
+                                         ["tool", "where"], registry=self.registry)
         self._window = window
         self._modes: dict[str, deque[float]] = {}
         self._lock = threading.Lock()

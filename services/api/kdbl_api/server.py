@@ -7,6 +7,10 @@ in the request scope by the front door) limits the tools listed and callable: a 
 allowlist is refused exactly as an unknown tool. Scopes are checked once, by the front door
 (kdbl_api.scope_check), before the SDK parses the request.
 
+Every call has a deadline (its tenant's per tool, else KDBL_CALL_TIMEOUT_S; kdbl_api.deadlines): past it
+the server cancels its statement, or Python the call, the transaction is rolled back and the caller gets
+DeadlineExceeded (-32008) saying what to change, audited `timeout` in a transaction of its own.
+
 Every tool result carries `meta` (kdbl_api.request_meta): the call's request id, its time by part and
 whether a cache answered; the same id is in the call's audit row and its one JSON log line ("mcp call":
 request_id, tool, status, took_ms).
@@ -29,6 +33,7 @@ from pydantic import ValidationError
 
 from kdbl_api import audit, bearer, request_meta
 from kdbl_api.audit import AuditFacts
+from kdbl_api.deadlines import bounded_transaction
 from kdbl_api.observability import Observability
 from kdbl_api.request_meta import CallMeta
 from kdbl_api.tools import files
@@ -36,11 +41,11 @@ from kdbl_api.tools.context import Services, ToolContext
 from kdbl_api.tools.models import FileRefArgs
 from kdbl_api.tools.registry import TOOLS, content_blocks, text_mime_type
 from kdbl_core import __version__
-from kdbl_core.access.principal import rls_transaction
 from kdbl_core.content import contents, reads
 from kdbl_core.db.async_pool import AsyncPool, Statement
 from kdbl_core.errors import (
-    FORBIDDEN, Forbidden, InvalidArgument, KdblError, RateLimited, Unauthenticated, jsonrpc_error_of,
+    FORBIDDEN, DeadlineExceeded, Forbidden, InvalidArgument, KdblError, RateLimited, Unauthenticated,
+    jsonrpc_error_of,
 )
 from kdbl_core.access.policy import TenantPolicy
 from kdbl_core.access.principal import Principal
@@ -112,6 +117,8 @@ def _status(exc: KdblError | MCPError) -> str:
         return "denied"
     if isinstance(exc, RateLimited):
         return "rate_limited"
+    if isinstance(exc, DeadlineExceeded):
+        return "timeout"
     return "error"
 
 
@@ -145,10 +152,18 @@ def build_server(pool: AsyncPool, state: AppState) -> Server[Any]:
         started = time.perf_counter()
         meta = _meta(ctx)
         ok, mode = False, None
+        policy = _policy(ctx)
+
+        def exceeded(where: str) -> None:
+            state.observability.deadline_exceeded.labels(name, where).inc()
+
         try:
             opened = opening() if opening is not None else None  # may refuse the arguments: audited below
-            async with rls_transaction(pool, principal, also=opened) as conn:
-                tctx = ToolContext(conn=conn, principal=principal, services=state.services, policy=_policy(ctx),
+            async with bounded_transaction(
+                    pool, principal, tool=name, deadline_ms=policy.limits.deadline_ms(name), also=opened,
+                    extra_s=state.services.settings.chat_timeout_s if name == "answer" else 0.0,
+                    on_exceeded=exceeded) as conn:
+                tctx = ToolContext(conn=conn, principal=principal, services=state.services, policy=policy,
                                    meta=meta, opened=opened)
                 parts = len(meta.took_ms)
                 result, facts = await work(tctx)
