@@ -350,10 +350,35 @@ def test_tenant_show_prints_the_effective_policy_and_update_validates_its_input(
     assert updated["modes"] == ["lexical"] and updated["tools"] == ["list_sources"]
     monkeypatch.setenv("KDBL_DATABASE_URL", owner_url)
     for bad, field in ((["--rate-limit", "60/fortnight"], "rate-limit"), (["--tools", "rm_rf"], "tools"),
-                       (["--modes", "psychic"], "modes")):
+                       (["--modes", "psychic"], "modes"), (["--max-in-flight", "0"], "max-in-flight"),
+                       (["--queue-ms", "soon"], "queue-ms"), (["--timeout", "5 fortnights"], "timeout"),
+                       (["--timeout", "rm_rf=1s"], "timeout"), (["--timeout", "search_content=2h"], "timeout")):
         with pytest.raises(SystemExit) as done:
             cli_main(["tenant", "update", tenant["name"], *bad])
         assert done.value.code == 1 and f"'{field}'" in capsys.readouterr().err
+
+
+def test_concurrency_and_deadlines_default_to_the_installations_and_update_per_tenant_and_per_tool(
+        tenant, monkeypatch, capsys, owner_url):
+    from kdbl_core import settings as settings_module
+
+    monkeypatch.setattr(settings_module, "_current", settings_module._current)  # the CLI loads its own: put back
+    shown = json.loads(cli(monkeypatch, capsys, owner_url, "tenant", "show", tenant["name"], "--json"))
+    assert shown["concurrency"] == {"max_in_flight": 4, "queue_ms": 2000}  # KDBL_TENANT_MAX_IN_FLIGHT, _QUEUE_S
+    assert shown["deadlines"] == {"default_ms": 10_000, "tools": {}}  # KDBL_CALL_TIMEOUT_S
+    updated = json.loads(cli(monkeypatch, capsys, owner_url, "tenant", "update", tenant["name"], "--json",
+                             "--max-in-flight", "2", "--queue-ms", "0", "--timeout", "5s,answer=1.5m,list_files=250ms"))
+    assert updated["concurrency"] == {"max_in_flight": 2, "queue_ms": 0}
+    assert updated["deadlines"] == {"default_ms": 5000, "tools": {"list_files": 250, "answer": 90_000}}
+    monkeypatch.setenv("KDBL_CALL_TIMEOUT_S", "30")  # the installation's default, where the tenant sets none
+    again = json.loads(cli(monkeypatch, capsys, owner_url, "tenant", "update", tenant["name"], "--json",
+                           "--max-in-flight", "default", "--timeout", "search_content=1s"))
+    assert again["concurrency"] == {"max_in_flight": 4, "queue_ms": 0}
+    assert again["deadlines"] == {"default_ms": 30_000, "tools": {"search_content": 1000}}
+    reset = json.loads(cli(monkeypatch, capsys, owner_url, "tenant", "update", tenant["name"], "--json",
+                           "--queue-ms", "default", "--timeout", "default"))
+    assert reset["concurrency"] == {"max_in_flight": 4, "queue_ms": 2000}
+    assert reset["deadlines"] == {"default_ms": 30_000, "tools": {}}
 
 
 async def test_a_flood_of_wrong_guesses_never_locks_the_genuine_holder_out_of_a_fresh_replica(

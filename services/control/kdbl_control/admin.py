@@ -75,15 +75,24 @@ def show_tenant(db: Pool, name: str) -> dict[str, Any]:
         tenant = _tenant(conn, name)
     defaults = get_settings()
     effective = policy.parse(tenant.settings, default_per_minute=defaults.rate_limit_per_minute,
-                             default_burst=defaults.rate_limit_burst)
+                             default_burst=defaults.rate_limit_burst, default_limits=policy.Limits.of(defaults))
     return {"name": tenant.name, "display_name": tenant.display_name, "managed_by": tenant.managed_by,
             "hybrid_enabled": tenant.hybrid_enabled, **effective.describe()}
 
 
 def update_tenant(db: Pool, name: str, *, enabled: bool | None = None, tools: str | None = None,
                   modes: str | None = None, rate_limit: str | None = None, tenant_rate_limit: str | None = None,
-                  downloads: str | None = None, force: bool = False) -> dict[str, Any]:
-    """Change a tenant's policy (for installs without the operator); running APIs apply it within ~2 s."""
+                  downloads: str | None = None, max_in_flight: str | None = None, queue_ms: str | None = None,
+                  timeout: str | None = None, force: bool = False) -> dict[str, Any]:
+    """Change a tenant's policy (for installs without the operator); running APIs apply it within ~2 s.
+    `max_in_flight`, `queue_ms`: a number or 'default'; `timeout`: policy.parse_deadlines' syntax."""
+    limits: dict[str, Any] = {}
+    if max_in_flight is not None:
+        limits["max_in_flight"] = policy.parse_count(max_in_flight, policy.IN_FLIGHT_RANGE, "max-in-flight")
+    if queue_ms is not None:
+        limits["queue_ms"] = policy.parse_count(queue_ms, policy.QUEUE_MS_RANGE, "queue-ms")
+    if timeout is not None:
+        limits["deadlines"] = policy.parse_deadlines(timeout)
     with db.connection() as conn:
         tenant = _tenant(conn, name, lock=True)
         _guard(tenant, force)
@@ -94,7 +103,7 @@ def update_tenant(db: Pool, name: str, *, enabled: bool | None = None, tools: st
             rate=policy.parse_rate(rate_limit) if rate_limit is not None else None,
             tenant_rate=policy.parse_rate(tenant_rate_limit, "tenant-rate-limit")
             if tenant_rate_limit is not None else None,
-            downloads=downloads)
+            downloads=downloads, **limits)
         conn.execute("UPDATE tenants SET settings = %s, updated_at = now() WHERE id = %s",
                      (Jsonb(settings), tenant.id))
     return show_tenant(db, name)

@@ -124,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     tu.add_argument("--tenant-rate-limit", help="all tokens of the tenant together, same syntax")
     tu.add_argument("--downloads", choices=["off", "inline", "attachment"],
                     help="download links: off, inline only, or inline + attachment")
+    tu.add_argument("--max-in-flight", help="cost units of calls in flight per API process (a search 1-3, an answer "
+                    "2-4; kdbl_api.fair_share), 1-1000, or 'default' (KDBL_TENANT_MAX_IN_FLIGHT)")
+    tu.add_argument("--queue-ms", help="how long a call over --max-in-flight waits for a slot before 429, "
+                    "0-60000, or 'default' (KDBL_TENANT_QUEUE_S)")
+    tu.add_argument("--timeout", help="call deadlines: '10s' (every tool), 'answer=90s,search_content=2s', both "
+                    "('10s,answer=90s'), or 'default' (KDBL_CALL_TIMEOUT_S)")
     tu.add_argument("--force", action="store_true", help="even for a tenant the operator manages")
 
     source = sub.add_parser("source").add_subparsers(dest="action", required=True)
@@ -228,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     au = mcp.add_parser("audit", help="recent MCP calls")
     au.add_argument("--tool")
     au.add_argument("--tenant")
-    au.add_argument("--status", choices=["ok", "error", "denied", "rate_limited", "unauthenticated"])
+    au.add_argument("--status", choices=["ok", "error", "denied", "rate_limited", "timeout", "unauthenticated"])
     au.add_argument("--principal", help="user:NAME, group:NAME or NAME")
     au.add_argument("--since", type=parse_time, help="ISO time (e.g. 2026-01-31T12:00Z) or an age: 15m, 2h, 1d")
     au.add_argument("--until", type=parse_time, help="same forms as --since")
@@ -290,6 +296,16 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--chat-model", type=Path, help="GGUF chat model: also measure abstractive answers")
     an.add_argument("--max-tokens", type=int, default=128, help="abstractive max_tokens")
     an.add_argument("--work-dir", type=Path, help="where documents and the embedded database go")
+    fa = bsub.add_parser("fairness", help="a quiet tenant's search p95 alone and beside a noisy tenant's heavy "
+                         "calls (long searches, answers, find_similar; goal <= 2x)")
+    fa.add_argument("--dataset", type=Path, default=bs.get_default("dataset"), help="BEIR folder (both tenants)")
+    fa.add_argument("--seconds", type=float, default=20.0, help="each phase's length")
+    fa.add_argument("--noisy-clients", type=int, default=8)
+    fa.add_argument("--queries", type=int, default=100)
+    fa.add_argument("--noisy-max-in-flight", type=int, help="the noisy tenant's concurrency (default: the "
+                    "installation's); a large value, with KDBL_DB_POOL_SIZE raised, shows it without fair share")
+    fa.add_argument("--chat-model", type=Path, help="GGUF chat model: the noisy answers are abstractive")
+    fa.add_argument("--work-dir", type=Path, help="where documents and the embedded database go")
     ev = sub.add_parser("eval", help="retrieval quality on a BEIR folder (nDCG, recall, MRR, latency)")
     ev.add_argument("dataset", type=Path, help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv")
     ev.add_argument("--split", default="train", help="qrels/<split>.tsv to score against (default: train)")
@@ -407,6 +423,14 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.action == "answer":
         return _bench_answer(args, settings)
+    if args.action == "fairness":
+        from kdbl_control import bench_fairness
+
+        options = {"seconds": args.seconds, "noisy_clients": args.noisy_clients, "n_queries": args.queries,
+                   "noisy_max_in_flight": args.noisy_max_in_flight, "chat_model": args.chat_model}
+        return _run_bench(args, settings, Path(tempfile.gettempdir()) / "kdbl-bench-fairness",
+                          lambda url, work, db: bench_fairness.run_fairness_bench(url, args.dataset, work, **options),
+                          bench_fairness.summarise)
     model = args.model or default_model_path(settings)
     if args.action == "search" and args.response_modes:
         return _bench_response_modes(args, settings, model)
@@ -614,7 +638,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings, db: Any, admin: Any)
     elif cmd == "tenant" and action == "update":
         _print(args, admin.update_tenant(
             db, args.name, enabled=args.enabled, tools=args.tools, modes=args.modes, rate_limit=args.rate_limit,
-            tenant_rate_limit=args.tenant_rate_limit, downloads=args.downloads, force=args.force))
+            tenant_rate_limit=args.tenant_rate_limit, downloads=args.downloads, max_in_flight=args.max_in_flight,
+            queue_ms=args.queue_ms, timeout=args.timeout, force=args.force))
     elif cmd == "tenant":
         _print(args, admin.list_tenants(db), ["name", "display_name", "sources", "files", "hybrid_enabled",
                                               "managed_by"])
