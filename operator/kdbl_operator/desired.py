@@ -43,6 +43,10 @@ ALL_TOOLS = TOOLS + ("get_contents", "find_similar", "answer")  # kdbl_core.acce
 MODES = ("hybrid", "lexical")
 DOWNLOAD_MODES = ("off", "inline", "attachment")  # kdbl_core.access.policy.DOWNLOAD_MODES
 SCOPES = ("kdbl.search", "kdbl.read")  # kdbl_core.access.principal.ALL_SCOPES (a unit test keeps them equal)
+# kdbl_core.access.policy's IN_FLIGHT_RANGE, QUEUE_MS_RANGE, DEADLINE_MS_RANGE (a unit test keeps them equal)
+IN_FLIGHT_RANGE = (1, 1000)
+QUEUE_MS_RANGE = (0, 60_000)
+DEADLINE_MS_RANGE = (100, 3_600_000)
 PROTOCOLS = sources.PROTOCOLS
 # Keys the worker reads from a mounted credentials Secret (one file per key), per protocol: the required names
 # of the one source-config schema.
@@ -212,6 +216,32 @@ def _rate_tiers(rate: Mapping[str, Any], where: str) -> dict[str, int]:
     return {k: v for k, v in tiers.items() if v is not None}
 
 
+def _limits(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """spec.concurrency and spec.deadlines -> the settings keys kdbl_core.access.policy reads (absent: none)."""
+    concurrency = _obj(spec.get("concurrency"), "spec.concurrency")
+    deadlines = _obj(spec.get("deadlines"), "spec.deadlines")
+    tools = _obj(deadlines.get("tools"), "spec.deadlines.tools")
+    unknown = [t for t in tools if t not in ALL_TOOLS]
+    if unknown:
+        raise InvalidSpec(INVALID_SPEC, f"spec.deadlines.tools: unknown tool(s) {', '.join(unknown)} "
+                                        f"(known: {', '.join(ALL_TOOLS)})")
+    low, high = DEADLINE_MS_RANGE
+    share = {"max_in_flight": _int(concurrency.get("maxInFlight"), "spec.concurrency.maxInFlight",
+                                   low=IN_FLIGHT_RANGE[0], high=IN_FLIGHT_RANGE[1]),
+             "queue_ms": _int(concurrency.get("queueMilliseconds"), "spec.concurrency.queueMilliseconds",
+                              low=QUEUE_MS_RANGE[0], high=QUEUE_MS_RANGE[1])}
+    own = {t: _int(tools[t], f"spec.deadlines.tools.{t}", low=low, high=high) for t in ALL_TOOLS if t in tools}
+    deadline = {"default_ms": _int(deadlines.get("defaultMilliseconds"), "spec.deadlines.defaultMilliseconds",
+                                   low=low, high=high),
+                "tools": {t: ms for t, ms in own.items() if ms is not None} or None}
+    out: dict[str, Any] = {}
+    if any(v is not None for v in share.values()):
+        out["concurrency"] = {k: v for k, v in share.items() if v is not None}
+    if any(v is not None for v in deadline.values()):
+        out["deadlines"] = {k: v for k, v in deadline.items() if v is not None}
+    return out
+
+
 def tenant(body: Mapping[str, Any], *, operator_namespace: str) -> DesiredTenant:
     """The tenants row (and bootstrap-token plan) a Tenant resource asks for."""
     name = _meta(body).get("name") or ""
@@ -272,6 +302,7 @@ def tenant(body: Mapping[str, Any], *, operator_namespace: str) -> DesiredTenant
              for camel, snake in (("maxSources", "max_sources"), ("maxFiles", "max_files"), ("maxBytes", "max_bytes"))}
     if any(v is not None for v in quota.values()):
         settings["quotas"] = {k: v for k, v in quota.items() if v is not None}
+    settings.update(_limits(spec))
     if hybrid and "hybrid" not in modes:
         raise InvalidSpec(INVALID_SPEC, "spec.hybrid is true but spec.mcp.modes does not allow 'hybrid'")
 
