@@ -3,6 +3,10 @@
 Only the worker holds source credentials, so the API asks here. Every request must carry
 `Authorization: Bearer $KDBL_INTERNAL_FETCH_TOKEN` (constant-time compare); with no token configured
 the endpoint refuses everything. Only files the index knows are served, streamed in 64 KiB chunks.
+The stored key is not trusted to still name what was indexed: each request opens it through the
+source's connector, whose open re-checks containment at the open itself (a key that has since become a
+symbolic link out of an fs root, a redirect off a WebDAV base, a reparse point: kdbl_worker.connectors),
+and such a refusal is answered 404 like a file that is gone.
 
 A container member (`bundle.zip!/docs/a.md`, a row with parent_id: migration 0010) is read from its
 listed file, the only one the connector can open, one level at a time (`containers.read_member`); the
@@ -33,7 +37,7 @@ from kdbl_core.errors import (
 )
 from kdbl_core.settings import Settings
 from kdbl_worker import extract
-from kdbl_worker.connectors import connector_for
+from kdbl_worker.connectors import OutsideSource, connector_for
 from kdbl_worker.extract import containers
 
 log = logging.getLogger(__name__)
@@ -93,6 +97,10 @@ def create_fetch_app(settings: Settings, pool: Pool) -> Starlette:
         try:
             stream = connector_for(source.protocol, source.config).open(known.top or key)
         except (FileNotFoundError, IsADirectoryError):
+            return None
+        except OutsideSource as exc:
+            log.warning("fetch refused a file outside its source",
+                        extra={"source_id": str(source_id), "reason": exc.strerror})
             return None
         if known.top is not None:
             with stream:

@@ -533,7 +533,8 @@ class Indexer:
                                    None, content_type, 0, [])
         if isinstance(ctx.connector, FsConnector):
             try:
-                return sandbox.Task(item, item.file.key, item.file.size, path=str(ctx.connector.resolve(item.file.key)))
+                # the child opens it beneath the root itself: no window between the check and the read
+                return sandbox.Task(item, item.file.key, item.file.size, opener=ctx.connector.opener(item.file.key))
             except OSError as exc:
                 return sandbox.Outcome.failed(f"cannot read file: {exc.strerror or exc}", content_type)
         try:

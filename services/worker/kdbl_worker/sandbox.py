@@ -83,12 +83,14 @@ class Limits:
 
 @dataclass(slots=True)
 class Task:
-    """One file to extract: a local `path` to open, or its bytes in `data`. `ref` is the caller's."""
+    """One file to extract: a local `path` to open, an `opener` (picklable: the fs connector's, which opens
+    beneath the source's root in the child), or its bytes in `data`. `ref` is the caller's."""
 
     ref: Any
     name: str
     size: int
     path: str | None = None
+    opener: Callable[[], BinaryIO] | None = None
     data: bytes | None = None
     sidecar: Sidecar | None = None  # the subtitle file paired with a media file
     ocr: bool = True  # the source's `ocr` config key: False leaves images and scanned pages unread
@@ -266,7 +268,7 @@ def run_task(task: Task, limits: Limits) -> Outcome:
     if task.data is not None:
         return extract_and_chunk(task.name, task.size, io.BytesIO(task.data), limits, task.sidecar)
     try:
-        stream = open(task.path or "", "rb")  # noqa: SIM115 - closed below
+        stream = task.opener() if task.opener is not None else open(task.path or "", "rb")  # noqa: SIM115
     except OSError as exc:
         return Outcome.failed(f"cannot read file: {exc.strerror or exc}", extract.detect(task.name)[0])
     with stream:

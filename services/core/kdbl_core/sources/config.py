@@ -19,7 +19,9 @@ Stored fields (unchanged, so existing rows and Source resources keep working):
                                 include/exclude glob rules); a file's labels are the union, deduplicated
                   max_file_bytes  per-source cap (default KDBL_MAX_FILE_BYTES)
                   honor_file_permissions, credentials_secret, k8s   the operator's bookkeeping
-  fs      root (an absolute folder inside the worker; no credentials)
+  fs      root (an absolute folder inside the worker; no credentials), follow_symlinks (default false:
+          no symbolic link is followed; true: those that stay inside root are; a link that leaves the root
+          is never followed; kdbl_worker.connectors.fs)
   s3      bucket, prefix (a folder), endpoint_url (no user:password), region (us-east-1), path_style
           (true when endpoint_url is set), max_attempts 5, base_delay, page_size 1000, connect_timeout 10,
           read_timeout 60, spool_max_bytes 32 MiB, object_tags false (true: object tags become labels)
@@ -68,7 +70,7 @@ _CONNECTION: dict[str, tuple[str, ...]] = {
     "http": ("url",),
 }
 # Stored only when they differ from the default (the form both writers used).
-_DEFAULT_OMITTED = {"verify_tls": True, "ocr": True, "honor_file_permissions": False}
+_DEFAULT_OMITTED = {"verify_tls": True, "ocr": True, "honor_file_permissions": False, "follow_symlinks": False}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -100,6 +102,7 @@ class SourceConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FsConfig(SourceConfig):
     root: str
+    follow_symlinks: bool = False  # true: symbolic links that resolve inside root are followed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -282,7 +285,7 @@ def _fs(config: Mapping[str, Any], common: dict[str, Any]) -> FsConfig:
         raise InvalidArgument("root", "a folder is required")
     if not os.path.isabs(root):
         raise InvalidArgument("root", "must be an absolute path inside the worker")
-    return FsConfig(root=root, **common)
+    return FsConfig(root=root, follow_symlinks=_bool(config, "follow_symlinks", False), **common)
 
 
 def _s3(config: Mapping[str, Any], common: dict[str, Any]) -> S3Config:
@@ -387,6 +390,8 @@ def build(protocol: str, **fields: Any) -> SourceConfig:
     if protocol == "fs" and fields.get("credentials") is not None:
         raise InvalidArgument("credentials",
                               "protocol fs takes no credentials (mount the folder into the worker)")
+    if protocol != "fs" and fields.get("follow_symlinks"):
+        raise InvalidArgument("follow_symlinks", f"is a setting of protocol fs only, not {protocol}")
     if protocol in _CONNECTION:
         foreign = [k for k in fields if k in _ALL_CONNECTION and k not in _CONNECTION[protocol]
                    and fields[k] not in (None, "", [])]

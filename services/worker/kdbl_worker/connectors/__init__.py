@@ -1,9 +1,19 @@
-"""Source connectors: one module per protocol, the same small interface (list, stat, open)."""
+"""Source connectors: one module per protocol, the same small interface (list, stat, open).
+
+The containment rule every connector keeps: nothing outside a source is read. A link that leaves it (a
+symbolic link out of an fs root, an SMB reparse point, an HTTP redirect off the base URL) is refused
+with `OutsideSource` at open time and recorded in the listing's problems with its reason; the worker's
+own private files (`refuse_paths`: kdbl-control up's data folder) are never read through any source.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
+import stat
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,11 +21,56 @@ from typing import BinaryIO, Protocol
 
 from kdbl_core.content.records import FileMeta
 from kdbl_core.errors import InvalidArgument, PermanentError, TemporaryError
-from kdbl_core.settings import named_env
 
 
 class SourceUnavailable(TemporaryError):
     """The source as a whole cannot be reached or listed; the crawl stops without deleting anything."""
+
+
+class OutsideSource(PermissionError):
+    """A link the source's rules do not follow: a symbolic link out of the root (or any, when the source
+    does not follow them), a reparse point, a redirect off the base URL, the worker's private data.
+    `strerror` is the reason recorded in the listing's problems and the file's status."""
+
+    def __init__(self, reason: str, key: str | None = None) -> None:
+        super().__init__(errno.EACCES, reason, key)
+
+
+_REFUSED: list[str] = []
+_REFUSED_LOCK = threading.Lock()
+
+
+def refuse_paths(*paths: str | os.PathLike[str]) -> None:
+    """Folders (and files) of this process's own that no source may read, whatever path reaches them: a
+    symbolic or hard link, a source root that contains them. kdbl-control up registers its data folder
+    (pg-password, the demo token, the database's files). Recognised by (device, inode), so a rename or
+    another mount of the same folder is refused too."""
+    with _REFUSED_LOCK:
+        _REFUSED.extend(os.fspath(p) for p in paths if os.fspath(p) not in _REFUSED)
+
+
+def refused_identities() -> frozenset[tuple[int, int]]:
+    """(st_dev, st_ino) of each registered path and of the files and folders directly inside a registered
+    folder (a hard link to one of them is the same inode). Read afresh at each call: a few stat calls."""
+    with _REFUSED_LOCK:
+        paths = list(_REFUSED)
+    found: set[tuple[int, int]] = set()
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        found.add((st.st_dev, st.st_ino))
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                with os.scandir(path) as entries:
+                    for entry in entries:
+                        with contextlib.suppress(OSError):
+                            inner = entry.stat(follow_symlinks=False)
+                            found.add((inner.st_dev, inner.st_ino))
+            except OSError:
+                continue
+    return frozenset(found)
 
 
 class ClosingConnector:
@@ -76,6 +131,8 @@ def read_credentials(ref: object, *, required: tuple[str, ...],
                                              "PATH}; secret values are never stored in a source config")
     values: dict[str, str] = {}
     if "env" in ref:
+        from kdbl_core.settings import named_env  # here: the sandbox's children import this package
+
         names = ref["env"]
         if not isinstance(names, dict):
             raise InvalidArgument("credentials.env",
@@ -132,7 +189,7 @@ def connector_for(protocol: str, config: dict) -> Connector:
         from kdbl_core.sources import FsConfig, parse
 
         fs: FsConfig = parse("fs", config)  # type: ignore[assignment]
-        return FsConnector(fs.root)
+        return FsConnector(fs.root, follow_symlinks=fs.follow_symlinks)
     if protocol == "s3":
         from kdbl_worker.connectors.s3 import S3Connector
 

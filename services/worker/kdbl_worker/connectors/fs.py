@@ -1,7 +1,27 @@
 """POSIX / NFS mounts: recursive listing with size, mtime, owner, mode, uid and gid.
 
-Symlinks to files are followed; directory loops (a symlink to an ancestor) and unreadable
-entries are recorded in `problems` and skipped, never fatal.
+Nothing outside the source's root is read. Every path is opened one component at a time from a
+descriptor of the root, each component with openat(..., O_NOFOLLOW) relative to the directory before it
+(the userspace form of openat2's RESOLVE_BENEATH, which Python's os module does not expose). The check
+and the open are one step: a file swapped for a symbolic link between the listing and the open, or a
+folder on the way swapped for one, is refused at the open. `..` never climbs above the root (the
+descriptors already opened are walked back; no `..` is looked up on disk).
+
+Symbolic links (the source option `follow_symlinks`, kdbl_core.sources.config):
+- false, the default: no link is followed. Each is recorded in the listing's problems ("symbolic link
+  not followed ...; skipped"); a link inside the root names files the crawl lists under their own path.
+- true: a link is followed when it resolves inside the root after every link on the way (an absolute
+  target counts as inside when it starts with the root's resolved path). A link that leaves the root,
+  a chain of more than 40 links, a dangling link and a folder loop are recorded and skipped.
+Either way a link out of the root is never read: before this (issue 27) a hostile share's
+`link -> /etc/passwd`, `link -> <data dir>/secrets.json` and a folder link into another tenant's
+restricted folder were all indexed. The worker's private files (`connectors.refuse_paths`: kdbl-control
+up's data folder) are refused by (device, inode), whichever path or hard link reaches them.
+
+Cost: one openat per path component instead of one open per file. Listing re-opens each folder from the
+root the same way and stats entries with fstatat on the folder's descriptor (not following links). Measured
+on the dev machine, 10,000 files of 100 bytes in 200 folders 3 levels deep, warm cache: the walk 98 ms
+(138 ms before: it stat'ed through every link), open + read 30 us per file (26 us before).
 
 File names are bytes; keys are text (Postgres `text`, `kdbl://` URIs). A name that is not valid
 UTF-8 still gets a key, reversibly (`key_from_bytes` / `key_to_bytes`): each byte 0x80-0xFF that is
@@ -13,21 +33,30 @@ Valid UTF-8 names (nearly all) keep their key unchanged.
 
 from __future__ import annotations
 
+import errno
+import functools
 import logging
 import os
 import pwd
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import BinaryIO
 
 from kdbl_core.content.records import FileMeta
-from kdbl_worker.connectors import ListingProblems, SourceUnavailable
+from kdbl_worker.connectors import (
+    ListingProblems,
+    OutsideSource,
+    SourceUnavailable,
+    refused_identities,
+    valid_key,
+)
 
-__all__ = ["FsConnector", "SourceUnavailable", "key_from_bytes", "key_to_bytes"]
+__all__ = ["FsConnector", "OutsideSource", "SourceUnavailable", "key_from_bytes", "key_to_bytes", "open_beneath",
+           "open_file"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +81,112 @@ def key_to_bytes(key: str) -> bytes:
     return key.translate(_TO_SURROGATE).encode("utf-8", "surrogateescape")
 
 
+MAX_LINKS = 40  # as the kernel's own limit on links followed in one lookup
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC  # a FIFO cannot block it
+# stat only (a followed link's target): O_PATH opens without read permission and never a device's driver
+_ANY = getattr(os, "O_PATH", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY) | os.O_NOFOLLOW | os.O_CLOEXEC
+_LINK_ERRNOS = {errno.ELOOP, errno.EMLINK, errno.ENOTDIR}  # O_NOFOLLOW met a link (EMLINK: FreeBSD)
+NOT_FOLLOWED = "symbolic link not followed (the source's follow_symlinks is off)"
+LEAVES_ROOT = "symbolic link leaves the source root"
+TOO_MANY_LINKS = f"more than {MAX_LINKS} symbolic links in a row"
+PRIVATE = "the worker's private data is never read"
+
+
+def _components(path: bytes) -> list[bytes]:
+    """The components of a relative path as a stack: pop() gives the first."""
+    return [part for part in reversed(path.split(b"/")) if part not in (b"", b".")]
+
+
+def open_beneath(root: bytes, relative: bytes, flags: int = _FILE, *, follow: bool = False,
+                 refused: frozenset[tuple[int, int]] = frozenset()) -> int:
+    """A descriptor of `relative` (bytes, "/"-separated) opened with `flags`, reached from `root` one
+    component at a time with O_NOFOLLOW; a symbolic link on the way is followed only when `follow` and
+    only while it stays beneath root. Raises OutsideSource (the reason in strerror) or the OSError of the
+    open. `root` must be resolved (no link in it): absolute link targets are compared with it."""
+    fds = [os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
+    pending = _components(relative)
+    links = 0
+    opened: int | None = None
+    try:
+        while pending:
+            name = pending.pop()
+            if name == b"..":
+                if len(fds) == 1:
+                    raise OutsideSource(LEAVES_ROOT)
+                os.close(fds.pop())
+                continue
+            last = not pending
+            try:
+                fd = os.open(name, flags if last else _DIR, dir_fd=fds[-1])
+            except OSError as exc:
+                if exc.errno not in _LINK_ERRNOS:
+                    raise
+                fd = None
+                link_error: OSError | None = exc
+            else:
+                link_error = None
+                st = os.fstat(fd)
+                if stat.S_ISLNK(st.st_mode):  # O_PATH | O_NOFOLLOW opens the link itself
+                    os.close(fd)
+                    fd = None
+                elif (st.st_dev, st.st_ino) in refused:
+                    os.close(fd)
+                    raise OutsideSource(PRIVATE)
+            if fd is not None:
+                if last:
+                    opened = fd
+                else:
+                    fds.append(fd)
+                continue
+            links += 1
+            try:
+                target = os.readlink(name, dir_fd=fds[-1])
+            except OSError as exc:
+                if exc.errno == errno.EINVAL and link_error is not None and link_error.errno != errno.ENOTDIR \
+                        and links <= MAX_LINKS:
+                    pending.append(name)  # a link at the open, a file now (swapped meanwhile): again
+                    continue
+                if link_error is not None:  # ENOTDIR: a file in the middle of the path
+                    raise link_error from None
+                raise
+            if not follow:
+                raise OutsideSource(NOT_FOLLOWED)
+            if links > MAX_LINKS:
+                raise OutsideSource(TOO_MANY_LINKS)
+            if target.startswith(b"/"):
+                if target != root and not target.startswith(root.rstrip(b"/") + b"/"):
+                    raise OutsideSource(LEAVES_ROOT)
+                target = target[len(root):]
+                while len(fds) > 1:
+                    os.close(fds.pop())
+            pending.extend(_components(target))
+        if opened is None:  # the path ended on a folder reached by ".." or a link to one: that folder
+            opened = fds.pop() if len(fds) > 1 else os.dup(fds[0])
+        return opened
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def open_file(root: bytes, relative: bytes, follow: bool = False,
+              refused: frozenset[tuple[int, int]] = frozenset()) -> BinaryIO:
+    """A regular file beneath root, for reading (what the extraction sandbox calls in its child, so
+    nothing is opened by path between the check and the read)."""
+    fd = open_beneath(root, relative, follow=follow, refused=refused)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a folder", os.fsdecode(relative))
+        if not stat.S_ISREG(st.st_mode):
+            raise FileNotFoundError(errno.ENOENT, "not a regular file", os.fsdecode(relative))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
 @lru_cache(maxsize=4096)
 def _owner(uid: int) -> str | None:
     try:
@@ -61,9 +196,11 @@ def _owner(uid: int) -> str | None:
 
 
 class FsConnector:
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, follow_symlinks: bool = False) -> None:
         self.root = Path(root).expanduser().resolve()
+        self.follow_symlinks = follow_symlinks
         self.problems = ListingProblems()
+        self._root = os.fsencode(self.root)
 
     def check(self) -> None:
         if not self.root.is_dir():
@@ -72,58 +209,102 @@ class FsConnector:
             os.scandir(self.root).close()
         except OSError as exc:
             raise SourceUnavailable(f"source root {self.root} cannot be listed: {exc.strerror}") from exc
+        refused = refused_identities()
+        for folder in (self.root, *self.root.parents):
+            st = folder.stat()
+            if (st.st_dev, st.st_ino) in refused:
+                raise SourceUnavailable(f"source root {self.root} is inside the worker's private data "
+                                        f"({folder}); it is never read")
 
     def walk(self) -> Iterator[FileMeta]:
         self.check()
+        refused = refused_identities()
         seen_dirs: set[tuple[int, int]] = set()
-        stack = [self.root]
-        while stack:
-            directory = stack.pop()
+        stack = [b""]
+        linked: list[bytes] = []  # folders reached through a link: after every real one, so files keep
+        while stack or linked:    # their own path as key and the link is the one reported as a loop
+            if not stack:
+                stack, linked = linked[::-1], []
+            relative = stack.pop()
+            key = key_from_bytes(relative)
             try:
-                dst = directory.stat()
+                fd = open_beneath(self._root, relative, _DIR, follow=self.follow_symlinks, refused=refused)
+            except OutsideSource as exc:
+                self.problems.add(key, f"{exc.strerror}; skipped")
+                continue
             except OSError as exc:
-                self.problems.add(self._key(directory), f"cannot stat directory: {exc.strerror}")
+                self.problems.add(key, f"cannot open directory: {exc.strerror}")
                 continue
-            ident = (dst.st_dev, dst.st_ino)
-            if ident in seen_dirs:
-                self.problems.add(self._key(directory), "directory loop (symlink to an ancestor) skipped")
-                continue
-            seen_dirs.add(ident)
             try:
-                entries = sorted(os.scandir(directory), key=lambda e: e.name)
-            except OSError as exc:
-                self.problems.add(self._key(directory), f"cannot list directory: {exc.strerror}")
-                continue
-            subdirs = []
-            for entry in entries:
-                try:
-                    st = entry.stat(follow_symlinks=True)
-                except OSError as exc:
-                    self.problems.add(self._key(Path(entry.path)), f"cannot stat: {exc.strerror}")
+                dst = os.fstat(fd)
+                ident = (dst.st_dev, dst.st_ino)
+                if ident in seen_dirs:
+                    self.problems.add(key, "directory loop (a link to a folder listed already); skipped")
                     continue
-                if stat.S_ISDIR(st.st_mode):
-                    subdirs.append(Path(entry.path))
-                elif stat.S_ISREG(st.st_mode):
-                    yield FileMeta(
-                        key=self._key(Path(entry.path)), size=st.st_size,
-                        mtime=datetime.fromtimestamp(st.st_mtime, UTC),
-                        owner=_owner(st.st_uid), mode=stat.S_IMODE(st.st_mode), uid=st.st_uid, gid=st.st_gid,
-                    )
-            stack.extend(reversed(subdirs))
+                seen_dirs.add(ident)
+                try:
+                    with os.scandir(fd) as listing:
+                        entries = sorted(listing, key=lambda e: e.name)
+                except OSError as exc:
+                    self.problems.add(key, f"cannot list directory: {exc.strerror}")
+                    continue
+                subdirs = []
+                for entry in entries:
+                    child = (relative + b"/" if relative else b"") + os.fsencode(entry.name)
+                    try:
+                        st = entry.stat(follow_symlinks=False)  # fstatat on the folder's descriptor
+                        link = stat.S_ISLNK(st.st_mode)
+                        if link:
+                            st = self._target(child, refused)
+                    except OutsideSource as exc:
+                        self.problems.add(key_from_bytes(child), f"{exc.strerror}; skipped")
+                        continue
+                    except OSError as exc:
+                        self.problems.add(key_from_bytes(child), f"cannot stat: {exc.strerror}")
+                        continue
+                    if stat.S_ISDIR(st.st_mode):
+                        (linked if link else subdirs).append(child)
+                    elif not stat.S_ISREG(st.st_mode):
+                        continue
+                    elif (st.st_dev, st.st_ino) in refused:
+                        self.problems.add(key_from_bytes(child), f"{PRIVATE}; skipped")
+                    else:
+                        yield FileMeta(
+                            key=key_from_bytes(child), size=st.st_size,
+                            mtime=datetime.fromtimestamp(st.st_mtime, UTC),
+                            owner=_owner(st.st_uid), mode=stat.S_IMODE(st.st_mode), uid=st.st_uid,
+                            gid=st.st_gid,
+                        )
+                stack.extend(reversed(subdirs))
+            finally:
+                os.close(fd)
 
-    def _key(self, path: Path) -> str:
+    def _target(self, relative: bytes, refused: frozenset[tuple[int, int]]) -> os.stat_result:
+        """The stat of what a symbolic link resolves to beneath the root (OutsideSource when it may not)."""
+        if not self.follow_symlinks:
+            raise OutsideSource(NOT_FOLLOWED)
+        fd = open_beneath(self._root, relative, _ANY, follow=True, refused=refused)
         try:
-            relative = path.relative_to(self.root).as_posix()
-        except ValueError:
-            relative = str(path)
-        return key_from_bytes(os.fsencode(relative))
+            return os.fstat(fd)
+        finally:
+            os.close(fd)
 
     def resolve(self, key: str) -> Path:
-        """The absolute path of a key (its exact on-disk bytes), refusing anything that escapes the root."""
+        """The lexical absolute path of a key (its exact on-disk bytes), refusing a key that names
+        something outside the root by its segments. For messages and tests: reading goes through `open`,
+        which also refuses links out of the root at the open."""
         path = Path(os.path.normpath(self.root / os.fsdecode(key_to_bytes(key))))
         if path == self.root or self.root not in path.parents:
             raise FileNotFoundError(key)
         return path
 
+    def opener(self, key: str) -> Callable[[], BinaryIO]:
+        """`open(key)` as a picklable callable: the extraction sandbox's child opens the file itself,
+        with the same checks, at the moment it reads it."""
+        if not valid_key(key):
+            raise FileNotFoundError(errno.ENOENT, "not a valid key", key)
+        return functools.partial(open_file, self._root, key_to_bytes(key), self.follow_symlinks,
+                                 refused_identities())
+
     def open(self, key: str) -> BinaryIO:
-        return open(self.resolve(key), "rb")  # noqa: SIM115 - the caller closes it
+        return self.opener(key)()
