@@ -12,15 +12,16 @@ import os
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
 from helpers import db_of, free_port
 from kdbl_control import admin
 from kdbl_core.errors import InvalidArgument, PermanentError
 from kdbl_core.settings import Settings
-from kdbl_worker.connectors import connector_for
+from kdbl_worker.connectors import OutsideSource, connector_for
 from kdbl_worker.connectors.fs import SourceUnavailable
 from kdbl_worker.connectors.webdav import HttpIndexConnector, WebDavConnector
 from kdbl_worker.pipeline import Indexer, load_sources
@@ -341,3 +342,188 @@ def test_crawl_a_webdav_source_end_to_end(owner_engine, worker_engine, unique, d
     (folder / "guide.md").unlink()
     assert crawl().deleted == 1
     assert set(rows()) == {"notes/plan #1.txt"}
+
+
+# -- redirects that leave the source (issue 27) --------------------------------------------------------------
+
+METADATA = b"metadata-service credentials: never indexed"
+OUTSIDE = b"a file outside the base collection: never indexed"
+
+
+class _Redirects:
+    """WSGI middleware: answers chosen (method, path) pairs with a redirect to a chosen Location."""
+
+    def __init__(self, app, moves: dict[tuple[str, str], tuple[str, str]]) -> None:
+        self.app, self.moves = app, moves
+
+    def __call__(self, environ, start_response):
+        move = self.moves.get((environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")))
+        if move is None:
+            return self.app(environ, start_response)
+        status, location = move
+        start_response(status, [("Location", location), ("Content-Length", "0")])
+        return [b""]
+
+
+@pytest.fixture(scope="module")
+def elsewhere() -> Iterator[str]:
+    """Another host (a loopback port of its own): what a cloud metadata address or an internal service is."""
+
+    class Metadata(SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(METADATA)))
+            self.end_headers()
+            self.wfile.write(METADATA)
+
+        do_HEAD = do_GET
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Metadata)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def redirecting(tmp_path_factory, elsewhere) -> Iterator[tuple[str, Path]]:
+    """wsgidav with /dav (the source) and /outside (not the source) and redirects: away.txt to another host,
+    sideways.txt to /outside, moved.txt to /dav/real.txt (inside: followed), gone/ to /outside/."""
+    from cheroot import wsgi
+    from wsgidav.wsgidav_app import WsgiDAVApp
+
+    base, outside = tmp_path_factory.mktemp("dav-redirects"), tmp_path_factory.mktemp("dav-outside")
+    for name in ("away.txt", "sideways.txt", "moved.txt", "gone/listed.txt"):
+        (base / name).parent.mkdir(parents=True, exist_ok=True)
+        (base / name).write_bytes(b"placeholder the server never serves")
+    (base / "real.txt").write_bytes(b"the real file, inside the base")
+    (outside / "secret.txt").write_bytes(OUTSIDE)
+    app = WsgiDAVApp({
+        "provider_mapping": {"/dav": str(base), "/outside": str(outside)},
+        "simple_dc": {"user_mapping": {"*": {USER: {"password": PASSWORD}}}},
+        "http_authenticator": {"accept_basic": True, "accept_digest": False, "default_to_digest": False},
+        "verbose": 0, "logging": {"enable": False}, "dir_browser": {"enable": False},
+    })
+    server = wsgi.Server(("127.0.0.1", 0), app, numthreads=4)
+    server.prepare()  # binds: the port is known from here on
+    origin = f"http://127.0.0.1:{server.bind_addr[1]}"
+    moves = {}
+    for method in ("GET", "HEAD"):
+        moves[(method, "/dav/away.txt")] = ("302 Found", f"{elsewhere}/latest/meta-data")
+        moves[(method, "/dav/sideways.txt")] = ("302 Found", f"{origin}/outside/secret.txt")
+        moves[(method, "/dav/moved.txt")] = ("307 Temporary Redirect", "/dav/real.txt")
+        moves[(method, "/dav/climb.txt")] = ("302 Found", "/dav/%2E%2E/outside/secret.txt")
+    moves[("PROPFIND", "/dav/gone/")] = ("301 Moved Permanently", f"{origin}/outside/")
+    server.wsgi_app = _Redirects(app, moves)
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    yield f"{origin}/dav/", base
+    server.stop()
+    thread.join(timeout=10)
+
+
+def test_webdav_follows_a_redirect_inside_the_base_and_refuses_one_that_leaves_it(redirecting):
+    url, _ = redirecting
+    with dav_connector(url) as connector:
+        keys = {f.key for f in connector.walk()}
+        problems = dict(connector.problems.items)
+        assert keys == {"away.txt", "sideways.txt", "moved.txt", "real.txt"}
+        assert problems["gone"].startswith("cannot list collection: the server redirects it outside")
+        assert "/outside/" in problems["gone"]
+        with connector.open("moved.txt") as stream:
+            assert stream.read() == b"the real file, inside the base"
+        for key, target in (("away.txt", "/latest/meta-data"), ("sideways.txt", "/outside/secret.txt"),
+                            ("climb.txt", "")):
+            with pytest.raises(OutsideSource, match="outside the source's base URL") as refused:
+                connector.open(key)
+            assert target in refused.value.strerror
+
+
+def test_webdav_a_base_url_that_redirects_outside_itself_is_source_unavailable(redirecting):
+    url, _ = redirecting
+    with dav_connector(url + "gone/") as connector, pytest.raises(SourceUnavailable, match="outside it"):
+        connector.check()
+
+
+def test_a_crawl_indexes_nothing_a_redirect_off_the_base_leads_to(owner_engine, worker_engine, unique,
+                                                                  redirecting):
+    url, _ = redirecting
+    tenant = f"dav-redirect-{unique}"
+    admin.create_tenant(db_of(owner_engine), tenant)
+    source = admin.add_source(db_of(owner_engine), tenant, protocol="webdav", name="dav",
+                              config={"url": url, "credentials": {"env": ENV}, "base_delay": 0.01})
+    [row] = load_sources(db_of(worker_engine), source_id=source.id)
+    Indexer(db_of(worker_engine), Settings()).crawl(row)
+    with owner_engine.connect() as conn:
+        files = {r.key: r for r in conn.execute(text(
+            "SELECT f.key, f.status, f.status_reason, (SELECT string_agg(c.text, ' ') FROM chunks c "
+            "WHERE c.file_id = f.id) AS body FROM files f WHERE f.source_id = :s"), {"s": source.id})}
+    assert files["moved.txt"].status == "ok" and "real file" in files["moved.txt"].body
+    for key in ("away.txt", "sideways.txt"):
+        assert files[key].status == "failed" and "outside the source's base URL" in files[key].status_reason
+        assert files[key].body is None
+    assert not any(b and ("metadata-service" in b or "outside the base collection" in b)
+                   for b in (f.body for f in files.values()))
+
+
+class _AwayIndex(BaseHTTPRequestHandler):
+    """An autoindex page listing plain.txt and away.txt; away.txt redirects to another host."""
+
+    elsewhere = ""
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _answer(self, body: bool) -> None:
+        if self.path == "/away.txt":
+            self.send_response(302)
+            self.send_header("Location", f"{self.elsewhere}/latest/meta-data")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        page = {"/": (b'<a href="plain.txt">plain.txt</a> <a href="away.txt">away.txt</a>', "text/html"),
+                "/plain.txt": (b"plain", "text/plain")}.get(self.path)
+        if page is None:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", page[1])
+        self.send_header("Content-Length", str(len(page[0])))
+        self.end_headers()
+        if body:
+            self.wfile.write(page[0])
+
+    def do_GET(self) -> None:
+        self._answer(True)
+
+    def do_HEAD(self) -> None:
+        self._answer(False)
+
+
+def test_http_index_records_a_file_whose_head_redirects_off_the_base_as_skipped(web, elsewhere):
+    with connector_for("http", {"url": web + "docs/", "base_delay": 0.01}) as connector:
+        assert connector._inside(httpx.URL(web + "docs/guide.md"))
+        assert not connector._inside(httpx.URL(web + "readme.txt"))
+        assert not connector._inside(httpx.URL(elsewhere + "/docs/guide.md"))
+        assert not connector._inside(httpx.URL(web + "docs/%2E%2E/%2E%2E/etc/passwd"))
+    handler = type("Away", (_AwayIndex,), {"elsewhere": elsewhere})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        with connector_for("http", {"url": f"http://127.0.0.1:{server.server_port}/", "base_delay": 0.01}) as c:
+            keys = {f.key for f in c.walk()}
+            problems = dict(c.problems.items)
+            with pytest.raises(OutsideSource, match="/latest/meta-data"):
+                c.open("away.txt")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert keys == {"plain.txt"}
+    assert problems["away.txt"].startswith("the server redirects it outside the source's base URL")

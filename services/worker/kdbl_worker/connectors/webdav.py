@@ -16,6 +16,13 @@ Config (schema, defaults and validation: kdbl_core.sources.config):
   max_depth     default 64 folder levels (a guard against server-side symlink loops)
   connect_timeout / read_timeout  seconds, default 10 / 60
 
+Redirects are followed only while they stay inside the source: the same scheme, host and port and a path
+under the base path (at most 20 in a row). One that leaves it (another host: a cloud metadata address, an
+internal service; or another path of the same server) is refused: a listing records the folder or file as
+skipped with the target (scheme, host and path: no query, which may carry a signature), a download fails
+with OutsideSource, and the base URL itself redirecting elsewhere is SourceUnavailable. Before this
+(issue 27) httpx followed every redirect and the bytes of wherever it led were indexed.
+
 Keys are the decoded paths relative to the base URL ("sub dir/na%me #1?.txt"); requests encode them again.
 The server as a whole failing (unreachable, 401, base missing, 5xx that do not stop) raises SourceUnavailable;
 a sub-folder answering 403/404 is recorded in `problems` and skipped, like an unreadable folder on a mount.
@@ -45,6 +52,7 @@ from kdbl_core.content.records import FileMeta
 from kdbl_worker.connectors import (
     ClosingConnector,
     ListingProblems,
+    OutsideSource,
     SourceUnavailable,
     read_credentials,
     valid_key,
@@ -55,6 +63,7 @@ log = logging.getLogger(__name__)
 READ_CHUNK = 1024 * 1024
 MAX_DELAY = 30.0
 RETRY_STATUS = {429, 502, 503, 504}
+MAX_REDIRECTS = 20  # httpx's own default
 DAV = "{DAV:}"
 PROPFIND_BODY = (b'<?xml version="1.0" encoding="utf-8"?>\n<D:propfind xmlns:D="DAV:"><D:prop>'
                  b"<D:resourcetype/><D:getcontentlength/><D:getlastmodified/><D:getetag/></D:prop></D:propfind>")
@@ -91,6 +100,20 @@ class _Skip(Exception):
     """One folder cannot be listed: a problem to record, not a reason to stop."""
 
 
+def _shown(url: httpx.URL) -> str:
+    """A URL for a message: scheme, host, port and path; never a query (a signature) or user info."""
+    port = f":{url.port}" if url.port else ""
+    return f"{url.scheme}://{url.host}{port}{url.path}"
+
+
+class OffBase(OutsideSource):
+    """The server redirected a request outside the source's base URL; not followed."""
+
+    def __init__(self, url: httpx.URL) -> None:
+        super().__init__(f"the server redirects it outside the source's base URL (to {_shown(url)})")
+        self.url = url
+
+
 class _HttpConnector(ClosingConnector):
     kind = "http"
 
@@ -109,7 +132,7 @@ class _HttpConnector(ClosingConnector):
                 ssl.create_default_context(cafile=cfg.verify)
             self._http = httpx.Client(
                 auth=httpx.BasicAuth(secrets["username"], secrets["password"]) if secrets else None,
-                verify=verify, follow_redirects=True, headers={"User-Agent": "kdbl-worker"},
+                verify=verify, follow_redirects=False, headers={"User-Agent": "kdbl-worker"},
                 timeout=httpx.Timeout(cfg.read_timeout, connect=cfg.connect_timeout),
             )
         return self._http
@@ -142,15 +165,41 @@ class _HttpConnector(ClosingConnector):
             delay = max(delay, min(float(retry_after), MAX_DELAY))
         time.sleep(delay)
 
+    def _inside(self, url: httpx.URL) -> bool:
+        """Whether a URL is within the source: its origin, and a path under the base path (decoded, with no
+        "." or ".." segment left that a server could resolve elsewhere)."""
+        origin = httpx.URL(self.config.origin)
+        if (url.scheme, url.host, url.port) != (origin.scheme, origin.host, origin.port):
+            return False
+        path = url.path  # decoded
+        base = self.config.base_path
+        if any(segment in (".", "..") for segment in path.split("/")):
+            return False
+        return path.startswith(base) or path == base.rstrip("/")
+
     def _send(self, method: str, url: str, *, doing: str, headers: dict[str, str] | None = None,
               content: bytes | None = None) -> httpx.Response:
-        """One request with bounded retries; the response is streamed and the caller closes it."""
+        """One request with bounded retries, following redirects that stay inside the source (OffBase for
+        one that does not); the response is streamed and the caller closes it."""
+        client = self._client()
+        request = client.build_request(method, url, headers=headers, content=content)
+        for _ in range(MAX_REDIRECTS + 1):
+            response = self._send_once(request, doing=doing)
+            following = response.next_request  # set by httpx for a redirect it did not follow
+            if following is None:
+                return response
+            response.close()
+            if not self._inside(following.url):
+                raise OffBase(following.url)
+            request = following
+        raise SourceUnavailable(f"{self._where}: more than {MAX_REDIRECTS} redirects while {doing}")
+
+    def _send_once(self, request: httpx.Request, *, doing: str) -> httpx.Response:
         client = self._client()
         cfg = self.config
         for attempt in range(1, cfg.max_attempts + 1):
             try:
-                response = client.send(client.build_request(method, url, headers=headers, content=content),
-                                       stream=True)
+                response = client.send(request, stream=True)
             except httpx.TransportError as exc:
                 if attempt == cfg.max_attempts:
                     raise SourceUnavailable(f"{self._where}: cannot reach the server while {doing} "
@@ -234,13 +283,17 @@ class _HttpConnector(ClosingConnector):
         """Size, mtime and etag of one file from HEAD (GET headers where HEAD is refused); None: a problem."""
         key = path[len(self.config.base_path):]
         url = self._url_for(path)
-        response = self._send("HEAD", url, doing="asking for a file's size",
-                              headers={"Accept-Encoding": "identity"})
-        response.close()
-        if response.status_code in (405, 501):
-            response = self._send("GET", url, doing="asking for a file's size",
+        try:
+            response = self._send("HEAD", url, doing="asking for a file's size",
                                   headers={"Accept-Encoding": "identity"})
             response.close()
+            if response.status_code in (405, 501):
+                response = self._send("GET", url, doing="asking for a file's size",
+                                      headers={"Accept-Encoding": "identity"})
+                response.close()
+        except OffBase as exc:
+            self.problems.add(key, f"{exc.strerror}; skipped")
+            return None
         status = response.status_code
         if status >= 500:
             raise SourceUnavailable(f"{self._where}: the server answered {status} while asking for a "
@@ -270,9 +323,15 @@ class WebDavConnector(_HttpConnector):
 
     def _propfind(self, path: str, depth: str, *, base: bool) -> list[_Entry]:
         """One collection's entries (itself included); raises SourceUnavailable, or _Skip for a sub-folder."""
-        response = self._send("PROPFIND", self._url_for(path), doing="listing a collection",
-                              content=PROPFIND_BODY,
-                              headers={"Depth": depth, "Content-Type": 'application/xml; charset="utf-8"'})
+        try:
+            response = self._send("PROPFIND", self._url_for(path), doing="listing a collection",
+                                  content=PROPFIND_BODY,
+                                  headers={"Depth": depth, "Content-Type": 'application/xml; charset="utf-8"'})
+        except OffBase as exc:
+            if base:
+                raise SourceUnavailable(f"{self._where}: the server redirects it to {_shown(exc.url)}, "
+                                        "outside it; configure that URL") from None
+            raise _Skip(exc.strerror) from None
         try:
             status = response.status_code
             if base:
@@ -412,8 +471,14 @@ class HttpIndexConnector(_HttpConnector):
     kind = "http"
 
     def _index(self, path: str, *, base: bool) -> list[str]:
-        response = self._send("GET", self._url_for(path), doing="reading a folder listing",
-                              headers={"Accept": "text/html"})
+        try:
+            response = self._send("GET", self._url_for(path), doing="reading a folder listing",
+                                  headers={"Accept": "text/html"})
+        except OffBase as exc:
+            if base:
+                raise SourceUnavailable(f"{self._where}: the server redirects it to {_shown(exc.url)}, "
+                                        "outside it; configure that URL") from None
+            raise _Skip(exc.strerror) from None
         try:
             status = response.status_code
             if base:
