@@ -31,7 +31,7 @@ from kdbl_control.cli import build_parser, source_config
 from kdbl_core.errors import InvalidArgument, PermanentError
 from kdbl_core.settings import Settings
 from kdbl_core.sources import parse
-from kdbl_worker.connectors import SourceUnavailable, connector_for
+from kdbl_worker.connectors import OutsideSource, SourceUnavailable, connector_for
 from kdbl_worker.connectors.smb import SmbConnector
 from kdbl_worker.pipeline import Indexer, load_sources
 from sqlalchemy import text
@@ -60,6 +60,7 @@ class Samba:
     port: int
     share: Path  # the shared folder on disk
     pid: int
+    links: Path  # the folder shared as [links] (Samba's defaults) and [links-strict] (follow symlinks = no)
 
 
 def _run(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -102,8 +103,9 @@ def samba() -> Iterator[Samba]:
     smbpasswd = shutil.which("smbpasswd") or "/usr/bin/smbpasswd"
     top = Path(tempfile.mkdtemp(prefix="kdbl-smb-"))  # not pytest's tmp root: 0700, closed to the user
     top.chmod(0o755)
-    share, state = top / "share", top / "state"
+    share, state, links = top / "share", top / "state", top / "links" / "share"
     share.mkdir(mode=0o755)
+    links.mkdir(mode=0o755, parents=True)
     for name in ("private", "lock", "state", "cache", "pid", "ncalrpc", "binddns"):
         (state / name).mkdir(parents=True)
     port = free_port()
@@ -133,6 +135,20 @@ def samba() -> Iterator[Samba]:
   path = {share}
   read only = yes
   valid users = {UNIX_USER}
+[links]
+  path = {links}
+  read only = yes
+  valid users = {UNIX_USER}
+[links-strict]
+  path = {links}
+  read only = yes
+  valid users = {UNIX_USER}
+  follow symlinks = no
+[links-dfs]
+  path = {links}
+  read only = yes
+  valid users = {UNIX_USER}
+  msdfs root = yes
 """)
     added = _run(smbpasswd, "-c", str(conf), "-a", "-s", UNIX_USER, stdin=f"{PASSWORD}\n{PASSWORD}\n")
     assert added.returncode == 0, added.stderr
@@ -143,7 +159,7 @@ def samba() -> Iterator[Samba]:
                                   stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         _wait_for_port(port, server, log)
-        yield Samba(port, share, server.pid)
+        yield Samba(port, share, server.pid, links)
     finally:
         server.terminate()
         try:
@@ -290,6 +306,72 @@ def test_an_unreadable_folder_and_a_folder_loop_are_problems_not_failures(samba,
         keys = {f.key for f in connector.walk()}
         assert {f"tree/{k}" for k in FILES} <= keys and "trouble/open.txt" in keys
         assert dict(connector.problems.items).keys() == {"trouble/locked", "trouble/loop"}
+
+
+@pytest.fixture(scope="module")
+def linked(samba, tree) -> Path:
+    """links/share (shared three ways, see the samba fixture) beside links/outside, which is not shared:
+    links out of the share, links inside it but out of the folder `team`, and an MS-DFS link to [docs]."""
+    share, outside = samba.links, samba.links.parent / "outside"
+    outside.mkdir(mode=0o755)
+    (outside / "secret.txt").write_text("outside the share: never indexed")
+    (share / "real.txt").write_text("real")
+    for folder in ("team", "hr"):
+        (share / folder).mkdir()
+    (share / "team" / "doc.txt").write_text("team doc")
+    (share / "hr" / "salaries.txt").write_text("hr salaries")
+    (share / "out-passwd.txt").symlink_to("/etc/passwd")
+    (share / "out-secret.txt").symlink_to(outside / "secret.txt")
+    (share / "out-dir").symlink_to(outside, target_is_directory=True)
+    (share / "team" / "hr-link.txt").symlink_to("../hr/salaries.txt")
+    (share / "team" / "hr-dir").symlink_to("../hr", target_is_directory=True)
+    (share / "dfs-docs").symlink_to("msdfs:127.0.0.1\\docs")  # Samba's form of a DFS link (msdfs root)
+    return share
+
+
+def _listing(samba, **extra) -> tuple[set[str], dict[str, str]]:
+    with connect(samba, **extra) as connector:
+        return {f.key for f in connector.walk()}, dict(connector.problems.items)
+
+
+def test_samba_never_shows_or_opens_a_link_that_leaves_the_share(samba, linked):
+    keys, _ = _listing(samba, share="links")  # Samba's defaults: follow symlinks = yes, wide links = no
+    assert keys == {"real.txt", "hr/salaries.txt", "team/doc.txt", "team/hr-link.txt"}
+    with connect(samba, share="links") as connector:
+        for key in ("out-passwd.txt", "out-secret.txt", "out-dir/secret.txt"):
+            with pytest.raises(FileNotFoundError):
+                connector.open(key)
+
+
+def test_with_samba_defaults_a_link_inside_the_share_arrives_as_a_plain_file_even_out_of_the_source_path(
+        samba, linked):
+    """The limit the connector cannot close: Samba follows the link itself and shows its target as a
+    plain file (no reparse point), so a source on `team` reads hr/ through team's links. `follow
+    symlinks = no` on the share is the fix (next test); docs/operations say so."""
+    keys, problems = _listing(samba, share="links", path="team")
+    assert keys == {"doc.txt", "hr-link.txt", "hr-dir/salaries.txt"} and not problems
+
+
+def test_with_follow_symlinks_off_samba_shows_no_link_at_all(samba, linked):
+    keys, problems = _listing(samba, share="links-strict", path="team")
+    assert keys == {"doc.txt"} and not problems
+    keys, _ = _listing(samba, share="links-strict")
+    assert keys == {"real.txt", "hr/salaries.txt", "team/doc.txt"}
+
+
+def test_a_dfs_link_to_another_share_is_skipped_in_the_listing_and_refused_at_the_open(samba, linked):
+    """An MS-DFS link is a reparse point to the client, and smbclient would follow its referral to the other
+    share: the listing records it skipped, and a key through it (a folder swapped for one after indexing)
+    is refused once the handle shows another share."""
+    (samba.share / "dfs-target.txt").write_text("in the docs share, not in this source")
+    try:
+        keys, problems = _listing(samba, share="links-dfs")
+        assert keys == {"real.txt", "hr/salaries.txt", "team/doc.txt", "team/hr-link.txt"}
+        assert problems["dfs-docs"] == "reparse point (a symbolic link, junction or DFS link) not followed; skipped"
+        with connect(samba, share="links-dfs") as connector, pytest.raises(OutsideSource, match="DFS link"):
+            connector.open("dfs-docs/dfs-target.txt")
+    finally:
+        (samba.share / "dfs-target.txt").unlink()
 
 
 def test_a_connection_that_breaks_mid_file_goes_on_where_it_stopped(samba, tree):

@@ -20,6 +20,16 @@ decide what changed). Owners are not read: that costs a security-descriptor quer
 paths relative to the base folder. Names that SMB cannot carry (e.g. a `?` in a Samba server's file name)
 arrive in the server's mangled 8.3 form. The share as a whole failing (unreachable, authentication, missing
 share or folder) raises SourceUnavailable; a sub-folder that cannot be listed is recorded in `problems`.
+
+Links (issue 27): an entry the server marks as a reparse point (a Windows symbolic link or junction; Samba
+with SMB3 POSIX extensions shows its symbolic links so) is never followed: the listing records it as skipped,
+and `open` asks the server for the reparse point itself (FILE_OPEN_REPARSE_POINT) and refuses the handle
+when it is one, so a file swapped for a link after the listing is not read through it. What the client
+cannot see: a server that follows links itself and shows their targets as plain files (Samba's default
+`follow symlinks = yes`; `wide links = no`, also its default, keeps them inside the share, not inside a
+`path` within it), and a folder on the way swapped for a Windows symbolic link after the listing
+(smbprotocol resolves that itself, within the same share only). Set `follow symlinks = no` on a share whose
+writers must not reach its other folders; tests/integration/test_connectors_smb.py shows both settings.
 """
 
 from __future__ import annotations
@@ -42,11 +52,13 @@ from kdbl_core.sources import SmbConfig, parse
 from smbprotocol.exceptions import SMBConnectionClosed, SMBException, SMBOSError, SMBResponseException
 from smbprotocol.file_info import FileAttributes
 from smbprotocol.header import NtStatus
+from smbprotocol.open import CreateOptions
 
 from kdbl_core.content.records import FileMeta
 from kdbl_worker.connectors import (
     ClosingConnector,
     ListingProblems,
+    OutsideSource,
     SourceUnavailable,
     read_credentials,
     valid_key,
@@ -62,6 +74,8 @@ _BUSY = {NtStatus.STATUS_INSUFFICIENT_RESOURCES, NtStatus.STATUS_INSUFF_SERVER_R
          NtStatus.STATUS_USER_SESSION_DELETED, 0xC000035C}  # the last: STATUS_NETWORK_SESSION_EXPIRED
 _AUTH = {NtStatus.STATUS_LOGON_FAILURE, NtStatus.STATUS_WRONG_PASSWORD, NtStatus.STATUS_PASSWORD_EXPIRED,
          0xC0000072, 0xC000006E, 0xC0000193, 0xC0000234}  # account disabled/restricted/expired/locked out
+REPARSE_POINT = "reparse point (a symbolic link, junction or DFS link) not followed"
+DFS_LINK = "a DFS link on the way leads to another share; not followed"
 _REASONS = {
     NtStatus.STATUS_ACCESS_DENIED: "access denied",
     NtStatus.STATUS_BAD_NETWORK_NAME: "no such share",
@@ -109,6 +123,7 @@ class SmbConnector(ClosingConnector):
             raise InvalidArgument("credentials", 'a reference is required: {"env": {...}} or {"dir": PATH}; '
                                                  "secret values are never stored in a source config")
         self.problems = ListingProblems()
+        self._share_unc = f"\\\\{self.config.server}\\{self.config.share}".lower()  # what a handle's tree is
         self._pool: dict[str, Any] = {}  # smbclient connection cache: this connector's connections only
         self._auth: dict[str, Any] | None = None
 
@@ -216,7 +231,9 @@ class SmbConnector(ClosingConnector):
             subdirs: list[str] = []
             for info in sorted(entries, key=lambda i: i.file_name):
                 key = f"{folder}/{info.file_name}" if folder else info.file_name
-                if not info.file_attributes & FileAttributes.FILE_ATTRIBUTE_DIRECTORY:
+                if info.file_attributes & FileAttributes.FILE_ATTRIBUTE_REPARSE_POINT:
+                    self.problems.add(key, f"{REPARSE_POINT}; skipped")
+                elif not info.file_attributes & FileAttributes.FILE_ATTRIBUTE_DIRECTORY:
                     yield FileMeta(key=key, size=info.end_of_file,
                                      mtime=info.last_write_time.astimezone(UTC))
                 elif info.file_id and info.file_id in seen:
@@ -235,13 +252,23 @@ class SmbConnector(ClosingConnector):
         return io.BufferedReader(stream, READ_CHUNK)
 
     def _handle(self, key: str) -> Any:
-        """An unbuffered handle on one file; shared access, so the crawl never locks users out of it."""
-        return smbclient.open_file(self._unc(key), mode="rb", buffering=0, share_access="rwd",
-                                   **self._kwargs())
+        """An unbuffered handle on one file; shared access, so the crawl never locks users out of it. The
+        reparse point itself when the name is one, refused (OutsideSource): never what it points at."""
+        raw = smbclient.open_file(self._unc(key), mode="rb", buffering=0, share_access="rwd",
+                                  create_options=CreateOptions.FILE_OPEN_REPARSE_POINT, **self._kwargs())
+        if raw.fd.file_attributes & FileAttributes.FILE_ATTRIBUTE_REPARSE_POINT:
+            raw.close()
+            raise OutsideSource(REPARSE_POINT, key)
+        if raw.fd.tree_connect.share_name.lower() != self._share_unc:
+            raw.close()  # smbclient followed a DFS referral on the way: another share, maybe another server
+            raise OutsideSource(DFS_LINK, key)
+        return raw
 
     def _open_raw(self, key: str) -> Any:
         try:
             return self._retry("opening a file", functools.partial(self._handle, key))
+        except OutsideSource:
+            raise
         except OSError as exc:
             if exc.errno == errno.ENOENT:
                 raise FileNotFoundError(errno.ENOENT, "no such file on the share", key) from exc
