@@ -179,6 +179,7 @@ async def test_a_call_past_its_deadline_answers_what_to_change_is_audited_and_it
         pid = await until(lambda: blocked_backend(owner_engine), "the call waiting for the lock")
         stopped = await call  # the lock is still held: only the deadline ends the call
 
+    assert stopped.status_code == 200  # a tool's error travels in the JSON-RPC body, as every tool error does
     error = stopped.json()["error"]
     assert error["code"] == -32008 and error["data"] == {"deadline_ms": 300}
     assert "list_sources stopped at its deadline of 300 ms" in error["message"]
