@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, urlparse
 import httpx
 import jwt
 import pytest
-from helpers import db_of, make_corpus, running_api, running_fetch
+from helpers import crawl, db_of, make_corpus, running_api, running_fetch
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -145,3 +145,21 @@ async def test_downloads_off_means_null_urls_and_a_404_route(owner_url, owner_en
         async with httpx.AsyncClient() as plain:
             resp = await plain.get(f"{url}/api/files/download", params={"t": "x"})
     assert hits[0]["url"] is None and resp.status_code == 404
+
+
+async def test_internal_fetch_refuses_an_indexed_key_that_is_now_a_symlink_out_of_the_root(env, worker_engine,
+                                                                                           tmp_path):
+    outside = tmp_path / "outside-the-root.txt"
+    outside.write_text("never served: outside the source's root")
+    swapped = env["corpus"].root / "swapped.md"
+    swapped.write_text("pangolin swap candidate")
+    crawl(worker_engine, env["corpus"])
+    params = {"source_id": str(env["corpus"].source_id), "key": "swapped.md"}
+    headers = {"Authorization": f"Bearer {FETCH_TOKEN}"}
+    async with httpx.AsyncClient() as http:
+        before = await http.get(f"{env['fetch']}/internal/files", params=params, headers=headers)
+        swapped.unlink()
+        swapped.symlink_to(outside)  # the stored key names a link out of the root now (issue 27)
+        after = await http.get(f"{env['fetch']}/internal/files", params=params, headers=headers)
+    assert before.status_code == 200 and before.content == b"pangolin swap candidate"
+    assert after.status_code == 404 and b"never served" not in after.content
