@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
+import gc
 from pathlib import Path
 
 import pytest
@@ -72,58 +71,34 @@ def test_jsonrpc_error_reads_the_answer() -> None:
     assert jsonrpc_error(429, b"{}") == "HTTP 429"
 
 
-def _established_per_process(pids: list[str], port: int) -> dict[str, int]:
-    """How many established TCP connections to `port` each process holds (from /proc)."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(f"socket:[{fields[9]}]")
-    counts = {}
-    for pid in pids:
-        held = 0
-        for fd in Path(f"/proc/{pid}/fd").iterdir():
-            with contextlib.suppress(OSError):
-                held += os.readlink(fd) in inodes
-        counts[pid] = held
-    return counts
+def _reaped(pid: int) -> bool:
+    return not Path(f"/proc/{pid}").exists()  # a zombie (killed, never waited for) still has its /proc entry
 
 
-def test_kdbl_api_with_two_worker_processes_serves_searches_and_shares_connections(owner_url, tiny_beir, tmp_path,
-                                                                                    unique):
-    from kdbl_control.beir import ensure_indexed, materialise_beir
-    from kdbl_control.bench import _requests, many_clients, start_api
+def test_start_api_fails_at_once_with_the_output_of_a_kdbl_api_that_exits_before_it_is_ready(owner_url):
+    from kdbl_control.bench import start_api
     from kdbl_control.up import free_port
 
-    docs = tmp_path / "docs"
-    materialise_beir(tiny_beir, docs)
-    indexed = ensure_indexed(owner_url, docs, f"workers-{unique}")
+    # kdbl-api refuses this configuration at start (exit 2): the legacy SSE transport needs one process
+    with pytest.raises(RuntimeError) as failed:
+        start_api(owner_url, free_port(), {"KDBL_API_WORKERS": "2", "KDBL_LEGACY_SSE_ENABLED": "true"})
+    message = str(failed.value)
+    del failed
+    gc.collect()  # a Popen dropped without wait() would warn here (ResourceWarning: an error in these tests)
+    assert "exited with 2 before it became ready" in message
+    assert "KDBL_LEGACY_SSE_ENABLED needs KDBL_API_WORKERS=1" in message  # its own output, in the error
+    assert _reaped(int(message.split("pid ", 1)[1].split(")", 1)[0]))
+
+
+def test_start_api_reaps_a_kdbl_api_that_is_not_ready_within_its_bound(owner_url):
+    from kdbl_control.bench import listening_sockets, start_api
+    from kdbl_control.up import free_port
+
     port = free_port()
-    url = f"http://127.0.0.1:{port}/mcp"
-    api = start_api(owner_url, port, {"KDBL_API_WORKERS": "2"})
-    try:
-        children = Path(f"/proc/{api.pid}/task/{api.pid}/children").read_text().split()
-        workers = [c for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
-        assert len(workers) == 2  # the supervisor started two worker processes
-
-        async def sixteen_keepalive_connections() -> dict[str, int]:
-            conns = [Connection(url) for _ in range(16)]
-            request = _requests(url, indexed["token"], QUERIES[:1], "lexical")[0]
-            try:
-                statuses = await asyncio.gather(*(c.post(request) for c in conns))
-                assert all(status == 200 for status, _ in statuses)
-                return _established_per_process(workers, port)
-            finally:
-                await asyncio.gather(*(c.close() for c in conns))
-
-        # one socket per worker (SO_REUSEPORT): the kernel spreads connections that arrive together;
-        # a shared socket let one worker accept all 16 (P(a worker gets none) is 2/65536 here)
-        held = asyncio.run(sixteen_keepalive_connections())
-        assert sum(held.values()) == 16 and min(held.values()) >= 1, held
-        result = asyncio.run(many_clients(url, indexed["token"], QUERIES, 4, 1.0, warmup_s=0.5))
-        assert result["requests"] > 4 and result["errors"] == 0, result["error_samples"]
-    finally:
-        api.terminate()
-        api.wait(timeout=20)
-    assert api.returncode == 0  # SIGTERM: the supervisor stopped both workers and exited cleanly
+    with pytest.raises(RuntimeError) as failed:
+        start_api(owner_url, port, {"KDBL_API_WORKERS": "2"}, bound_s=0)
+    message = str(failed.value)
+    del failed
+    gc.collect()
+    assert "did not become ready in 0 s" in message
+    assert _reaped(int(message.split("pid ", 1)[1].split(")", 1)[0])) and listening_sockets(port) == 0

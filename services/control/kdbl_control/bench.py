@@ -11,11 +11,13 @@ process (kdbl_api role, auth, RLS, audit), then measures with raw JSON-RPC POSTs
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -125,25 +127,83 @@ def listening_sockets(port: int) -> int | None:
     return count
 
 
-def start_api(owner_url: str, port: int, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """`kdbl-api` as a process; returns once every worker process listens (each has its own socket)."""
+READY_BOUND_S = 300.0  # a generous ceiling: a start that still runs after it is stuck, not slow
+STOP_BOUND_S = 20.0  # SIGTERM's grace (uvicorn drains its requests) before SIGKILL
+_TAIL_LINES = 60
+
+
+class ApiProcess(subprocess.Popen):
+    """A `kdbl-api` process whose output goes on to this process's stderr, its last lines kept for errors."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        super().__init__(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.tail: collections.deque[bytes] = collections.deque(maxlen=_TAIL_LINES)
+        self.relay = threading.Thread(target=self._relay, name=f"kdbl-api-{self.pid}-output", daemon=True)
+        self.relay.start()
+
+    def _relay(self) -> None:
+        assert self.stdout is not None
+        with self.stdout:  # EOF once the process and its workers are gone; closing it here leaves no warning
+            for line in self.stdout:
+                self.tail.append(line)
+                os.write(2, line)  # the fd, not sys.stderr: a test's captured stream may be closed by then
+
+    def output(self) -> str:
+        return b"".join(self.tail).decode("utf-8", "replace")
+
+
+def stop_api(proc: subprocess.Popen, bound_s: float = STOP_BOUND_S) -> int:
+    """Reaps what start_api started, whatever state it is in: SIGTERM, a bounded wait, then SIGKILL."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=bound_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    code = proc.wait()
+    if isinstance(proc, ApiProcess):
+        proc.relay.join(timeout=bound_s)  # ends at EOF: when the last worker holding the pipe is gone
+    return code
+
+
+def _ready(port: int, workers: int) -> bool:
+    try:
+        ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+    listening = listening_sockets(port)
+    return ready and (workers == 1 or listening is None or listening >= workers)
+
+
+def start_api(owner_url: str, port: int, env: dict[str, str] | None = None,
+              bound_s: float = READY_BOUND_S) -> ApiProcess:
+    """`kdbl-api` as a process; returns once every worker process listens (each has its own socket).
+
+    Waits while the process lives (a start with 2 workers and a model can take a minute on 2 busy cores),
+    up to `bound_s`; a process that exits first fails at once with its output. On any failure the process
+    is reaped (stop_api) before the error leaves; the caller stops a started one with stop_api."""
     env = child_env({**(env or {}), "KDBL_DATABASE_URL": for_role(owner_url, "kdbl_api"), "KDBL_MCP_ENABLED": "true",
                      "KDBL_API_HOST": "127.0.0.1", "KDBL_API_PORT": str(port), "KDBL_RATE_LIMIT_PER_MINUTE": "0",
                      "KDBL_LOG_LEVEL": "WARNING", "KDBL_METRICS_PORT": "0"})  # no metrics listener: nothing scrapes it
-    proc = subprocess.Popen([sys.executable, "-m", "kdbl_api.main"], env=env)
     workers = int(env.get("KDBL_API_WORKERS") or 1)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            ready = False
-        listening = listening_sockets(port)
-        if ready and (workers == 1 or listening is None or listening >= workers):
-            return proc
-        time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("kdbl-api did not become ready")
+    proc = ApiProcess([sys.executable, "-m", "kdbl_api.main"], env)
+    try:
+        deadline = time.monotonic() + bound_s
+        while not _ready(port, workers):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"kdbl-api (pid {proc.pid}) did not become ready in {bound_s:.0f} s; its output:\n"
+                                   + proc.output())
+            try:  # the pause between probes: ends early when the process exits
+                code = proc.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                continue
+            proc.relay.join(timeout=STOP_BOUND_S)
+            raise RuntimeError(f"kdbl-api (pid {proc.pid}) exited with {code} before it became ready; its output:\n"
+                               + proc.output())
+    except BaseException:
+        stop_api(proc)
+        raise
+    return proc
 
 
 def run_search_bench(owner_url: str, dataset: Path, work_dir: Path, *, clients: int, seconds: float,
@@ -184,8 +244,7 @@ def run_search_bench(owner_url: str, dataset: Path, work_dir: Path, *, clients: 
             "date": time.strftime("%Y-%m-%d"),
         }
     finally:
-        api.terminate()
-        api.wait(timeout=20)
+        stop_api(api)
     return result
 
 
