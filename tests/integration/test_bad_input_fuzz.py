@@ -6,7 +6,13 @@ URIs and out-of-range numbers. The contract: no HTTP 5xx, no JSON-RPC -32603 or 
 names the field (`error.data.field`, or the field's name in the message), every refused tool call
 leaves an audit row, and the valid edge cases (a 3,500-snowman path, dates with and without a zone)
 succeed. The issue's run counted 11 code-0 errors and 20 refusals naming no field; on the code before
-this change this battery found 50 failures in 272 cases.
+this change this battery found 50 failures in 272 cases. Issue 27 added get_contents, find_similar,
+answer and search_content's cursor (551 cases; on the code before it, one failed: an empty cursor).
+
+Issue 27's cases (test_a_value_only_the_database_could_refuse_...) are values that passed validation and
+failed inside PostgreSQL (a chunk number past 2**31 - 1: `integer out of range`; `%00` in a chunk id:
+NUL), or were read as something the contract does not say (a string of digits as a Unix time, an empty
+cursor as "the first page", contradictory arguments): 19 of them, each a -32602 naming its field now.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from helpers import db_of, make_corpus, running_api
 from sqlalchemy import text
 
 from kdbl_control import admin
+from kdbl_core.access.policy import ALL_TOOLS
+from kdbl_core.content.uris import chunk_id, chunk_uri, file_uri
 from kdbl_core.settings import Settings
 
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -28,6 +36,7 @@ NUL, SURROGATE = "a\x00b", "a\ud800b"
 HUGE = "x" * 200_000
 SNOWMEN = "☃" * 3500  # 3,500 characters, 21,000 once JSON-escaped as \u2603
 BAD_STRINGS = [NUL, SURROGATE, 123, True, None, [], {}, 1.5]
+INT4_MAX = 2**31 - 1  # chunks.seq is a PostgreSQL integer
 BAD_INTS = [True, False, "5", 1.5, -1, 0, 10**30, 2**63, -(2**63) - 1, 1e308, None, [], {}, "", NUL]
 
 
@@ -55,14 +64,18 @@ def tool_cases(sid: str, other_sid: str) -> list[Case]:
         "search_content": {"query": "okapi"},
         "get_file_text": dict(ref), "get_file_window": dict(ref), "get_file_metadata": dict(ref),
         "list_sources": {}, "list_files": {"source_id": sid},
+        "get_contents": {"ids": [f"kdbl://file/{sid}/notes.md"]},
+        "find_similar": {"subject": {"kind": "text", "text": "okapi"}}, "answer": {"question": "okapi"},
     }
+    filters = ["path", "content_type", "modified_after", "modified_before", "source_id"]
     strings = {
-        "search_content": ["query", "path", "content_type", "modified_after", "modified_before", "source_id"],
+        "search_content": ["query", "cursor", *filters], "find_similar": filters, "answer": ["question", *filters],
         "get_file_text": ["source_id", "key"], "get_file_window": ["source_id", "key", "cursor"],
         "get_file_metadata": ["source_id", "key"], "list_sources": ["cursor"], "list_files": ["source_id", "cursor"],
     }
     ints = {"search_content": ["limit"], "get_file_window": ["start", "length"], "list_sources": ["limit"],
-            "list_files": ["limit"]}
+            "list_files": ["limit"], "find_similar": ["limit"], "get_contents": ["max_chars_per_item"],
+            "answer": ["max_tokens"]}
     cases: list[Case] = []
 
     def call(tool: str, arguments: Any, expect: str | None, label: str) -> None:
@@ -192,6 +205,7 @@ def world(owner_engine, worker_engine, owner_url, tmp_path_factory):
     }, tenant="fuzz-mine")
     other = make_corpus(owner_engine, worker_engine, root / "fuzz-other", {"secret.md": "okapi secret"},
                         tenant="fuzz-other")
+    admin.update_tenant(db_of(owner_engine), "fuzz-mine", tools=",".join(ALL_TOOLS), force=True)
     token, _ = admin.create_token(db_of(owner_engine), tenant_name="fuzz-mine", name="fuzzer")
     settings = Settings(mcp_enabled=True, rate_limit_per_minute=0)
     with running_api(owner_url, settings) as url:
@@ -295,3 +309,87 @@ async def test_json_nested_5000_deep_is_a_400_parse_error(world):
         resp = await http.post(f"{world['url']}/mcp", content=b"[" * 5000 + b"]" * 5000,
                                headers={**HEADERS, "Authorization": f"Bearer {world['token']}"})
     assert resp.status_code == 400 and resp.json()["error"]["code"] == -32700
+
+
+Probe = tuple[str, str, Any, "str | None"]
+
+
+def database_cases(sid: str) -> list[Probe]:
+    """(label, method, params, the field a -32602 must name; None: the call must succeed)."""
+    past, huge, last = INT4_MAX + 1, 10**20, INT4_MAX
+    nul_chunk = f"{sid}/no%00tes.md/0"
+    search, similar = {"query": "okapi"}, {"subject": {"kind": "text", "text": "okapi"}}
+    chunk_subject = {"kind": "chunk", "id": chunk_id(sid, "notes.md", 0)}
+    year = {"modified_after": "2024-01-01", "modified_before": "2024-01-01T00:00:00Z"}
+
+    def tool(label: str, name: str, arguments: dict[str, Any], field: str | None) -> Probe:
+        return f"{name}: {label}", "tools/call", {"name": name, "arguments": arguments}, field
+
+    def read(label: str, uri: str, field: str | None) -> Probe:
+        return f"resources/read: {label}", "resources/read", {"uri": uri}, field
+
+    return [
+        tool("a chunk id past 2**31 - 1", "get_contents", {"ids": [chunk_id(sid, "notes.md", past)]}, "ids[0]"),
+        tool("a chunk uri of 21 digits", "get_contents", {"ids": [f"kdbl://chunk/{sid}/notes.md/{huge}"]}, "ids[0]"),
+        tool("an object id's seq past 2**31 - 1", "get_contents",
+             {"ids": [{"source_id": sid, "key": "notes.md", "seq": past}]}, "ids.0.object.seq"),
+        tool("the last chunk number, with neighbours", "get_contents",
+             {"ids": [chunk_id(sid, "notes.md", last)], "expand": {"neighbours": 3}}, None),
+        tool("a file uri", "get_contents", {"ids": [file_uri(sid, "notes.md")]}, None),
+        read("a chunk uri past 2**31 - 1", chunk_uri(sid, "notes.md", past), "uri"),
+        read("the last chunk number is no such chunk", chunk_uri(sid, "notes.md", last), "uri"),
+        read("%00 in a chunk uri", f"kdbl://chunk/{nul_chunk}", "uri"),
+        tool("%00 in a chunk id", "find_similar", {"subject": {"kind": "chunk", "id": nul_chunk}}, "subject.id"),
+        tool("%00 in a file uri", "find_similar", {"subject": {"kind": "file", "id": f"kdbl://file/{sid}/a%00b"}},
+             "subject.id"),
+        tool("digits as modified_after", "search_content", {**search, "modified_after": "10000000000"},
+             "modified_after"),
+        tool("digits as modified_before", "find_similar", {**similar, "modified_before": "1700000000"},
+             "modified_before"),
+        tool("an empty cursor", "search_content", {**search, "cursor": ""}, "cursor"),
+        tool("modified_after = modified_before", "find_similar", {**similar, **year}, "modified_after"),
+        tool("modified_after > modified_before", "find_similar",
+             {**similar, "modified_after": "2025-01-01", "modified_before": "2024-01-01"}, "modified_after"),
+        tool("source_id with source_ids", "search_content", {**search, "source_id": sid, "source_ids": [sid]},
+             "source_ids"),
+        tool("source_id with source_ids", "find_similar", {**similar, "source_id": sid, "source_ids": [sid]},
+             "source_ids"),
+        tool("content_type with content_types", "answer",
+             {"question": "okapi", "content_type": "text/markdown", "content_types": ["text/*"]}, "content_types"),
+        tool("a text subject with an id", "find_similar",
+             {"subject": {"kind": "text", "text": "okapi", "id": chunk_subject["id"]}}, "subject.id"),
+        tool("a chunk subject with a text", "find_similar", {"subject": {**chunk_subject, "text": "okapi"}},
+             "subject.text"),
+        tool("a valid chunk subject", "find_similar", {"subject": chunk_subject}, None),
+    ]
+
+
+async def test_a_value_only_the_database_could_refuse_or_that_contradicts_another_is_a_32602_naming_it(
+        world, owner_engine):
+    """Issue 27 §3: each refusal was an internal error (-32603) or an accepted call before; so were the
+    two calls at the last chunk number (its neighbours' range overflowed)."""
+    headers = {**HEADERS, "Authorization": f"Bearer {world['token']}"}
+    audit_since = text("SELECT tool, status, error FROM audit WHERE id > :b AND tenant_id = :t")
+    failures = []
+    async with httpx.AsyncClient(timeout=60) as http:
+        for label, method, params, field in database_cases(world["sid"]):
+            with owner_engine.connect() as conn:
+                before = conn.execute(text("SELECT coalesce(max(id), 0) FROM audit")).scalar_one()
+            resp = await http.post(f"{world['url']}/mcp", content=_rpc(method, params), headers=headers)
+            error = resp.json().get("error")
+            with owner_engine.connect() as conn:
+                rows = conn.execute(audit_since, {"b": before, "t": world["tenant_id"]}).all()
+            audited = [(r.tool, r.status) for r in rows]
+            tool = params["name"] if method == "tools/call" else method
+            if field is None:
+                if error is not None:
+                    failures.append(f"{label}: refused: {error}")
+                elif audited != [(tool, "ok")]:
+                    failures.append(f"{label}: audit rows {audited}")
+                continue
+            named = error is not None and (error.get("data") or {}).get("field") == field
+            if not named or error["code"] != -32602:
+                failures.append(f"{label}: expected -32602 naming {field!r}, got {error or resp.text[:200]!r}")
+            elif audited != [(tool, "error")] or f"'{field}'" not in (rows[0].error or ""):
+                failures.append(f"{label}: audit rows {[tuple(r) for r in rows]}")
+    assert not failures, "\n".join(failures)

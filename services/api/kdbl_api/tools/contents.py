@@ -38,8 +38,8 @@ def _ref(value: str | ContentRef, neighbours: int, field: str) -> tuple[contents
     except InvalidArgument as exc:
         raise InvalidArgument(field, f"{exc.reason} (a chunk_id, a kdbl://chunk/ or kdbl://file/ uri, or an "
                                      "object {source_id, key, seq})") from None
-    if "\x00" in ref.key or len(ref.key) > 4096:
-        raise InvalidArgument(field, "the key part holds NUL or is longer than 4096 characters")
+    if len(ref.key) > 4096:  # NUL and a seq past int4: refused by the parsers (kdbl_core.content.uris)
+        raise InvalidArgument(field, "the key part is longer than 4096 characters")
     return ref, value, "file" if ref.seq is None else "chunk"
 
 

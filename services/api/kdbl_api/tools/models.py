@@ -3,19 +3,31 @@
 Limits and defaults are the skills reference's (search limit 20/100, file text 5000 chunks, ...).
 
 Arguments are checked strictly: numbers must be JSON integers and flags JSON booleans (`limit: true`,
-`limit: "5"` and `explain: "yes"` are refused, not coerced); dates must be ISO 8601 strings, and one
-without a zone is read as UTC, so a call may mix both; no text argument may hold NUL or a lone
-surrogate (PostgreSQL text cannot store either: the call used to fail inside the database).
+`limit: "5"` and `explain: "yes"` are refused, not coerced); dates must be ISO 8601 strings (a number,
+or a string of digits such as "10000000000", is not read as a Unix time), and one without a zone is
+read as UTC, so a call may mix both; no text argument may hold NUL or a lone surrogate (PostgreSQL text
+cannot store either: the call used to fail inside the database); every integer that reaches SQL has an
+upper bound within its column's type (a chunk number past 2**31 - 1 gave `integer out of range`); a
+cursor is never empty (an empty one used to read as "the first page"). Arguments that contradict each
+other are refused naming one of them (raised as InvalidArgument from the model's validator, which
+pydantic lets through): an empty date range, `source_id` with `source_ids`, `content_type` with
+`content_types`.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import (
+    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, StrictBool, StrictInt, Tag,
+    model_validator,
+)
 
+from kdbl_core.content.uris import MAX_SEQ
+from kdbl_core.errors import InvalidArgument
 from kdbl_core.search.lexical import Filters
 
 MAX_FILE_TEXT_CHUNKS = 5000
@@ -36,9 +48,13 @@ def _storable(value: str) -> str:
     return value
 
 
+_ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
 def _iso_string(value: Any) -> Any:
-    if not isinstance(value, str):  # pydantic would read a number as a Unix timestamp; the contract says ISO 8601
-        raise ValueError("must be an ISO 8601 date or date-time string")
+    # pydantic would read a number, or a string of digits, as a Unix timestamp; the contract says ISO 8601
+    if not isinstance(value, str) or not _ISO_DATE.match(value):
+        raise ValueError("must be an ISO 8601 date or date-time string (YYYY-MM-DD[THH:MM:SS[zone]])")
     return value
 
 
@@ -48,7 +64,8 @@ def _utc_if_naive(value: datetime) -> datetime:
 
 Text = Annotated[str, AfterValidator(_storable)]
 IsoDateTime = Annotated[datetime, BeforeValidator(_iso_string), AfterValidator(_utc_if_naive)]
-Cursor = Field(default=None, max_length=2048, description="Opaque next_cursor from a previous page.")
+Cursor = Field(default=None, min_length=1, max_length=2048,
+               description="Opaque next_cursor from a previous page.")
 
 
 class _Args(BaseModel):
@@ -105,6 +122,16 @@ class SearchFilters(_Args):
     modified_before: IsoDateTime | None = Field(
         default=None, description="ISO 8601; files modified before (no zone: UTC).")
 
+    @model_validator(mode="after")
+    def _consistent(self) -> SearchFilters:
+        if self.modified_after and self.modified_before and self.modified_after >= self.modified_before:
+            raise InvalidArgument("modified_after", "must be earlier than modified_before")
+        if self.source_id is not None and self.source_ids is not None:
+            raise InvalidArgument("source_ids", "give source_id or source_ids, not both")
+        if self.content_type is not None and self.content_types is not None:
+            raise InvalidArgument("content_types", "give content_type or content_types, not both")
+        return self
+
     def filters(self) -> Filters:
         return Filters(source_id=self.source_id, path=self.path, content_type=self.content_type,
                        modified_after=self.modified_after, modified_before=self.modified_before,
@@ -128,7 +155,7 @@ class SearchContentArgs(SearchFilters):
     fields: list[Text] | None = Field(
         default=None, min_length=1, max_length=32, description="Only these hit fields (a whitelist from the "
         "response_mode's fields; without response_mode, from full's).")
-    cursor: Text | None = Field(default=None, max_length=2048, description=(
+    cursor: Text | None = Field(default=None, min_length=1, max_length=2048, description=(
         "next_cursor of a previous page of this same search (same query, mode and filters; limit is the page "
         "size and may change). Omit for the first page. A cursor cut from an index that has changed since is "
         "refused (-32602 on cursor, reason 'stale: ...'): start over without it."))
@@ -144,7 +171,7 @@ class FileRefArgs(_Args):
 class FileWindowArgs(FileRefArgs):
     start: StrictInt = Field(default=0, ge=0, le=10_000_000, description="0-based chunk index to start at.")
     length: StrictInt = Field(default=40, ge=1, le=200, description="Chunks to return (1-200).")
-    cursor: Text | None = Field(default=None, max_length=2048,
+    cursor: Text | None = Field(default=None, min_length=1, max_length=2048,
                                description="next_cursor of a previous window; overrides start.")
 
 
@@ -399,15 +426,26 @@ class ContentRef(_Args):
 
     source_id: UUID
     key: Text = Field(min_length=1, max_length=4096)
-    seq: StrictInt | None = Field(default=None, ge=0, description="A chunk of the file (0-based); omit for the file.")
+    seq: StrictInt | None = Field(default=None, ge=0, le=MAX_SEQ,
+                                  description="A chunk of the file (0-based); omit for the file.")
 
 
 class Expand(_Args):
     neighbours: StrictInt = Field(default=0, ge=0, le=10, description="Chunks either side of a chunk id (0-10).")
 
 
+def _id_form(value: Any) -> str:
+    return "object" if isinstance(value, dict) else "string"
+
+
+# Tagged by the JSON type, so a refusal names the form that was sent ("ids.0.object.seq: less than or equal
+# to 2147483647"), not the first of both forms' errors ("ids.0.<validator chain>: a valid string").
+ContentId = Annotated[Annotated[Annotated[Text, Field(min_length=1, max_length=8192)], Tag("string")]
+                      | Annotated[ContentRef, Tag("object")], Discriminator(_id_form)]
+
+
 class GetContentsArgs(_Args):
-    ids: list[Annotated[Text, Field(min_length=1, max_length=8192)] | ContentRef] = Field(
+    ids: list[ContentId] = Field(
         min_length=1, max_length=100, description=(
             "1-100 ids, answered in this order: a file (kdbl://file/... uri, or {source_id, key}) or a chunk "
             "(chunk_id from a search hit, kdbl://chunk/... uri, or {source_id, key, seq})."))

@@ -31,9 +31,7 @@ from kdbl_core.settings import Settings
 
 def _validate(settings: Settings, args: SearchContentArgs) -> tuple[str, ...] | None:
     """Raises InvalidArgument for a broken argument; returns the response mode's hit fields (None: classic)."""
-    pipeline.check_query(args.query, settings)
-    if args.modified_after and args.modified_before and args.modified_after >= args.modified_before:
-        raise InvalidArgument("modified_after", "must be earlier than modified_before")
+    pipeline.check_query(args.query, settings)  # the filters' consistency: SearchFilters' own validator
     chosen = hit_fields.selection(args.response_mode, args.fields)
     if chosen is not None and args.explain:
         raise InvalidArgument("explain", "applies to classic hits; with response_mode ask for the `scores` field")

@@ -1,6 +1,8 @@
 """find_similar: more like this — chunks or files near a text, a chunk or a file (kdbl_core.search.similar
 picks the method: stored vectors when the tenant may use them, else a lexical more-like-this), the subject
-left out. A subject the caller cannot see is -32602 on `subject.id`, the same as one that does not exist."""
+left out. A subject the caller cannot see is -32602 on `subject.id`, the same as one that does not exist.
+A subject names its kind's one field: a text subject with an `id`, or a chunk or file subject with a
+`text`, is refused naming the extra field (either could be what the caller meant)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,11 @@ def _subject(args: FindSimilarArgs) -> similar.Subject:
     if subject.kind == "text":
         if subject.text is None or not subject.text.strip():
             raise InvalidArgument("subject.text", "kind 'text' needs a non-blank text")
+        if subject.id is not None:
+            raise InvalidArgument("subject.id", "kind 'text' takes a text, not an id")
         return similar.Subject("text", text=subject.text)
+    if subject.text is not None:
+        raise InvalidArgument("subject.text", f"kind '{subject.kind}' takes an id, not a text")
     if subject.id is None:
         raise InvalidArgument("subject.id", f"kind '{subject.kind}' needs an id")
     try:

@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from kdbl_core.content.uris import MAX_SEQ
 from kdbl_core.db.async_pool import Connection
 
 FILE_CHUNKS = 500  # a file reference's chunks read at most (beyond: `truncated`, get_file_window reads on)
@@ -87,7 +88,9 @@ async def read(conn: Connection, refs: list[Ref], *, budget: int) -> list[dict[s
     if not refs:
         return []
     lo = [0 if r.seq is None else max(0, r.seq - r.neighbours) for r in refs]
-    hi = [FILE_CHUNKS - 1 if r.seq is None else r.seq + r.neighbours for r in refs]
+    # the last chunk number a read may reach stays an int4 (uris.MAX_SEQ): a chunk id of 2**31 - 1 asks
+    # for its neighbours past it
+    hi = [FILE_CHUNKS - 1 if r.seq is None else min(r.seq + r.neighbours, MAX_SEQ) for r in refs]
     cur = await conn.execute(_READ, {"ord": list(range(len(refs))), "sid": [r.source_id for r in refs],
                                      "key": [r.key for r in refs], "lo": lo, "hi": hi})
     rows: dict[int, list[Any]] = {}

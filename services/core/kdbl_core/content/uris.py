@@ -12,6 +12,10 @@ change under an agent that kept it, while (source_id, key, seq) names the same p
 file across re-crawls and re-indexes, and can be resolved without a lookup table (get_file_window with
 `start` = seq). The id is the chunk URI without its scheme: `<sid>/<encoded key>/<seq>`; the encoded
 key holds no bare "/" except the member separator, so the last "/" separates the seq.
+
+Parsing refuses (InvalidArgument on `uri`) what could only fail inside PostgreSQL: a seq past MAX_SEQ
+(chunks.seq is an integer: `integer out of range`) and a key holding NUL once unescaped (`%00`: text
+cannot store it), so every caller — get_contents, find_similar, resources/read — gets -32602.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from kdbl_core.errors import InvalidArgument
 PREFIX = "kdbl://file/"
 CHUNK_PREFIX = "kdbl://chunk/"
 MEMBER_SEP = "!/"  # as kdbl_worker.extract.containers.MEMBER_SEP
+MAX_SEQ = 2**31 - 1  # chunks.seq is a PostgreSQL integer
 
 
 def _encoded(source_id: uuid.UUID | str, key: str) -> str:
@@ -51,8 +56,11 @@ def parse_chunk_uri(uri: str) -> tuple[uuid.UUID, str, int]:
     rest, sep, seq = uri[len(CHUNK_PREFIX):].rpartition("/")
     if not sep or not seq.isdecimal() or not seq.isascii():
         raise InvalidArgument("uri", f"expected {CHUNK_PREFIX}<source_id>/<key>/<seq>")
+    digits = seq.lstrip("0") or "0"  # int() of over 4,300 digits raises ValueError: compare lengths first
+    if len(digits) > len(str(MAX_SEQ)) or int(digits) > MAX_SEQ:
+        raise InvalidArgument("uri", f"the seq part is past the largest chunk number ({MAX_SEQ})")
     source_id, key = parse_file_uri(PREFIX + rest)
-    return source_id, key, int(seq)
+    return source_id, key, int(digits)
 
 
 def parse_file_uri(uri: str) -> tuple[uuid.UUID, str]:
@@ -66,4 +74,7 @@ def parse_file_uri(uri: str) -> tuple[uuid.UUID, str]:
         source_id = uuid.UUID(unquote(sid))
     except ValueError:
         raise InvalidArgument("uri", "source_id part is not a UUID") from None
-    return source_id, unquote(key)
+    key = unquote(key)
+    if "\x00" in key:
+        raise InvalidArgument("uri", "the key part holds NUL (%00), which no key can hold")
+    return source_id, key
