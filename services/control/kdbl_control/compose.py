@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # annotations only; the modules load on first call below
 
 __all__ = ["CrawlStats", "Indexer", "SourceRow", "create_api_app", "create_fetch_app", "crawl_stats",
            "embed_pending", "enqueue", "format_markdown", "format_rows", "indexer", "load_embedder",
-           "load_sources", "wait_for"]
+           "load_sources", "refuse_paths", "wait_for"]
 
 
 # --- the worker ---
@@ -35,6 +35,13 @@ def indexer(pool: Pool, settings: Settings) -> Indexer:
     from kdbl_worker.pipeline import Indexer
 
     return Indexer(pool, settings)
+
+
+def refuse_paths(*paths: Any) -> None:
+    """Folders no source of this process may read, by any path or link (`up`: its data folder)."""
+    from kdbl_worker.connectors import refuse_paths
+
+    refuse_paths(*paths)
 
 
 def load_sources(pool: Pool, **where: Any) -> list[SourceRow]:

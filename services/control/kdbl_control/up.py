@@ -5,6 +5,17 @@ so a folder with one 10 MB file no longer keeps `up` from serving (search finds 
 far; `list_sources` shows the counts grow). Ctrl-C and SIGTERM stop the API, the crawl and the
 embedded PostgreSQL in order (uvicorn re-raises the SIGTERM it handled; without a handler of ours
 that killed the process and orphaned the server).
+
+Secrets, with everything in one process as one OS user (issue 27: a symbolic link in a crawled folder
+read them back through search). What holds: the download-signing secret and the internal fetch token
+exist only in this process's memory, fresh at each start (links signed before a restart stop working;
+they last 15 minutes unless a tenant policy sets link_ttl_seconds), so there is no file of them to read;
+DIR/secrets.json, which an earlier release wrote, is deleted. The data folder (pg-password, the demo
+token, the database's own files) is registered with the crawl (`compose.refuse_paths`): no source reads
+it, through a symbolic link, a hard link, or a folder that contains it (`up .` with DIR=.kdbl inside).
+What does not hold: file permissions cannot keep pg-password from the crawl's process, which is the
+API's and the database client's too; a parser exploited in an extraction child runs as the same user
+and could read it. Run the services as separate users (the Helm chart does) where that matters.
 """
 
 from __future__ import annotations
@@ -132,16 +143,11 @@ def _allowed(settings: Settings, host: str) -> dict[str, list[str]]:
     return {"allowed_hosts": hosts, "allowed_origins": origins}
 
 
-def _local_secrets(data_dir: Path) -> dict[str, str]:
-    """Download-signing secret and internal fetch token for this data dir, kept in DIR/secrets.json (0600)."""
-    path = data_dir / "secrets.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    values = {"download_signing_secret": secrets.token_urlsafe(48), "internal_fetch_token": secrets.token_urlsafe(48)}
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(values, handle)
-    return values
+def _run_secrets(data_dir: Path) -> dict[str, str]:
+    """Download-signing secret and internal fetch token for this run, in memory only (module docstring);
+    the DIR/secrets.json an earlier release kept them in is removed."""
+    (data_dir / "secrets.json").unlink(missing_ok=True)
+    return {"download_signing_secret": secrets.token_urlsafe(48), "internal_fetch_token": secrets.token_urlsafe(48)}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -179,7 +185,8 @@ def _run_up(folders: list[Path], data_dir: Path, port: int, host: str, env: Sett
             raise ConfigError(f"{folder} is not a directory")
     if not data_dir.exists():
         data_dir.mkdir(parents=True, mode=0o700)
-    local = _local_secrets(data_dir)
+    local = _run_secrets(data_dir)
+    compose.refuse_paths(data_dir)  # before any crawl: no source reads the data folder, by any path
     loopback = "127.0.0.1" if host in WILDCARDS else host
     fetch_port = free_port(loopback)
     model = env.embed_model_path or default_model_path()
