@@ -128,3 +128,9 @@ async def test_a_call_costing_more_than_the_limit_runs_alone_and_no_tenant_holds
     assert slot.units == 2 and share.in_flight(A) == 2
     slot.release()
     assert _share(pool_size=1)[0].limit(Limits(max_in_flight=4)) == 1
+
+
+def test_the_policys_built_in_limits_are_the_installations_defaults():
+    from kdbl_core.settings import Settings
+
+    assert Limits() == Limits.of(Settings())  # what a call without a policy in its scope gets
