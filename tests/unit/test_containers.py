@@ -518,13 +518,43 @@ def test_nesting_stops_at_the_depth_bound_and_the_deepest_container_is_still_lis
         data = zip_bytes({f"level{level + 1}.zip": data, f"note{level}.md": note})
     outcome = extract_and_chunk("top.zip", len(data), io.BytesIO(data), Limits(container_max_depth=2))
     level1 = {kid.path: kid for kid in outcome.children}
-    assert sorted(level1) == ["level2.zip", "note1.md"] and outcome.status == "ok"
+    assert sorted(level1) == ["level2.zip", "note1.md"]
     level2 = {kid.path: kid for kid in level1["level2.zip"].outcome.children}
     assert sorted(level2) == ["level3.zip", "note2.md"]
     deepest = level2["level3.zip"].outcome
     assert deepest.children == [] and deepest.status == "partial"
     assert "nested deeper than 2 levels" in deepest.reason
     assert "level4.zip (" in " ".join(chunk[1] for chunk in deepest.chunks)  # its listing is still its text
+    # every level above the refusal is partial and names where it happened (the README's promise)
+    assert level1["level2.zip"].outcome.status == "partial" and outcome.status == "partial"
+    assert "level3.zip: members not expanded: nested deeper than 2 levels" in level1["level2.zip"].outcome.reason
+    assert "level2.zip: level3.zip: members not expanded: nested deeper than 2 levels" in outcome.reason
+
+
+@pytest.mark.parametrize("refused, bounds, why", [
+    ("bomb", {}, "zip bomb refused"),
+    ("large", {"container_max_member_bytes": 2 * MIB}, "member too large"),
+    ("encrypted", {}, "encrypted member"),
+    ("over the budget", {"container_max_expanded_bytes": 4 * MIB}, "expanded size cap reached"),
+])
+def test_a_member_refused_two_levels_down_makes_its_top_level_file_partial_with_the_reason(refused, bounds, why):
+    from kdbl_worker.sandbox import Limits, extract_and_chunk
+
+    rng = random.Random(4)
+    words = [bytes(rng.choices(b"abcdefghijklmnopqrstuvwxyz", k=rng.randint(3, 9))) for _ in range(5000)]
+    big = b" ".join(rng.choices(words, k=3 * MIB // 6))[:3 * MIB]  # ~2:1 text: over a size bound, not a bomb
+    leaf = {"bomb": zip_bytes({"zeros.bin": b"\0" * (10 * MIB)}), "large": zip_bytes({"big.txt": big}),
+            "over the budget": zip_bytes({"big.txt": big}),
+            "encrypted": sevenzip_bytes({"secret.txt": b"s" * 100}, password="pw")}[refused]
+    inner = f"inner.{'7z' if refused == 'encrypted' else 'zip'}"
+    data = zip_bytes({"mid.zip": zip_bytes({inner: leaf, "fine.md": "# Fine"}), "top.md": "# Top"})
+    outcome = extract_and_chunk("top.zip", len(data), io.BytesIO(data), Limits(**bounds))
+    mid = {kid.path: kid.outcome for kid in outcome.children}["mid.zip"]
+    deepest = {kid.path: kid.outcome for kid in mid.children}[inner]
+    assert deepest.status == "partial" and why in deepest.reason
+    assert mid.status == "partial" and f"{inner}: " in mid.reason and why in mid.reason
+    assert outcome.status == "partial" and f"mid.zip: {inner}: " in outcome.reason and why in outcome.reason
+    assert {kid.path: kid.outcome.status for kid in outcome.children}["top.md"] == "ok"
 
 
 def test_info_zip_unicode_path_field_names_the_member():

@@ -57,6 +57,7 @@ OCR_BUDGET_SHARE = 0.75
 # A container stops extracting members after this share of the per-file timeout (the file and all its members
 # share it): a zip of slow members ends `partial` with those read so far instead of `failed` with none
 CONTAINER_BUDGET_SHARE = 0.75
+_EXAMPLES = 5  # members with problems of their own named one by one in their container's reason
 
 
 def default_processes() -> int:
@@ -110,6 +111,10 @@ class Outcome:
     children: list[Child] = field(default_factory=list)  # a container's members, each extracted like a file
     authors: list[str] = field(default_factory=list)  # the document's own properties (Extraction.authors)
     tags: list[str] = field(default_factory=list)  # its own labels (Markdown front matter `tags`)
+    # a container's problems with its members, its members' members included (`_expand`): what makes every
+    # level above it `partial` too
+    problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0  # how long its extraction took (the sandbox measures it; the per-file deadline covers it)
 
     @classmethod
     def failed(cls, reason: str, content_type: str | None = None) -> Outcome:
@@ -163,11 +168,13 @@ def extract_and_chunk(name: str, size: int, stream: BinaryIO, limits: Limits,
     from kdbl_worker.chunking import chunk_blocks
 
     content_type, _ = extract.detect(name)
+    nesting = nesting or _top(limits, started)
     try:
         result = extract.extract(extract.Source(stream, name, size, content_type, sidecar=sidecar,
                                                 transcriber_model=limits.transcriber_model, ocr=limits.ocr,
                                                 ocr_max_pages=limits.ocr_max_pages,
-                                                ocr_budget_s=limits.timeout_s * OCR_BUDGET_SHARE))
+                                                ocr_budget_s=limits.timeout_s * OCR_BUDGET_SHARE,
+                                                bounds=nesting.bounds, budget=nesting.budget))
         for block in result.blocks:
             block.text = clean(block.text)
         full_text, chunks = chunk_blocks(result.blocks, target=limits.chunk_target, max_chars=limits.chunk_max,
@@ -182,37 +189,58 @@ def extract_and_chunk(name: str, size: int, stream: BinaryIO, limits: Limits,
                         clean(c.context_header) if c.context_header else None) for c in chunks],
                       authors=_names(result.authors), tags=_names(result.tags))
     try:
-        return _expand(outcome, name, stream, limits, nesting or started,
+        return _expand(outcome, name, stream, nesting,
                        lambda member, size, data, inner, left: extract_and_chunk(
                            member, size, data, replace(limits, timeout_s=left / OCR_BUDGET_SHARE),
                            nesting=inner))
     except MemoryError:
-        if nesting is not None:
+        if nesting.depth:
             raise
         return _out_of_memory(limits, outcome.content_type)
 
 
-def _expand(outcome: Outcome, name: str, stream: BinaryIO, limits: Limits, nesting: _Nesting | float,
+def _top(limits: Limits, started: float) -> _Nesting:
+    """The bounds and the fresh budget of a top-level file that started at `started` (monotonic)."""
+    from kdbl_worker.extract import containers
+
+    bounds = containers.Bounds(
+        max_depth=limits.container_max_depth, max_members=limits.container_max_members,
+        max_member_bytes=limits.container_max_member_bytes,
+        max_expanded_bytes=limits.container_max_expanded_bytes)
+    return _Nesting(bounds, containers.Budget(), 0, started + limits.timeout_s * CONTAINER_BUDGET_SHARE)
+
+
+def _lifted(children: list[Child]) -> list[str]:
+    """The problems of members that are containers themselves, one line per member (`_EXAMPLES`, then
+    counted): a member refused two levels down makes every level above it `partial` with the reason."""
+    out, more = [], 0
+    for child in children:
+        if child.outcome.problems:
+            if len(out) < _EXAMPLES:
+                first, rest = child.outcome.problems[0], len(child.outcome.problems) - 1
+                out.append(f"{child.path}: {first[:300]}" + (f" (+{rest} more)" if rest else ""))
+            else:
+                more += 1
+    if more:
+        out.append(f"... and {more} more members with problems of their own")
+    return out
+
+
+def _expand(outcome: Outcome, name: str, stream: BinaryIO, nesting: _Nesting,
             again: Callable[[str, int, BinaryIO, _Nesting, float], Outcome]) -> Outcome:
     """A container's members, one level at a time, each extracted by `again` (with the same flags as
     its parent). One Budget per top-level file bounds the members and bytes of all levels together;
     members nested deeper than `container_max_depth` are not expanded. A refused member becomes a
-    `skipped` child with the reason; the container's own problems make it `partial`. `nesting` is the
-    top file's start time (monotonic) at the top: members stop at CONTAINER_BUDGET_SHARE of the timeout,
-    and a member's own OCR budget is what is left of it."""
+    `skipped` child with the reason; the container's own problems, and those of the containers among
+    its members (at any depth), make it `partial` with the reasons (`Outcome.problems`). Members stop at
+    `nesting.deadline` (CONTAINER_BUDGET_SHARE of the timeout), and a member's own OCR budget is what is
+    left of it."""
     import io
 
     from kdbl_worker.extract import containers
 
     if not containers.is_container(name):
         return outcome
-    if not isinstance(nesting, _Nesting):
-        bounds = containers.Bounds(
-            max_depth=limits.container_max_depth, max_members=limits.container_max_members,
-            max_member_bytes=limits.container_max_member_bytes,
-            max_expanded_bytes=limits.container_max_expanded_bytes)
-        deadline = nesting + limits.timeout_s * CONTAINER_BUDGET_SHARE
-        nesting = _Nesting(bounds, containers.Budget(), 0, deadline)
     problems: list[str] = []
     if nesting.depth >= nesting.bounds.max_depth:
         problems.append(f"members not expanded: nested deeper than {nesting.bounds.max_depth} levels "
@@ -238,12 +266,14 @@ def _expand(outcome: Outcome, name: str, stream: BinaryIO, limits: Limits, nesti
                 outcome.children.append(Child(member.path, member.size, child))
             getattr(expansion.members, "close", lambda: None)()  # a generator: its last problems now
             problems.extend(expansion.problems)
+            problems.extend(_lifted(outcome.children))
         except MemoryError:
             raise
         except Exception as exc:  # noqa: BLE001 - a broken container is the file's status, never a crash
             log.warning("container expansion failed", extra={"file": name, "error": repr(exc)[:300]})
             problems.append(f"members could not be read: {type(exc).__name__}: {str(exc)[:300]}")
     if problems:
+        outcome.problems = problems
         if outcome.status == "ok" or (outcome.status == "skipped" and outcome.children):
             outcome.status = "partial"
         outcome.reason = "; ".join(([outcome.reason] if outcome.reason else []) + problems)[:2000]
@@ -403,7 +433,10 @@ class Sandbox:
                     return
                 if on_start is not None:
                     on_start(task)
-                yield task, run_task(task, self.limits)
+                began = time.monotonic()
+                outcome = run_task(task, self.limits)
+                outcome.seconds = time.monotonic() - began
+                yield task, outcome
             return
         with self._lock:  # one run at a time: the stop and on_start below are this run's
             self._stop, self._on_start = stop, on_start
@@ -479,6 +512,7 @@ class Sandbox:
                     yield from self._crashed(child, backlog)
                     continue
                 task = child.queue.popleft()
+                outcome.seconds = max(0.0, finished - child.head_started)
                 child.head_started = finished
                 if child.queue:
                     self._started(child.queue[0])
@@ -494,7 +528,9 @@ class Sandbox:
                 self._retire(child, kill=True)
                 log.warning("extraction timed out", extra={"file": task.name, "timeout_s": timeout})
                 reason = f"extraction timed out after {timeout:g} s"
-                yield task, Outcome.failed(reason, _content_type(task.name))
+                outcome = Outcome.failed(reason, _content_type(task.name))
+                outcome.seconds = timeout
+                yield task, outcome
 
     def _crashed(self, child: _Child, backlog: deque[Task]) -> Iterator[tuple[Task, Outcome]]:
         task = child.queue.popleft()

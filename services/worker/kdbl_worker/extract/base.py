@@ -9,7 +9,10 @@ reason, so the crawl goes on.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import BinaryIO, Literal
+from typing import TYPE_CHECKING, BinaryIO, Literal
+
+if TYPE_CHECKING:
+    from kdbl_worker.extract.containers import Bounds, Budget
 
 Status = Literal["ok", "partial", "failed", "skipped"]
 
@@ -67,6 +70,10 @@ class Source:
     `ocr`, default on), at most `ocr_max_pages` pages per file (KDBL_OCR_MAX_PAGES) and, when
     `ocr_budget_s` is set, only while the file has spent less time than that (pages left unread make the
     file `partial`, before the sandbox's per-file timeout would lose all of them).
+
+    `bounds` and `budget` are the container bounds (KDBL_CONTAINER_*) and what the top-level file has
+    spent of them so far: a single compressed file (extract/compressed.py) is bounded like an archive
+    member and charges what it inflates to its top-level file (None: the defaults, a fresh budget).
     """
 
     stream: BinaryIO
@@ -78,3 +85,5 @@ class Source:
     ocr: bool = True
     ocr_max_pages: int = 200
     ocr_budget_s: float | None = None
+    bounds: Bounds | None = None
+    budget: Budget | None = None
