@@ -31,6 +31,16 @@ def pg_data_dir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_sandboxes() -> Iterator[None]:
+    """The extraction sandboxes tests start in this process end with the session, not at interpreter exit
+    (after the leftover-process check)."""
+    yield
+    from kdbl_worker import sandbox
+
+    sandbox.close_shared()
+
+
 @pytest.fixture(scope="session")
 def database() -> Iterator[EmbeddedDatabase]:
     path = pg_data_dir("kdbl-test-db-")

@@ -575,6 +575,10 @@ def shared(processes: int | None = None, limits: Limits | None = None) -> Sandbo
 
 
 @atexit.register
-def _close_shared() -> None:
-    for box in list(_shared.values()):
+def close_shared() -> None:
+    """Close the shared sandboxes (their child processes end); the next `shared()` starts afresh."""
+    with _shared_lock:
+        boxes = list(_shared.values())
+        _shared.clear()
+    for box in boxes:
         box.close()
