@@ -25,7 +25,7 @@ import httpx
 from kdbl_control import admin
 from kdbl_control.beir import doc_file_name, doc_id_of_key, doc_text, ensure_indexed, iter_corpus, load_qrels
 from kdbl_control.beir import load_query_map
-from kdbl_control.bench import pct, start_api
+from kdbl_control.bench import pct, start_api, stop_api
 from kdbl_control.up import free_port
 from kdbl_core.db.connect import sync_pool
 
@@ -117,8 +117,7 @@ def run_answer_bench(owner_url: str, dataset: Path, work_dir: Path, *, n_queries
                                          "first_token_ms_p50": round(pct(firsts, 0.5), 1) if firsts else None,
                                          "call_p50_ms": round(pct(calls, 0.5), 1)}
     finally:
-        api.terminate()
-        api.wait(timeout=20)
+        stop_api(api)
     result["date"] = time.strftime("%Y-%m-%d")
     return result
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kdbl_control.beir import ensure_indexed, load_queries, materialise_beir
-from kdbl_control.bench import pct, start_api
+from kdbl_control.bench import pct, start_api, stop_api
 from kdbl_control.loadgen import Connection, encode_post
 from kdbl_control.up import free_port
 from kdbl_core.errors import ConfigError
@@ -102,8 +102,7 @@ def run_cache_bench(owner_url: str, dataset: Path, work_dir: Path, *, n_queries:
         result = asyncio.run(_measure(f"http://127.0.0.1:{port}/mcp", indexed["token"], queries[:n_queries],
                                       queries[n_queries:]))
     finally:
-        api.terminate()
-        api.wait(timeout=20)
+        stop_api(api)
     return {"dataset": str(dataset), "chunks": indexed["chunks"], "queries": n_queries, "limit": LIMIT, **result,
             "date": time.strftime("%Y-%m-%d")}
 

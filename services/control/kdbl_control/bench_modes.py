@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kdbl_control.beir import ensure_indexed, load_queries, materialise_beir
-from kdbl_control.bench import pct, start_api
+from kdbl_control.bench import pct, start_api, stop_api
 from kdbl_control.loadgen import Connection, encode_post
 from kdbl_control.up import free_port
 
@@ -125,8 +125,7 @@ def run_modes_bench(owner_url: str, corpus: Path, work_dir: Path, *, n_queries: 
     try:
         modes = asyncio.run(_modes(url, indexed["token"], queries, search_mode, count_tokens))
     finally:
-        api.terminate()
-        api.wait(timeout=20)
+        stop_api(api)
     return {"corpus": str(corpus), "search_mode": search_mode, "chunks": indexed["chunks"], "queries": len(queries),
             "limit": LIMIT, "tokenizer": Path(model_path).name if model_path else None, "modes": modes,
             "date": time.strftime("%Y-%m-%d")}

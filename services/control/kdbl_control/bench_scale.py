@@ -32,7 +32,7 @@ import psycopg
 
 from kdbl_control import admin, bench_exhaustive
 from kdbl_control.beir import iter_corpus, load_queries
-from kdbl_control.bench import many_clients, one_client, start_api
+from kdbl_control.bench import many_clients, one_client, start_api, stop_api
 from kdbl_control.up import free_port
 from kdbl_core.content import bm25_lists
 from kdbl_core.db.connect import conninfo, sync_pool
@@ -273,8 +273,7 @@ def run_scale_bench(owner_url: str, dataset: Path, work_dir: Path, *, sizes: lis
                                                                        settings=get_settings()))
             log(f"scale: {size:,} chunks, keyword arm vs exhaustive: {json.dumps(step['keyword_arm'])}")
         finally:
-            api.terminate()
-            api.wait(timeout=20)
+            stop_api(api)
         steps.append(step)
     return {"dataset": str(dataset), "tokens_per_chunk": TOKENS_PER_CHUNK, "dimensions": dim, "model": model_id,
             "queries": len(queries), "steps": steps, "date": time.strftime("%Y-%m-%d")}

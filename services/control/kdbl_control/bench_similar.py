@@ -27,7 +27,7 @@ import psycopg
 
 from kdbl_control import admin
 from kdbl_control.beir import doc_file_name, doc_id_of_key, ensure_indexed, load_qrels, materialise_beir
-from kdbl_control.bench import pct, start_api
+from kdbl_control.bench import pct, start_api, stop_api
 from kdbl_control.evaluate import embed_chunks
 from kdbl_control.up import free_port
 from kdbl_core.content.uris import file_uri
@@ -110,8 +110,7 @@ def _api(owner_url: str, env: dict[str, str]) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        api.terminate()
-        api.wait(timeout=20)
+        stop_api(api)
 
 
 def run_similar_bench(owner_url: str, dataset: Path, work_dir: Path, model_path: Path, *,

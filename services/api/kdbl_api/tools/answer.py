@@ -40,8 +40,6 @@ def _validate(ctx: ToolContext, args: AnswerArgs) -> None:
         pipeline.check_query(args.question, ctx.settings)
     except InvalidArgument as exc:
         raise InvalidArgument("question", exc.reason) from None
-    if args.modified_after and args.modified_before and args.modified_after >= args.modified_before:
-        raise InvalidArgument("modified_after", "must be earlier than modified_before")
     if args.answer_type == "abstractive" and ctx.services.chat is None:
         raise InvalidArgument("answer_type", "abstractive needs a chat model and this server has none "
                                              "(KDBL_CHAT_MODEL_PATH is unset); use extractive")

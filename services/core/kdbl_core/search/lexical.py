@@ -28,7 +28,7 @@ B = 0.75
 @dataclass(frozen=True, slots=True)
 class Filters:
     """What a search is restricted to; every filter given narrows (AND). The list filters match any of
-    their values: `source_ids` (with `source_id`, both hold), `content_types` (each a MIME type or a family
+    their values: `source_ids` (the tools refuse it together with `source_id`; given both here, both hold), `content_types` (each a MIME type or a family
     like `content_type`), `authors` (a stored author equal to one, ignoring case: lower() on both sides,
     whole names, no substring) and `labels` (exact, case-sensitive: `files.labels && values`, served by
     the GIN index of migration 0013). All apply inside each arm, before its top-N."""
