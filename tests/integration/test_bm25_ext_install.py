@@ -11,15 +11,17 @@ kept in tests/data/pgext (the package ships only 1.1 and the update script).
 from __future__ import annotations
 
 import shutil
+import uuid
 from pathlib import Path
 
 import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
+from kdbl_core.content import bm25_lists
 from kdbl_core.db import migrate, pgext
 from kdbl_core.db.connect import conninfo
-from kdbl_core.db.urls import normalise
+from kdbl_core.db.urls import for_role, normalise
 
 HISTORY = Path(__file__).resolve().parents[1] / "data" / "pgext"
 TOPK = "kdbl_bm25_topk(bytea, bigint, integer, integer, float8, float8, float8, integer, bigint[])"
@@ -137,3 +139,10 @@ def test_a_migrator_that_is_not_a_superuser_creates_the_extension_and_grants_it_
     with psycopg.connect(conninfo(_url(owner_url, name, user=migrator)), autocommit=True) as conn:
         assert conn.execute(
             "SELECT kdbl_bm25_topk(NULL, 7, 1, 1, 1.0, 0.003, 0.3, 5, NULL)").fetchone()[0] == [7.0, 1 / (1 + (0.3 + 0.003))]
+
+
+def test_a_role_not_granted_kdbl_bm25_pack_skips_the_list_build(owner_url):
+    with psycopg.connect(conninfo(for_role(owner_url, "kdbl_api"))) as conn:  # the API searches, never packs
+        assert "not granted to this role" in bm25_lists.build(conn, uuid.uuid4())["skipped"]
+    with psycopg.connect(conninfo(for_role(owner_url, "kdbl_worker"))) as conn:
+        assert bm25_lists.extension_installed(conn)

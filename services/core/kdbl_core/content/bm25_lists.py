@@ -72,7 +72,10 @@ SELECT b.upto, b.gens, b.chunks, b.dead, s.chunks AS now_chunks,
 
 
 def extension_installed(conn: psycopg.Connection) -> bool:
-    return conn.execute("SELECT to_regprocedure('kdbl_bm25_topk_final(internal)') IS NOT NULL").fetchone()[0]
+    """Whether this database has the extension and this role may pack with it: EXECUTE is granted to
+    kdbl_worker and kdbl_admin only (kdbl_core.db.pgext.GRANTS), so a role without it skips the build."""
+    return conn.execute("SELECT coalesce(has_function_privilege(to_regprocedure("
+                        "'kdbl_bm25_pack(bigint, integer, integer)'), 'EXECUTE'), false)").fetchone()[0]
 
 
 def due(conn: psycopg.Connection, tenant_id: uuid.UUID) -> Kind | None:
@@ -103,7 +106,7 @@ def build(conn: psycopg.Connection, tenant_id: uuid.UUID, kind: Kind = "full") -
         raise RuntimeError("bm25_lists.build needs a connection outside a transaction")
     conn.autocommit = True
     if not extension_installed(conn):
-        return {"skipped": "the kdbl_bm25 extension is not installed in this database"}
+        return {"skipped": "the kdbl_bm25 extension is not installed in this database, or not granted to this role"}
     t = str(tenant_id)
     tenant_key = conn.execute(_TENANT, {"t": t}).fetchone()[2]
     if not conn.execute("SELECT pg_try_advisory_lock(%(k)s)", {"k": tenant_key}).fetchone()[0]:
