@@ -365,6 +365,7 @@ _SPEC_PATH = {
     "include": "spec.include", "exclude": "spec.exclude", "max_file_bytes": "spec.maxFileBytes", "ocr": "spec.ocr",
     "honor_file_permissions": "spec.acl.honorFilePermissions", "protocol": "spec.protocol", "config": "spec",
     "labels": "spec.labels", "label_globs": "spec.labelGlobs", "object_tags": "spec.objectTags",
+    "follow_symlinks": "spec.followSymlinks",
 }
 
 
@@ -438,6 +439,7 @@ def source(body: Mapping[str, Any], *, credentials_root: str = DEFAULT_CREDENTIA
         intent["ca_file"] = f"{root}/{namespace}/{ca_name}/{ca_key}"
     intent.update(include=spec.get("include"), exclude=spec.get("exclude"),
                   max_file_bytes=spec.get("maxFileBytes"), ocr=spec.get("ocr"))  # ocr false: images and scanned PDF pages stay unread
+    intent["follow_symlinks"] = spec.get("followSymlinks")  # fs: links inside the root (never out of it)
     # labels: every file's, a glob's files', S3 object tags (a change of the first two relabels the files)
     intent.update(labels=spec.get("labels"), label_globs=spec.get("labelGlobs") or None)
     if spec.get("objectTags") not in (None, False):

@@ -289,3 +289,31 @@ async def test_a_hostile_file_swapped_for_a_link_after_indexing_is_refused_by_th
     async with httpx.AsyncClient() as http:
         resp = await http.get(hit["url"].replace(PUBLIC, hostile["url"]))
     assert resp.status_code == 404 and b"root:" not in resp.content
+
+
+# -- the option, as each writer stores it -----------------------------------------------------------------
+
+
+def test_follow_symlinks_is_an_fs_option_the_cli_and_the_operator_store_only_when_on(tmp_path):
+    from kdbl_control.cli import build_parser, source_config
+    from kdbl_core.errors import InvalidArgument
+    from kdbl_core.sources import build, parse
+    from kdbl_operator.desired import source as desired_source
+
+    assert build("fs", root="/srv/a").stored == {"root": "/srv/a"}
+    assert build("fs", root="/srv/a", follow_symlinks=False).stored == {"root": "/srv/a"}
+    assert parse("fs", build("fs", root="/srv/a", follow_symlinks=True).stored).follow_symlinks is True
+    with pytest.raises(InvalidArgument) as err:
+        build("webdav", url="http://dav.example/x/", follow_symlinks=True)
+    assert err.value.field == "follow_symlinks"
+    with pytest.raises(InvalidArgument):
+        parse("fs", {"root": "/srv/a", "follow_symlinks": "yes"})
+    args = ["source", "add", "--tenant", "t", "--protocol", "fs", "--path", str(tmp_path)]
+    assert source_config(build_parser().parse_args(args)) == {"root": str(tmp_path)}
+    assert source_config(build_parser().parse_args([*args, "--follow-symlinks"])) == {
+        "root": str(tmp_path), "follow_symlinks": True}
+    body = {"metadata": {"name": "docs", "namespace": "ns"},
+            "spec": {"tenantRef": {"name": "t"}, "protocol": "fs", "connection": {"path": "/mnt/docs"}}}
+    assert "follow_symlinks" not in desired_source(body).config
+    body["spec"]["followSymlinks"] = True
+    assert desired_source(body).config["follow_symlinks"] is True

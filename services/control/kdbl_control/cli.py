@@ -157,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--exclude", action="append", help="glob of keys to skip (repeatable)")
     sa.add_argument("--no-ocr", action="store_true",
                     help="leave images and PDF pages without a text layer unread (OCR costs CPU)")
+    sa.add_argument("--follow-symlinks", action="store_true",
+                    help="fs: follow symbolic links that stay inside the root (default: none; a link out of the "
+                         "root is never followed)")
     sa.add_argument("--label", action="append", help="a label every file of the source gets (repeatable)")
     sa.add_argument("--label-glob", action="append", metavar="GLOB=LABEL[,LABEL]",
                     help="labels for the keys a glob matches (repeatable)")
@@ -561,7 +564,7 @@ def source_config(args: argparse.Namespace) -> dict[str, Any]:
     return sources.build(args.protocol, **connection, credentials=credentials,
                          verify_tls=not args.no_verify_tls, ca_file=args.ca_file, include=args.include,
                          exclude=args.exclude, ocr=not args.no_ocr, labels=args.label,
-                         label_globs=label_globs(args) or None).stored
+                         label_globs=label_globs(args) or None, follow_symlinks=args.follow_symlinks).stored
 
 
 def label_globs(args: argparse.Namespace) -> dict[str, list[str]]:
