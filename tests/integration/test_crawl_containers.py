@@ -417,3 +417,95 @@ def test_the_internal_fetch_refuses_a_member_over_the_configured_member_size(env
             answers.append(client.get("/internal/files", params=params, headers=auth))
     assert answers[0].status_code == 200 and answers[0].content == A_MD
     assert answers[1].status_code == 404  # as the crawl would have refused it
+
+
+def test_a_compressed_single_file_bomb_is_refused_by_ratio_as_the_same_text_in_an_archive_is(
+        owner_engine, worker_engine, tmp_path):
+    import bz2
+    import gzip
+    import lzma
+
+    line = b"GET /kestrel/api/v1/items?page=1 HTTP/1.1 200 512\n"
+    mib = line * ((1 << 20) // len(line))
+    # 8 MiB of one line each (gzip, bzip2 and xz streams may be concatenated: a MiB compressed once, repeated);
+    # the 64 MiB of the report were 37,283 chunks a file, this much is ~4,700
+    bombs = {f"access.log{suffix}": pack(mib) * 8
+             for suffix, pack in ((".bz2", bz2.compress), (".xz", lzma.compress), (".gz", gzip.compress))}
+    corpus = make_corpus(owner_engine, worker_engine, tmp_path / "compressed-bombs", {
+        **bombs, "same.zip": _zip({"access.log": mib * 8}), "same.tar.gz": _tar_gz({"access.log": mib * 8}),
+        "small.log.gz": gzip.compress(b"Kestrel flew over the valley at dawn.\n" * 100),
+        "after.md": "Indexed after the bombs: lemurs."}, tenant="containers-compressed-bombs")
+    rows = _rows(owner_engine, corpus)
+    for key in bombs:
+        row = rows[key]
+        assert row["status"] == "skipped" and row["chunk_count"] == 0, (key, row["status_reason"])
+        assert "bomb refused" in row["status_reason"] and "ratio > 200" in row["status_reason"]
+    for key in ("same.zip!/access.log", "same.tar.gz!/access.log"):  # the archives' own verdict, for comparison
+        assert rows[key]["status"] == "skipped" and "ratio > 200" in rows[key]["status_reason"]
+    assert rows["small.log.gz"]["status"] == "ok" and rows["after.md"]["status"] == "ok"
+    _assert_statistics_exact(owner_engine, corpus)
+
+
+def test_a_member_refused_below_the_top_level_makes_the_listed_file_partial_with_the_reason(
+        owner_engine, worker_engine, tmp_path):
+    deep_bomb = _zip({"mid.zip": _zip({"zeros.bin": bytes(40 << 20), "ok.txt": b"Tapirs."})})
+    corpus = make_corpus(owner_engine, worker_engine, tmp_path / "refused-below", {
+        "bundle.zip": BUNDLE, "deep-bomb.zip": deep_bomb}, tenant="containers-refused-below")
+    rows = _rows(owner_engine, corpus)
+    assert rows["bundle.zip"]["status"] == "ok"  # nothing refused: nothing to say
+    top = rows["deep-bomb.zip"]
+    assert top["status"] == "partial" and "mid.zip: zeros.bin: zip bomb refused" in top["status_reason"]
+    assert rows["deep-bomb.zip!/mid.zip!/zeros.bin"]["status"] == "skipped"
+
+    # past the nesting limit (README: "a refused member ... is a skipped child with the reason, and its
+    # parent is partial"): the listed file says so, not only the member whose members were not expanded
+    os.utime(corpus.root / "bundle.zip", (time.time() + 10, time.time() + 10))
+    stats = _crawl(worker_engine, corpus, Settings(container_max_depth=1))
+    rows = _rows(owner_engine, corpus)
+    assert stats.indexed == 1 and stats.failed == 0
+    assert rows["bundle.zip!/inner.zip"]["status"] == "partial"
+    bundle = rows["bundle.zip"]
+    assert bundle["status"] == "partial"
+    assert "inner.zip: members not expanded: nested deeper than 1 levels (KDBL_CONTAINER_MAX_DEPTH)" \
+        in bundle["status_reason"]
+    _assert_statistics_exact(owner_engine, corpus)
+
+
+def test_a_real_folder_named_like_a_container_keeps_its_keys_and_the_container_names_the_members_it_shadows(
+        owner_engine, worker_engine, tmp_path):
+    archive = _zip({"member.md": b"# Member\n\nA member about walruses.", "other.md": b"Another about seals."})
+    real = "A real file about kestrels, in a folder named c.zip!."
+    expected = ("partial", "member member.md not indexed: its key c.zip!/member.md is a listed file of the share "
+                           "(in a real folder c.zip!), which keeps it")
+
+    def check(corpus) -> None:
+        rows = _rows(owner_engine, corpus)
+        assert (rows["c.zip"]["status"], rows["c.zip"]["status_reason"]) == expected
+        listed = rows["c.zip!/member.md"]
+        assert listed["parent"] is None and listed["status"] == "ok" and listed["size"] == len(real)
+        assert rows["c.zip!/other.md"]["parent"] == "c.zip"
+        with owner_engine.connect() as conn:
+            body = conn.execute(text("SELECT string_agg(c.text, ' ') FROM chunks c JOIN files f ON f.id = c.file_id "
+                                     "WHERE f.source_id = :s AND f.key = 'c.zip!/member.md'"),
+                                {"s": corpus.source_id}).scalar()
+        assert "kestrels" in body and "walruses" not in body
+        _assert_statistics_exact(owner_engine, corpus)
+
+    # both there at the first crawl
+    together = make_corpus(owner_engine, worker_engine, tmp_path / "bang-together",
+                           {"c.zip": archive, "c.zip!/member.md": real}, tenant="containers-bang")
+    check(together)
+
+    # the folder appears after the archive was indexed: the listed file takes the key over, the archive says so
+    later = make_corpus(owner_engine, worker_engine, tmp_path / "bang-later", {"c.zip": archive},
+                        tenant="containers-bang")
+    assert _rows(owner_engine, later)["c.zip!/member.md"]["parent"] == "c.zip"
+    (later.root / "c.zip!").mkdir()
+    (later.root / "c.zip!" / "member.md").write_text(real)
+    _crawl(worker_engine, later)
+    check(later)
+
+    # the archive indexed again: the same verdict, said once
+    os.utime(later.root / "c.zip", (time.time() + 10, time.time() + 10))
+    _crawl(worker_engine, later)
+    check(later)

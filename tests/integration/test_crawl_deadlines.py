@@ -211,3 +211,39 @@ def test_a_stalled_worker_loses_its_lease_and_a_file_that_broke_two_workers_is_f
     assert (status.indexed, status.failed) == (10, 1)
     assert ("poison.md", item.last_error) in status.problems
     assert row.status == "failed" and row.status_reason.startswith("poison file:")
+
+
+def test_the_per_file_deadline_covers_extraction_and_a_long_file_within_it_keeps_its_lease(
+        owner_engine, worker_engine, tmp_path, unique):
+    # ~6 MiB of empty elements: seconds of parsing (~1 MB/s here) for no text at all, so a write never
+    # takes the time: before, the deadline bounded only the write and this file could take the
+    # extraction timeout (120 s) on top of it
+    slow = b"<html><body>" + b"<div><p></p></div>" * 350_000 + b"</body></html>"
+    files = corpus_files(4)
+    corpus = make_corpus(owner_engine, worker_engine, tmp_path / f"dlx-{unique}", {}, tenant=f"dlx-{unique}")
+    for name, body in files.items():
+        (corpus.root / name).write_text(body)
+    (corpus.root / "slow.html").write_bytes(slow)
+
+    # within the deadline: a lease far shorter than the file's extraction is renewed all along
+    stats = _crawl_in_thread(Indexer(db_of(worker_engine), Settings(), lease_s=0.3), corpus.source_id,
+                             worker_engine, timeout=120)
+    assert (stats.indexed, stats.failed) == (5, 0)
+    with owner_engine.connect() as conn:
+        item = conn.execute(text("SELECT attempts, breaks, state FROM crawl_items WHERE source_id = :s "
+                                 "AND key = 'slow.html'"), {"s": corpus.source_id}).one()
+    assert tuple(item) == (1, 0, "done")  # claimed once: never taken over while it was being extracted
+
+    # past the deadline during extraction: failed with the reason, and the crawl goes on
+    os.utime(corpus.root / "slow.html", (time.time() + 10, time.time() + 10))
+    (corpus.root / "late.md").write_text("Written after the slow file: okapis.")
+    stats = _crawl_in_thread(Indexer(db_of(worker_engine), Settings(file_deadline_s=1)), corpus.source_id,
+                             worker_engine, timeout=120)
+    assert (stats.indexed, stats.failed) == (1, 1)
+    [(_, reason)] = [p for p in stats.problems if p[0] == "slow.html"]
+    assert "per-file deadline of 1 s (KDBL_FILE_DEADLINE_S; extraction 1.0 s, not written)" in reason
+    with owner_engine.connect() as conn:
+        rows = dict(conn.execute(text("SELECT key, status FROM files WHERE source_id = :s"),
+                                 {"s": corpus.source_id}).all())
+    assert rows["slow.html"] == "failed" and rows["late.md"] == "ok"
+    assert_statistics_exact(owner_engine, corpus.tenant_id)

@@ -63,9 +63,10 @@ def test_every_error_class_renders_its_own_codes_in_every_transport():
     from kdbl_core.access.tokens import TokenRefused
     from kdbl_worker.connectors import SourceUnavailable
     from kdbl_worker.pipeline import QuotaExceeded
+    from kdbl_worker.queue import DatabaseFull
 
     samples = [*SAMPLES, kdbl_core.db.embedded_postgres.DataDirLocked("locked"), SourceUnavailable("down"),
-               QuotaExceeded("full")]
+               QuotaExceeded("full"), DatabaseFull("disk full", cause="SQLSTATE 53100 disk_full: no space")]
     samples.append(TokenRefused("token revoked", tenant_id=None, tenant_name="", subject="",
                                 token_id=uuid.uuid4()))
     missing = {c.__qualname__ for c in _classes(KdblError)} - {type(s).__qualname__ for s in samples}

@@ -16,8 +16,12 @@ a network that drops packets silently) used to hold its worker, its lease and th
 
 The pipeline's write is then classified by `Ticket.fired` and the error's SQLSTATE: past the deadline
 the file is recorded failed with the reason and the crawl goes on; stopped, the item is handed back.
-The deadline (KDBL_FILE_DEADLINE_S, default 300 s) bounds one file's write transaction; extraction has
-its own limit (KDBL_EXTRACT_TIMEOUT_S). Measured here (2 cores): a 10 MB text file (9,784 chunks) is
+The deadline (KDBL_FILE_DEADLINE_S, default 300 s) bounds one file's whole work: its extraction
+(decompression included; the sandbox's timeout is the smaller of KDBL_EXTRACT_TIMEOUT_S and the deadline),
+the counting of its tokens and its write transaction, which gets what the extraction left (`watch`'s
+`left_s`; the connection's server-side timeouts stay at the whole deadline, a backstop). A healthy file
+therefore never goes longer than the deadline (+ grace) without progress, which is what the heartbeat's
+`stall_s` allows before it lets the leases run out (kdbl_worker.queue). Measured here (2 cores): a 10 MB text file (9,784 chunks) is
 extracted and written in 9.1 s (1.1 MB/s), so the default leaves ~30x headroom for that size and holds
 text files of a few hundred MB; raise it for larger ones.
 """
@@ -106,9 +110,12 @@ class Watchdog:
                 self._stop_event, self._stopped_at = stop, None
 
     @contextmanager
-    def watch(self, item_id: int) -> Iterator[Ticket]:
+    def watch(self, item_id: int, left_s: float | None = None) -> Iterator[Ticket]:
+        """Watch the calling thread's write of `item_id`, due in `left_s` (default: the whole deadline;
+        the pipeline passes what extraction left of the file's deadline)."""
         now = time.monotonic()
-        ticket = Ticket(item_id, threading.get_ident(), now, now + self.deadline_s)
+        due = now + (self.deadline_s if left_s is None else left_s)
+        ticket = Ticket(item_id, threading.get_ident(), now, due)
         with self._cond:
             if self._thread is None:
                 self._closed = False

@@ -611,13 +611,27 @@ def has_open_runs(conn: Connection, tenants: Sequence[str] | None = None) -> boo
 # ---------------------------------------------------------------------------------------------
 # Reading a job (kdbl-control crawl waits on it)
 # ---------------------------------------------------------------------------------------------
+# A finished run has its counts (finalize); an open or stopped one counts its items as finalize will, so
+# what a crawl stopped halfway reports agrees with the progress it showed (it said "0 indexed" before).
 _STATUS = f"""
 SELECT j.id, j.source_id, j.state, j.attempts, j.last_error, j.listed, j.excluded, j.unchanged, j.deleted,
-       j.queued_files, j.indexed, j.failed, j.chunks, j.bytes, j.problems,
-       (SELECT count(*) FROM crawl_items i
-         WHERE i.job_id = j.id AND i.state IN ('queued', 'running')) AS pending,
+       j.queued_files,
+       CASE WHEN j.state = 'done' THEN j.indexed ELSE live.indexed END AS indexed,
+       CASE WHEN j.state = 'done' THEN j.failed ELSE live.failed END AS failed,
+       CASE WHEN j.state = 'done' THEN j.chunks ELSE live.chunks END AS chunks,
+       CASE WHEN j.state = 'done' THEN j.bytes ELSE live.bytes END AS bytes,
+       j.problems, live.pending,
        {_TENANT_ON.format(col="j.tenant_id")} AS tenant_enabled
-  FROM crawl_jobs j WHERE j.id = ANY (CAST(%(ids)s AS bigint[]))
+  FROM crawl_jobs j
+  CROSS JOIN LATERAL (
+      SELECT count(*) FILTER (WHERE i.state IN ('queued', 'running')) AS pending,
+             count(*) FILTER (WHERE i.state = 'done' AND j.state <> 'done') AS indexed,
+             count(*) FILTER (WHERE (i.state = 'failed' OR i.file_status = 'failed') AND j.state <> 'done') AS failed,
+             coalesce(sum(i.chunk_count) FILTER (WHERE i.state = 'done' AND j.state <> 'done'), 0) AS chunks,
+             CAST(coalesce(sum(i.size) FILTER (WHERE i.state = 'done' AND j.state <> 'done'), 0) AS bigint) AS bytes
+        FROM crawl_items i WHERE i.job_id = j.id
+         AND (j.state <> 'done' OR i.state IN ('queued', 'running'))) live
+ WHERE j.id = ANY (CAST(%(ids)s AS bigint[]))
 """
 
 

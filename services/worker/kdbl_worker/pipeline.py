@@ -14,9 +14,17 @@
 - `Indexer.crawl(source, stop=...)` queues an on-demand run and works on it in this process until it is
   finished or `stop` is set (workers running elsewhere may share the work); it returns the run's
   statistics (`stopped` when interrupted: the run stays queued for the next crawl or worker).
-- No file can hold a crawl: each write has a deadline (kdbl_worker.deadlines), past which the file is
-  recorded failed with the reason; a stop aborts writes in progress after a short grace (rolled back,
-  handed back); a file that broke two workers is recorded failed as a poison file (`record_given_up`).
+- No file can hold a crawl: each file has a deadline (kdbl_worker.deadlines) covering its extraction
+  (decompression included), its token counting and its write, past which it is recorded failed with the
+  reason; a stop aborts writes in progress after a short grace (rolled back, handed back); a file that
+  broke two workers is recorded failed as a poison file (`record_given_up`).
+- A full disk on the database server (SQLSTATE 53100) stops the processing at the first write that
+  reports it: the files in hand go back to the queue unfailed, with the cause (kdbl_worker.queue says
+  what the worker and an on-demand crawl then do).
+- A member key a listed file already has (a real folder `x.zip!` beside `x.zip`) stays the listed
+  file's; the container says which member it left out (kdbl_worker.member_keys).
+- What a crawl reports counts as its run does (`jobs.job_status`): done items are `indexed`, failed
+  items and files recorded failed are `failed`, whether the run finished or was stopped.
 - Tenant quotas (tenants.settings.quotas, kdbl_core.access.policy): a listing queues no new file past
   max_files / max_bytes and says so in the run's problems; a source past max_sources is not listed.
   Files already indexed stay (quotas are checked at listing; concurrent listings of one tenant may
@@ -38,22 +46,30 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import closing
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
-from kdbl_core.access import policy
 from kdbl_core.access.principal import tenant_transaction
 from kdbl_core.content import store
 from kdbl_core.content.records import Chunk, FileMeta
 from kdbl_core.db.connect import Pool
-from kdbl_core.errors import PermanentError
 from kdbl_core.settings import Settings
 from kdbl_core.sources import relabel
 from kdbl_core.sources.globs import Selection
 from kdbl_core.sources.labels import NO_LABELS, Labeler, own_labels
-from kdbl_worker import deadlines, extract, jobs, sandbox, token_counts
+from kdbl_worker import deadlines, extract, jobs, member_keys, sandbox, token_counts
 from kdbl_worker.connectors import Connector, connector_for
 from kdbl_worker.connectors.fs import FsConnector
 from kdbl_worker.extract import containers, media, ocr
-from kdbl_worker.queue import Activity, QueueOptions, QueueRunner, make_holder
+from kdbl_worker.quotas import Quota, QuotaExceeded  # noqa: F401 - QuotaExceeded: callers import it here
+from kdbl_worker.queue import (
+    DISK_FULL,
+    Activity,
+    DatabaseFull,
+    QueueOptions,
+    QueueRunner,
+    disk_full_cause,
+    make_holder,
+)
 from kdbl_worker.sidecars import Sidecars, is_subtitle
 
 log = logging.getLogger(__name__)
@@ -70,10 +86,6 @@ RECORD_TIMEOUT_MS = 10_000  # recording a file as failed must not hang either
 MAX_MEMBER_KEY_BYTES = 2500
 
 
-class QuotaExceeded(PermanentError):
-    """The tenant's quota leaves no room for this source."""
-
-
 @dataclass(slots=True)
 class CrawlStats:
     source_id: uuid.UUID
@@ -88,6 +100,22 @@ class CrawlStats:
     problems: list[tuple[str, str]] = field(default_factory=list)
     excluded: int = 0
     stopped: bool = False  # the crawl was told to stop before its run finished
+
+
+class _Written(NamedTuple):
+    """What one file's write counts for its run: the run's `indexed` (items done), chunks and failed."""
+
+    indexed: int
+    chunks: int
+    failed: int
+
+
+def _cause(error: BaseException) -> str:
+    """An error as its log line and its item's last error say it: the SQLSTATE and the server's message."""
+    state, text = getattr(error, "sqlstate", None), str(error).strip()
+    if state:
+        return f"SQLSTATE {state}: {text.splitlines()[0] if text else type(error).__name__}"
+    return repr(error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +172,12 @@ def ocr_enabled(config: dict) -> bool:
 
 
 def limits_from(settings: Settings) -> sandbox.Limits:
-    """Extraction limits. `extract_timeout_s` / `extract_memory_mb` are read when Settings has them."""
+    """Extraction limits. `extract_timeout_s` / `extract_memory_mb` are read when Settings has them; the
+    timeout is at most the per-file deadline (`file_deadline_s`)."""
+    deadline = float(getattr(settings, "file_deadline_s", DEFAULT_FILE_DEADLINE_S))
     return sandbox.Limits(
-        timeout_s=float(getattr(settings, "extract_timeout_s", sandbox.DEFAULT_TIMEOUT_S)),
+        # the file's deadline covers its extraction too (kdbl_worker.deadlines)
+        timeout_s=min(float(getattr(settings, "extract_timeout_s", sandbox.DEFAULT_TIMEOUT_S)), deadline),
         memory_mb=getattr(settings, "extract_memory_mb", sandbox.DEFAULT_MEMORY_MB),
         chunk_target=settings.chunk_target_chars, chunk_max=settings.chunk_max_chars,
         transcriber_model=settings.transcriber_model, ocr_max_pages=settings.ocr_max_pages,
@@ -198,6 +229,7 @@ class Indexer:
         self._file_writers: list[store.FileWriter] = []
         self._progress: Progress | None = None
         self._local: CrawlStats | None = None
+        self._full: DatabaseFull | None = None  # a file write found the database's disk full (process_items)
 
     # -- on-demand crawl ------------------------------------------------------------------------------
     def crawl(self, source: SourceRow, progress: Progress | None = None, *,
@@ -214,6 +246,16 @@ class Indexer:
         self._progress, self._local = progress, CrawlStats(source_id=source.id)
         try:
             status = runner.run_until_done(job_id, stop)
+        except DatabaseFull as exc:  # the files left stay queued: the next crawl goes on where this one stopped
+            with self.pool.connection() as conn:
+                status = jobs.job_status(conn, [job_id])[job_id]
+            log.error("crawl stopped: the database's disk is full", extra={
+                "source_id": str(source.id), "job_id": job_id, "indexed": status.indexed,
+                "failed": status.failed, "pending": status.pending, "sqlstate": DISK_FULL, "cause": exc.cause})
+            raise DatabaseFull(
+                f"crawl stopped: the database's disk is full ({exc.cause}); {status.indexed} files indexed, "
+                f"{status.failed} failed, {status.pending} left queued in run {job_id}: free space on the "
+                "database server and crawl again (it goes on where it stopped)", cause=exc.cause) from exc
         finally:
             self._progress = self._local = None
             self.close()
@@ -258,7 +300,7 @@ class Indexer:
             ocr_on = ocr_enabled(source.config)
             with tenant_transaction(self.pool, job.tenant_id) as conn:
                 known = store.load_file_states(conn, job.source_id)
-                quota = _Quota.load(conn, job.tenant_id, job.source_id)
+                quota = Quota.load(conn, job.tenant_id, job.source_id)
             quota.check_sources()
             listed: set[str] = set()
             excluded = unchanged = 0
@@ -338,9 +380,11 @@ class Indexer:
         always holds leases (so its death is always visible as leases to take over).
         """
         items = list(items)
-        self._stop = stop
+        self._stop, self._full = stop, None
         self.watchdog.stop_on(stop)
         contexts: dict[uuid.UUID, _SourceContext | None] = {}
+        # claims handed on (by identity: an item handed back meanwhile, say for a full disk, may be claimed
+        # again by this very call, with the same id and attempt)
         finished: set[int] = set()
         direct: list[tuple[jobs.ItemClaim, sandbox.Outcome]] = []
         errors: list[tuple[jobs.ItemClaim, str]] = []
@@ -351,7 +395,7 @@ class Indexer:
             batch = list(items)
             while batch:
                 yield from batch
-                if stop.is_set() or more is None:
+                if stop.is_set() or more is None or self._full is not None:
                     return
                 batch = more()
                 self._follow_label_changes(contexts, relabelled)
@@ -359,7 +403,7 @@ class Indexer:
 
         def tasks() -> Iterator[sandbox.Task]:
             for item in claimed():
-                if stop.is_set():
+                if stop.is_set() or self._full is not None:
                     return
                 try:
                     task = self._task(item, contexts, spooled)
@@ -401,8 +445,9 @@ class Indexer:
                     continue
                 finally:
                     self.activity.end(item.id)
-                if written is not None:
-                    self._report(item.file.key, indexed=1, chunks=written[0], bytes=item.file.size, failed=written[1])
+                if written is not None:  # counted as the run's statistics count it (jobs.finalize)
+                    self._report(item.file.key, indexed=written.indexed, chunks=written.chunks,
+                                 bytes=item.file.size if written.indexed else 0, failed=written.failed)
 
         gen = results()
         try:
@@ -414,9 +459,9 @@ class Indexer:
                 if ctx is not None and item.id in ctx.object_tags:
                     outcome.tags[:0] = ctx.object_tags.pop(item.id)
                 inflight[self._pool().submit(self._finish, item, outcome, labeler)] = item
-                finished.add(item.id)
+                finished.add(id(item))
                 collect(block=False)
-                if stop.is_set():
+                if stop.is_set() or self._full is not None:
                     break
         finally:
             gen.close()
@@ -427,17 +472,19 @@ class Indexer:
             for path in spooled.values():
                 os.unlink(path)
             for item in items:
-                if item.id not in finished:
+                if id(item) not in finished:
                     self.activity.end(item.id)
             for item, error in errors:
-                finished.add(item.id)
+                finished.add(id(item))
                 with self.pool.connection() as conn:
                     jobs.release_item(conn, item.id, item.lease, error=error,
                                       give_up=item.lease.attempt >= self.max_attempts)
-            left = [i for i in items if i.id not in finished]
+            left = [i for i in items if id(i) not in finished]
             if left:
                 with self.pool.connection() as conn:
                     jobs.release_unstarted(conn, left)
+        if self._full is not None:
+            raise self._full
 
     def _follow_label_changes(self, contexts: dict[uuid.UUID, _SourceContext | None],
                               relabelled: dict[uuid.UUID, uuid.UUID]) -> None:
@@ -570,28 +617,40 @@ class Indexer:
         return extract.Sidecar(item.sidecar_key, data)
 
     def _finish(self, item: jobs.ItemClaim, outcome: sandbox.Outcome,
-                labeler: Labeler = NO_LABELS) -> tuple[int, int] | None:
-        """Write one file and complete its item in one transaction (a writer thread). (chunks, failed) or
-        None when the item was not completed here (lease lost, or released after an error). `labeler`:
-        the file's labels from its source's config and its own tags."""
-        meta = replace(item.file, content_type=outcome.content_type)
-        rows = chunk_rows(outcome.chunks, self.count_tokens)
-        members = member_files(item.file.key, item.file.mtime, outcome.children, labeler, self.count_tokens)
-        if self._stop is not None and self._stop.is_set():  # stopped before its turn: hand it back
+                labeler: Labeler = NO_LABELS) -> _Written | None:
+        """Write one file and complete its item in one transaction (a writer thread). What it counts for
+        the run, or None when the item was not completed here (lease lost, handed back, or released after
+        an error). `labeler`: the file's labels from its source's config and its own tags.
+
+        The file's deadline (KDBL_FILE_DEADLINE_S) covers its extraction (`outcome.seconds`), the counting
+        of its tokens and its write: the write gets what is left (kdbl_worker.deadlines)."""
+        if self._halted():  # stopped, or the database's disk is full, before its turn: hand it back
             with self.pool.connection() as conn:
                 jobs.release_unstarted(conn, [item])
             return None
+        began = time.monotonic()
         self.activity.begin(item.id, item.file.key)
+        meta = replace(item.file, content_type=outcome.content_type)
+        rows = chunk_rows(outcome.chunks, self.count_tokens)
+        members = member_files(item.file.key, item.file.mtime, outcome.children, labeler, self.count_tokens)
+        status, reason, then = outcome.status, outcome.reason, []
+        try:
+            members, status, reason, then = member_keys.settle(self.pool, item, members, status, reason)
+        except Exception as exc:  # noqa: BLE001 - the store keeps a listed file's key either way (unreported)
+            log.warning("member key check failed", extra={"key": item.file.key, "error": repr(exc)[:300]})
+        chunks = len(rows) + sum(len(m.chunks) for m in members)
+        left = self.file_deadline_s - outcome.seconds - (time.monotonic() - began)
+        if left <= 0:
+            return self._past_deadline(item, outcome, chunks, None, None)
         writer = self._file_writer()
-        with self.watchdog.watch(item.id) as ticket:
+        with self.watchdog.watch(item.id, left) as ticket:
             try:
                 writer.write(
                     tenant_id=item.tenant_id, source_id=item.source_id, meta=meta,
-                    status=outcome.status, status_reason=outcome.reason, title=outcome.title, chunks=rows,
+                    status=status, status_reason=reason, title=outcome.title, chunks=rows,
                     text_chars=outcome.text_chars, ts_config=self.settings.text_search_config,
                     replace=item.had_file, durable=self.durable,
-                    then=[jobs.complete_item_statement(item.id, item.lease, status=outcome.status,
-                                                       chunks=len(rows))],
+                    then=[*then, jobs.complete_item_statement(item.id, item.lease, status=status, chunks=chunks)],
                     members=members, container=containers.is_container(item.file.key),
                     authors=outcome.authors, labels=labeler(item.file.key, outcome.tags),
                     own_labels=own_labels(outcome.tags),
@@ -603,23 +662,51 @@ class Indexer:
             except Exception as exc:  # noqa: BLE001 - classified below
                 error = exc
             else:
-                return len(rows) + sum(len(m.chunks) for m in members), 1 if outcome.status == "failed" else 0
+                return _Written(1, chunks, 1 if status == "failed" else 0)
         if ticket.fired == "stop":  # rolled back by the stop: handed back, the attempt does not count
             with self.pool.connection() as conn:
                 jobs.release_unstarted(conn, [item])
             return None
         if (ticket.fired == "deadline" or getattr(error, "sqlstate", None) in deadlines.TIMEOUT_STATES
-                or ticket.elapsed() >= self.file_deadline_s):
-            reason = (f"indexing took longer than the per-file deadline of {self.file_deadline_s:g} s "
-                      f"(KDBL_FILE_DEADLINE_S); {len(rows)} chunks, {item.file.size} bytes")
-            log.warning("file write past its deadline", extra={"key": item.file.key, "error": repr(error)[:300]})
-            self._record_failed(item, outcome.content_type, reason, retry=True)
-            return 0, 1
-        log.warning("writing a file failed", extra={"key": item.file.key, "error": repr(error)[:500]})
+                or time.monotonic() >= ticket.deadline):
+            return self._past_deadline(item, outcome, chunks, error, ticket.elapsed())
+        if (cause := disk_full_cause(error)) is not None:
+            self._disk_full(item, cause)
+            return None
+        cause = _cause(error)
+        log.warning("writing a file failed", extra={"key": item.file.key, "cause": cause,
+                                                    "error": repr(error)[:500]})
+        give_up = item.lease.attempt >= self.max_attempts
         with self.pool.connection() as conn:  # retried (another attempt, maybe elsewhere)
-            jobs.release_item(conn, item.id, item.lease, error=repr(error)[:2000],
-                              give_up=item.lease.attempt >= self.max_attempts)
-        return None
+            released = jobs.release_item(conn, item.id, item.lease, error=cause[:2000], give_up=give_up)
+        return _Written(0, 0, 1) if give_up and released else None
+
+    def _past_deadline(self, item: jobs.ItemClaim, outcome: sandbox.Outcome, chunks: int,
+                       error: BaseException | None, writing_s: float | None) -> _Written:
+        spent = f"extraction {outcome.seconds:.1f} s" + (f", writing {writing_s:.1f} s" if writing_s is not None
+                                                        else ", not written")
+        reason = (f"indexing took longer than the per-file deadline of {self.file_deadline_s:g} s "
+                  f"(KDBL_FILE_DEADLINE_S; {spent}); {chunks} chunks, {item.file.size} bytes")
+        log.warning("file write past its deadline", extra={"key": item.file.key, "error": repr(error)[:300]})
+        self._record_failed(item, outcome.content_type, reason, retry=True)
+        return _Written(0, 0, 1)
+
+    def _halted(self) -> bool:
+        return (self._stop is not None and self._stop.is_set()) or self._full is not None
+
+    def _disk_full(self, item: jobs.ItemClaim, cause: str) -> None:
+        """The database's disk is full: hand the file back (the attempt does not count, the cause is its
+        last error) and stop processing (see kdbl_worker.queue)."""
+        log.error("writing a file failed: the database's disk is full", extra={
+            "key": item.file.key, "sqlstate": DISK_FULL, "cause": cause})
+        with self._lock:
+            if self._full is None:
+                self._full = DatabaseFull(f"the database's disk is full ({cause})", cause=cause)
+        try:
+            with self.pool.connection() as conn:
+                jobs.release_item(conn, item.id, item.lease, error=cause, unstarted=True)
+        except Exception as exc:  # noqa: BLE001 - its lease runs out instead
+            log.warning("could not hand a file back", extra={"key": item.file.key, "error": repr(exc)[:300]})
 
     def _record_failed(self, item: jobs.ItemClaim | jobs.GivenUp, content_type: str | None, reason: str, *,
                        retry: bool = False) -> None:
@@ -641,7 +728,11 @@ class Indexer:
                                    text_chars=0, ts_config=self.settings.text_search_config,
                                    container=containers.is_container(item.file.key))
         except Exception as exc:  # noqa: BLE001 - e.g. the lock that stopped the write is still held
-            log.warning("could not record a failed file", extra={"key": item.file.key, "error": repr(exc)[:300]})
+            if isinstance(item, jobs.ItemClaim) and (cause := disk_full_cause(exc)) is not None:
+                self._disk_full(item, cause)  # left queued, not failed: the file is not at fault
+                return
+            log.warning("could not record a failed file", extra={"key": item.file.key, "cause": _cause(exc),
+                                                                 "error": repr(exc)[:300]})
             if isinstance(item, jobs.ItemClaim):
                 with self.pool.connection() as conn:
                     jobs.release_item(conn, item.id, item.lease, error=reason, give_up=True)
@@ -684,57 +775,3 @@ def member_files(parent_key: str, mtime, children: list[sandbox.Child], labeler:
 
     walk(parent_key, children)
     return out
-
-
-class _Quota:
-    """A tenant's quotas as one listing spends them (see the module docstring)."""
-
-    def __init__(self, quotas: dict[str, int], files: int, size: int, sources: int, rank: int) -> None:
-        self.max_files, self.max_bytes = quotas.get("max_files"), quotas.get("max_bytes")
-        self.max_sources = quotas.get("max_sources")
-        self.files, self.bytes, self.sources, self.rank = files, size, sources, rank
-        self.over_files = self.over_bytes = 0
-
-    @classmethod
-    def load(cls, conn, tenant_id: uuid.UUID, source_id: uuid.UUID) -> _Quota:
-        row = conn.execute("""
-            SELECT t.settings,
-                   (SELECT count(*) FROM sources s WHERE s.tenant_id = t.id) AS sources,
-                   (SELECT count(*) FROM sources s, sources me WHERE me.id = %(s)s AND s.tenant_id = t.id
-                       AND (s.created_at, s.id) <= (me.created_at, me.id)) AS rank
-              FROM tenants t WHERE t.id = %(t)s""", {"t": tenant_id, "s": source_id}).fetchone()
-        quotas = policy.parse(row.settings).quotas
-        files = size = 0
-        if "max_files" in quotas or "max_bytes" in quotas:
-            files, size = conn.execute("SELECT count(*), coalesce(sum(size), 0) FROM files "
-                                       "WHERE tenant_id = %(t)s AND parent_id IS NULL",  # listed files
-                                       {"t": tenant_id}).fetchone()
-        return cls(dict(quotas), int(files), int(size), int(row.sources), int(row.rank))
-
-    def check_sources(self) -> None:
-        if self.max_sources is not None and self.rank > self.max_sources:
-            raise QuotaExceeded(f"quota: the tenant has {self.sources} sources and max_sources is "
-                                f"{self.max_sources}; this source is not crawled (nothing indexed is removed)")
-
-    def admit(self, remote: FileMeta, state: store.FileState | None) -> bool:
-        """Whether queueing this changed file stays within max_files / max_bytes (and spend it)."""
-        new = state is None
-        grow = max(0, (remote.size or 0) - (0 if new else (state.size or 0)))
-        if new and self.max_files is not None and self.files + 1 > self.max_files:
-            self.over_files += 1
-            return False
-        if grow and self.max_bytes is not None and self.bytes + grow > self.max_bytes:
-            self.over_bytes += 1
-            return False
-        self.files += 1 if new else 0
-        self.bytes += grow
-        return True
-
-    def problems(self) -> list[tuple[str, str]]:
-        out = []
-        if self.over_files:
-            out.append(("quota", f"max_files {self.max_files} reached: {self.over_files} new files not indexed"))
-        if self.over_bytes:
-            out.append(("quota", f"max_bytes {self.max_bytes} reached: {self.over_bytes} files not indexed "
-                                 "(changed files keep their indexed version)"))
-        return out

@@ -12,6 +12,17 @@ process loses its claims as a crashed one does (within `lease_s` of its death). 
 the items in hand (extracting or writing): an expired lease on such an item is a *break*, and a file
 that broke two workers is given up as a poison file (kdbl_worker.jobs.sweep). Items are claimed
 `batch` (16) at a time.
+
+A full disk on the database server (SQLSTATE 53100 disk_full) is no file's fault and no retry fixes it:
+the processing stops at the first file write that reports it (`DatabaseFull`), hands every file in hand
+back to the queue without counting the attempt (each with the cause as its last error), and
+- the long-running worker (`run`) pauses: it claims nothing for `full_pause_s` (10 s), then doubling up
+  to `full_pause_max_s` (5 min), logging the cause at each pause, and resumes by itself once a write
+  succeeds again;
+- an on-demand crawl (`run_until_done`, `kdbl-control crawl`) stops with the error, naming the cause;
+  its files stay queued, and the next crawl (or a worker) goes on where it stopped.
+Before, each of those files was retried at once, up to five times, into the full disk (one crawl logged
+"writing a file failed" 61 times, the cause only in PostgreSQL's log).
 """
 
 from __future__ import annotations
@@ -36,6 +47,31 @@ from kdbl_core.errors import TemporaryError
 from kdbl_worker import jobs, schedule
 
 log = logging.getLogger(__name__)
+
+DISK_FULL = "53100"  # SQLSTATE disk_full: "could not extend file ...: No space left on device"
+
+
+class DatabaseFull(TemporaryError):
+    """The database server's disk is full: no write can succeed until space is freed. `cause` names the
+    SQLSTATE and the server's own message."""
+
+    def __init__(self, message: str, *, cause: str) -> None:
+        super().__init__(message, data={"sqlstate": DISK_FULL})
+        self.cause = cause
+
+
+def disk_full_cause(exc: BaseException | None) -> str | None:
+    """'SQLSTATE 53100 disk_full: <the server's message> (<its hint>)' when `exc`, or an error it was
+    raised from, is PostgreSQL's disk_full error; None otherwise."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if getattr(exc, "sqlstate", None) == DISK_FULL:
+            diag = getattr(exc, "diag", None)
+            message = (getattr(diag, "message_primary", None) or str(exc).splitlines()[0]).strip()
+            hint = getattr(diag, "message_hint", None)
+            return f"SQLSTATE {DISK_FULL} disk_full: {message}" + (f" ({hint})" if hint else "")
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
 
 
 class Activity:
@@ -106,6 +142,8 @@ class QueueOptions:
     scheduler: bool = True
     tenants: tuple[str, ...] | None = None
     source_id: uuid.UUID | None = None
+    full_pause_s: float = 10.0  # the first pause after the database reported a full disk (then doubling)
+    full_pause_max_s: float = 300.0
 
 
 def make_holder(kind: str = "worker") -> str:
@@ -293,10 +331,18 @@ class QueueRunner:
     # -- loops ---------------------------------------------------------------------------------------
     def run(self, stop: threading.Event, *, exit_when_idle: bool = False) -> None:
         """Serve the queue until `stop` is set (or, with exit_when_idle, until there is nothing to do)."""
+        pause = 0.0
         with self._heartbeat():
             while not stop.is_set():
                 try:
                     busy = self.step(stop)
+                    pause = 0.0 if busy else pause
+                except DatabaseFull as exc:  # no retry into a full disk: pause, longer each time
+                    pause = min(max(pause * 2, self.options.full_pause_s), self.options.full_pause_max_s)
+                    log.error("database disk full; crawling paused", extra={
+                        "holder": self.holder, "cause": exc.cause, "retry_in_s": pause})
+                    stop.wait(pause)
+                    continue
                 except OperationalError as exc:  # database unreachable: wait and retry
                     log.warning("queue round failed", extra={"error": repr(exc)[:300]})
                     busy = False
@@ -312,8 +358,9 @@ class QueueRunner:
         """Work (on this runner's source only) until run `job_id` is finished; returns its status.
 
         Raises the listing error when this runner listed the run and the listing failed, a
-        TemporaryError when another worker's listing of it failed, and TenantDisabled when the run's
-        tenant is (or becomes) disabled. Returns the status as it is when `stop` is set.
+        TemporaryError when another worker's listing of it failed, TenantDisabled when the run's
+        tenant is (or becomes) disabled, and DatabaseFull when a file write found the database's disk
+        full (the files left stay queued). Returns the status as it is when `stop` is set.
         """
         stop = stop or threading.Event()
         idle = 0.02
