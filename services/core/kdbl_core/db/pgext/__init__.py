@@ -11,10 +11,12 @@ are never modified.
 Keyword search works without the extension (the SQL MaxScore top-k, kdbl_core.search.bm25_topk); with
 it, the keyword arm reads packed lists instead of postings rows (docs/architecture.md).
 
-Versions: 1.1 (issue 27) range-checks every argument in C, revokes EXECUTE from PUBLIC and marks the
-aggregates PARALLEL SAFE; a database at 1.0 is updated by INSTALL_SQL (kdbl_bm25--1.0--1.1.sql), after
-which its privileges are those of a fresh 1.1. Only the current install script and the update scripts
-ship (pgvector's layout), so no older, unlocked version can be created.
+Versions: 1.1 (issue 27) range-checks every argument in C, revokes EXECUTE from PUBLIC (the database's
+owner holds it, with the grant option), marks the aggregates PARALLEL SAFE and is no longer trusted:
+creating or updating it takes a superuser, as pgvector does (migration 0001 needs one for pgvector
+already). A database at 1.0 is updated by INSTALL_SQL (kdbl_bm25--1.0--1.1.sql), after which its
+privileges are those of a fresh 1.1. Only the current install script and the update scripts ship
+(pgvector's layout), so no older, unlocked version can be created.
 """
 
 from __future__ import annotations
@@ -131,7 +133,8 @@ GRANTS = {
 # Every function of the installed extension, whatever its version: EXECUTE revoked from PUBLIC (where a
 # 1.0 could not be updated: the server lacks the 1.1 files) and granted to the roles above. Idempotent; as
 # the owner after every migration, so a database converges to the same privileges whatever its history.
-# A role that may not (not a superuser, not the creator of a 1.1) gets warnings, not an error. (No `%` in
+# A role that may not (neither a superuser nor, for a 1.1, the database's owner) gets warnings, not an
+# error. (No `%` in
 # these statements: drivers read it as a placeholder.)
 _GRANT_CASES = "\n".join(f"            WHEN '{fn}' THEN '{', '.join(roles)}'" for fn, roles in GRANTS.items())
 PRIVILEGES_SQL = f"""
@@ -144,7 +147,8 @@ PRIVILEGES_SQL = f"""
         IF has_function_privilege('public', f.fn, 'EXECUTE') THEN
             EXECUTE 'REVOKE ALL ON FUNCTION ' || f.fn || ' FROM PUBLIC';
             IF has_function_privilege('public', f.fn, 'EXECUTE') THEN
-                RAISE WARNING USING MESSAGE = '{NAME}: every role may still execute ' || f.fn, HINT = 'As a superuser: ALTER EXTENSION {NAME} UPDATE (or REVOKE ALL ON FUNCTION ... FROM PUBLIC)';
+                RAISE WARNING USING MESSAGE = '{NAME}: every role may still execute ' || f.fn,
+                    HINT = 'As a superuser: ALTER EXTENSION {NAME} UPDATE (or REVOKE ALL ON FUNCTION ... FROM PUBLIC)';
             END IF;
         END IF;
         roles := CASE f.proname
@@ -156,9 +160,10 @@ PRIVILEGES_SQL = f"""
     END LOOP;"""
 
 # CREATE EXTENSION when the server offers it (as the owner, after the migrations), ALTER ... UPDATE
-# when an older version is installed, then PRIVILEGES_SQL. Without it nothing changes: search uses the SQL
-# top-k. An update the migrator may not run (another role created the extension) is a warning, and the
-# privileges are still put right where it may.
+# when an older version is installed, then PRIVILEGES_SQL. Both take a superuser: a migrator that is none
+# fails to create it (migrate.install_extension warns; search uses the SQL top-k) until a DBA has run
+# CREATE EXTENSION kdbl_bm25, and an update it may not run is a warning, the privileges still put right
+# where it may.
 INSTALL_SQL = f"""
 DO $$
 DECLARE
@@ -172,7 +177,8 @@ BEGIN
             BEGIN
                 ALTER EXTENSION {NAME} UPDATE TO '{VERSION}';
             EXCEPTION WHEN insufficient_privilege THEN
-                RAISE WARNING USING MESSAGE = '{NAME} not updated to {VERSION}: ' || SQLERRM, HINT = 'As a superuser or the extension''s owner: ALTER EXTENSION {NAME} UPDATE';
+                RAISE WARNING USING MESSAGE = '{NAME} not updated to {VERSION}: ' || SQLERRM,
+                    HINT = 'As a superuser: ALTER EXTENSION {NAME} UPDATE';
             END;
         END IF;
     END IF;{PRIVILEGES_SQL}

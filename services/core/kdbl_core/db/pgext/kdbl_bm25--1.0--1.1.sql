@@ -13,7 +13,7 @@ CREATE OR REPLACE AGGREGATE kdbl_bm25_topk(bytea, bigint, integer, integer, floa
     FINALFUNC_MODIFY = READ_WRITE, PARALLEL = SAFE
 );
 
--- 1.0 let every role call them (EXECUTE to PUBLIC, the default).
+-- 1.0 let every role call them (EXECUTE to PUBLIC, the default); now the database's owner, who grants on.
 REVOKE ALL ON FUNCTION kdbl_bm25_pack_step(internal, bigint, integer, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION kdbl_bm25_pack_final(internal) FROM PUBLIC;
 REVOKE ALL ON FUNCTION kdbl_bm25_pack(bigint, integer, integer) FROM PUBLIC;
@@ -25,4 +25,4 @@ REVOKE ALL ON FUNCTION kdbl_bm25_topk(bytea, bigint, integer, integer, float8, f
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION kdbl_bm25_pack(bigint, integer, integer), kdbl_bm25_unpack(bytea),
     kdbl_bm25_topk(bytea, bigint, integer, integer, float8, float8, float8, integer, bigint[])
-    TO @extowner@ WITH GRANT OPTION;
+    TO pg_database_owner WITH GRANT OPTION;

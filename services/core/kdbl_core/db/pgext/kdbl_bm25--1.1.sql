@@ -25,11 +25,11 @@ CREATE AGGREGATE kdbl_bm25_topk(bytea, bigint, integer, integer, float8, float8,
     FINALFUNC_MODIFY = READ_WRITE, PARALLEL = SAFE
 );
 
--- Nobody may call these but the role that created the extension, which may grant them on (K-Lake's
--- migration grants kdbl_bm25_topk to kdbl_api, kdbl_bm25_pack to kdbl_worker, both and kdbl_bm25_unpack
--- to kdbl_admin: kdbl_core.db.pgext.PRIVILEGES_SQL). The extension is trusted, so a role with CREATE on
--- the database may create it; its functions then belong to the bootstrap superuser, hence the grant
--- option. The support functions are granted to no one: an aggregate checks its owner's right to them.
+-- Nobody may call these but the database's owner, who may grant them on (K-Lake's migrator, as the
+-- owner, grants kdbl_bm25_topk to kdbl_api, kdbl_bm25_pack to kdbl_worker, both and kdbl_bm25_unpack to
+-- kdbl_admin: kdbl_core.db.pgext.INSTALL_SQL). Creating the extension takes a superuser (it is not
+-- trusted, as pgvector is not), who need not be that owner, hence the grant to pg_database_owner. The
+-- support functions are granted to no one: an aggregate checks its owner's right to them.
 REVOKE ALL ON FUNCTION kdbl_bm25_pack_step(internal, bigint, integer, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION kdbl_bm25_pack_final(internal) FROM PUBLIC;
 REVOKE ALL ON FUNCTION kdbl_bm25_pack(bigint, integer, integer) FROM PUBLIC;
@@ -41,4 +41,4 @@ REVOKE ALL ON FUNCTION kdbl_bm25_topk(bytea, bigint, integer, integer, float8, f
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION kdbl_bm25_pack(bigint, integer, integer), kdbl_bm25_unpack(bytea),
     kdbl_bm25_topk(bytea, bigint, integer, integer, float8, float8, float8, integer, bigint[])
-    TO @extowner@ WITH GRANT OPTION;
+    TO pg_database_owner WITH GRANT OPTION;
