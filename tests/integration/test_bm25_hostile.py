@@ -171,7 +171,8 @@ FAR = (None, MAX_ID, 1, 1, 1.0)  # a valid posting far from GOOD's ids: the top 
 
 # (what, rows, keyword arguments, SQLSTATE)
 TOPK_CASES = [
-    ("the smallest and largest bigint ids", [(None, INT64_MIN, 1, 1, 1.0), (None, INT64_MAX, 1, 1, 1.0)], {}, "22003"),
+    ("the smallest and largest bigint ids", [(None, INT64_MIN, 1, 1, 1.0), (None, INT64_MAX, 1, 1, 1.0)], {},
+     "22003"),
     ("a negative id", [(None, -1, 1, 1, 1.0)], {}, "22003"),
     ("an id past 2^53", [(None, MAX_ID + 1, 1, 1, 1.0)], {}, "22003"),
     ("tf 0", [(None, 5, 0, 1, 1.0)], {}, "22023"),
@@ -189,7 +190,8 @@ TOPK_CASES = [
     ("a negative k1_1mb", [(None, 5, 1, 1, 1.0)], {"k1_1mb": -0.3}, "22023"),
     ("a NaN weight", [(None, 5, 1, 1, float("nan"))], {}, "22023"),
     ("an infinite weight", [(None, 5, 1, 1, float("-inf"))], {}, "22023"),
-    ("a list with ids past 2^53", [(packed([(0, 1, 1), (INT64_MAX, 1, 1)]), None, None, None, 1.0)], {}, "22003"),
+    ("a list with ids past 2^53", [(packed([(0, 1, 1), (INT64_MAX, 1, 1)]), None, None, None, 1.0)], {},
+     "22003"),
 ]
 
 
@@ -236,7 +238,8 @@ def test_a_corrupt_list_is_refused_by_the_top_k_and_by_unpack(conn, what, data):
     refused(conn, "SELECT count(*) FROM kdbl_bm25_unpack(%s)", [data], "XX001")
 
 
-PACK = "SELECT kdbl_bm25_pack(x.id, x.tf, x.dl) FROM unnest(CAST(%s AS bigint[]), CAST(%s AS integer[]), CAST(%s AS integer[])) x(id, tf, dl)"
+PACK = ("SELECT kdbl_bm25_pack(x.id, x.tf, x.dl) "
+        "FROM unnest(CAST(%s AS bigint[]), CAST(%s AS integer[]), CAST(%s AS integer[])) x(id, tf, dl)")
 
 
 @pytest.mark.parametrize("ids,tfs,dls,sqlstate", [
@@ -253,8 +256,8 @@ def test_pack_refuses_hostile_postings_with_a_clean_error(conn, ids, tfs, dls, s
 def test_pack_and_unpack_keep_the_extreme_ids_and_the_top_k_keeps_2_to_the_53(conn):
     extreme = conn.execute(PACK, [[INT64_MAX, 0], [2**31 - 1, 1], [2**31 - 1, 0]]).fetchone()[0]
     assert extreme == packed([(0, 1, 0), (INT64_MAX, 2**31 - 1, 2**31 - 1)])
-    assert conn.execute("SELECT array_agg(ARRAY[chunk_id, tf, dl]) FROM kdbl_bm25_unpack(%s)", [extreme]).fetchone()[0] \
-        == [[0, 1, 0], [INT64_MAX, 2**31 - 1, 2**31 - 1]]
+    unpacked = conn.execute("SELECT array_agg(ARRAY[chunk_id, tf, dl]) FROM kdbl_bm25_unpack(%s)", [extreme])
+    assert unpacked.fetchone()[0] == [[0, 1, 0], [INT64_MAX, 2**31 - 1, 2**31 - 1]]
     edge = packed([(0, 1, 5), (MAX_ID, 2, 5)])
     assert [i for i, _ in topk(conn, [(edge, None, None, None, 1.0)])] == [MAX_ID, 0]  # merged: a span of 2^53
 
@@ -264,13 +267,13 @@ def test_rows_without_weight_or_anything_score_nothing_and_k_0_answers_empty(con
     assert topk(conn, [(None, None, None, None, None), (packed(GOOD), None, None, None, None),
                        (None, None, None, None, 1.0)]) == []
     assert topk(conn, [(packed(GOOD), None, None, None, 1.0)], k=0) == []
-    assert [i for i, _ in topk(conn, [(packed(GOOD), None, None, None, 1.0)], exclude=[INT64_MIN, 12, None, INT64_MAX])] \
-        == [10, 50]
+    top = topk(conn, [(packed(GOOD), None, None, None, 1.0)], exclude=[INT64_MIN, 12, None, INT64_MAX])
+    assert [i for i, _ in top] == [10, 50]
 
 
 def _valid_lists(rng: random.Random) -> list[list[tuple[int, int, int]]]:
     lists = []
-    for n in [rng.randint(1, 60) for _ in range(40)] + [3000] * 6:  # 3000 postings: ~10 kB, past the fast-path bound
+    for n in [rng.randint(1, 60) for _ in range(40)] + [3000] * 6:  # 3000 postings: ~10 kB, a malloc block
         first = rng.choice([0, 1, rng.randint(0, 10**6), MAX_ID - 10**5])
         ids = sorted(rng.sample(range(first, first + n * rng.choice([1, 3, 40])), n))
         lists.append([(i, rng.choice([1, 1, 2, 3, 7, 300, 70000]), rng.choice([0, 5, 100, 511, 600, 2**20]))
@@ -324,7 +327,8 @@ def test_random_and_mutated_lists_are_read_or_refused_cleanly(conn):
         else:
             data = _mutated(rng, rng.choice(valid))
         try:
-            ids = conn.execute("SELECT coalesce(array_agg(chunk_id), '{}') FROM kdbl_bm25_unpack(%s)", [data]).fetchone()[0]
+            ids = conn.execute("SELECT coalesce(array_agg(chunk_id), '{}') FROM kdbl_bm25_unpack(%s)",
+                               [data]).fetchone()[0]
             unpacked = "ok"
         except psycopg.Error as exc:
             assert exc.sqlstate == "XX001", (data.hex(), str(exc))
@@ -352,7 +356,8 @@ def test_one_window_many_windows_and_the_merge_give_the_same_top_k(conn):
     singles = [(rng.randrange(1, 200_000), rng.choice([1, 2]), rng.randint(1, 300), 1.7) for _ in range(3000)]
     singles = list({s[0]: s for s in singles}.values())  # one posting per chunk, as postings rows are
     exclude = rng.sample(range(1, 200_000), 500)
-    rows = [(packed(p), None, None, None, w) for p, w in lists] + [(None, i, tf, dl, w) for i, tf, dl, w in singles]
+    rows = [(packed(p), None, None, None, w) for p, w in lists]
+    rows += [(None, i, tf, dl, w) for i, tf, dl, w in singles]
     expected = reference_topk(lists + [([(i, tf, dl)], w) for i, tf, dl, w in singles], 200, exclude)
     conn.execute("SET work_mem = '64MB'")
     one = topk(conn, rows, k=200, exclude=exclude)
@@ -381,7 +386,7 @@ def test_a_long_top_k_stops_at_its_statement_timeout(conn):
     started = time.perf_counter()
     top = conn.execute(query).fetchone()[0]
     full = time.perf_counter() - started
-    assert len(top) == 2 * k and top[0] == (lists - 1) * k + 1 and top[-2] == lists * k  # the last list's, by id
+    assert len(top) == 2 * k and top[0] == (lists - 1) * k + 1 and top[-2] == lists * k  # the last list's
     conn.execute(f"SET statement_timeout = {max(50, int(full * 100))}")
     started = time.perf_counter()
     with pytest.raises(psycopg.errors.QueryCanceled):
