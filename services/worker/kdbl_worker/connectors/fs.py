@@ -201,6 +201,12 @@ class FsConnector:
         self.follow_symlinks = follow_symlinks
         self.problems = ListingProblems()
         self._root = os.fsencode(self.root)
+        self._refused: frozenset[tuple[int, int]] | None = None  # refused_identities(), read once
+
+    def _private(self) -> frozenset[tuple[int, int]]:
+        if self._refused is None:
+            self._refused = refused_identities()
+        return self._refused
 
     def check(self) -> None:
         if not self.root.is_dir():
@@ -209,7 +215,7 @@ class FsConnector:
             os.scandir(self.root).close()
         except OSError as exc:
             raise SourceUnavailable(f"source root {self.root} cannot be listed: {exc.strerror}") from exc
-        refused = refused_identities()
+        refused = self._private()
         for folder in (self.root, *self.root.parents):
             st = folder.stat()
             if (st.st_dev, st.st_ino) in refused:
@@ -218,7 +224,7 @@ class FsConnector:
 
     def walk(self) -> Iterator[FileMeta]:
         self.check()
-        refused = refused_identities()
+        refused = self._private()
         seen_dirs: set[tuple[int, int]] = set()
         stack = [b""]
         linked: list[bytes] = []  # folders reached through a link: after every real one, so files keep
@@ -303,8 +309,7 @@ class FsConnector:
         with the same checks, at the moment it reads it."""
         if not valid_key(key):
             raise FileNotFoundError(errno.ENOENT, "not a valid key", key)
-        return functools.partial(open_file, self._root, key_to_bytes(key), self.follow_symlinks,
-                                 refused_identities())
+        return functools.partial(open_file, self._root, key_to_bytes(key), self.follow_symlinks, self._private())
 
     def open(self, key: str) -> BinaryIO:
         return self.opener(key)()
