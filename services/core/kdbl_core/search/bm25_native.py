@@ -90,13 +90,14 @@ def build_query(filters: Filters, *, given_terms: bool = False) -> tuple[str, di
     return sql, params
 
 
-# One call of the aggregate (k = 0: nothing scored), which loads the library.
+# One call of the aggregate (k = 0: nothing scored), which loads the library and needs EXECUTE on it
+# (kdbl_bm25 1.1 grants it to kdbl_api and kdbl_admin only: kdbl_core.db.pgext.GRANTS).
 _PROBE = "SELECT kdbl_bm25_topk(NULL, NULL, NULL, NULL, NULL, CAST(0 AS float8), CAST(0 AS float8), 0, NULL)"
 
 
 async def available(conn: Connection) -> bool:
-    """Whether this database has the extension and its library loads (checked once per server and database
-    every 5 minutes)."""
+    """Whether this database has the extension, its library loads and this role may call it (checked once
+    per server and database every 5 minutes)."""
     key = f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
     now = time.monotonic()
     cached = _available.get(key)
