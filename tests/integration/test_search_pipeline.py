@@ -26,7 +26,7 @@ from kdbl_core.access.signing import CursorCodec
 from kdbl_core.db import connect
 from kdbl_core.db.urls import for_role
 from kdbl_core.errors import InvalidArgument
-from kdbl_core.search import pipeline
+from kdbl_core.search import bm25_native, pipeline
 from kdbl_core.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,6 +70,7 @@ async def _traced_search(owner_url, corpus, embedder, **args) -> tuple[dict, int
         with tempfile.TemporaryFile("w+") as trace:
             async with rls_transaction(pool, _principal(corpus)) as conn:
                 ctx = ToolContext(conn=conn, principal=_principal(corpus), services=services)
+                await bm25_native.available(conn)  # once per server every 5 minutes, not per call: not counted
                 conn.pgconn.trace(os.dup(trace.fileno()))
                 conn.pgconn.set_trace_flags(1)  # psycopg.pq.Trace.SUPPRESS_TIMESTAMPS
                 sys.setprofile(profile)
