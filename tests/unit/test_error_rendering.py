@@ -22,7 +22,7 @@ from kdbl_control.loadgen import LoadgenError
 from kdbl_core import errors
 from kdbl_core.content import store
 from kdbl_core.errors import (
-    ConfigError, Conflict, Forbidden, InvalidArgument, KdblError, MalformedMessage, MisdirectedRequest,
+    ConfigError, Conflict, DeadlineExceeded, Forbidden, InvalidArgument, KdblError, MalformedMessage, MisdirectedRequest,
     NotFound, PermanentError, RateLimited, RequestTimeout, RequestTooLarge, TemporaryError, Unauthenticated,
     Unavailable, UpstreamError, http_response_of, jsonrpc_response_of,
 )
@@ -45,6 +45,7 @@ SAMPLES: list[KdblError] = [
     MisdirectedRequest("bad host", data={"host": "evil"}),
     NotFound("not found"), Unauthenticated("who are you"),
     Forbidden("no", data={"required_scope": "kdbl.read"}), Conflict("taken"), RateLimited(7),
+    DeadlineExceeded("search_content ran past its 10000 ms deadline", deadline_ms=10000),
     ConfigError("KDBL_X is not set"), TemporaryError("blip"), Unavailable("database down", retry_after_sec=2),
     UpstreamError("source unavailable"), PermanentError("unsupported"), ScheduleError("'x': bad"),
     store.FenceLost("fence lost"), jobs.LeaseLost("lease lost"), jobs.TenantDisabled("tenant off"),
