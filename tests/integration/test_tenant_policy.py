@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from urllib.parse import urlparse
 
 import httpx
 import pytest
-import uvicorn
-from helpers import db_of, free_port, make_corpus, running_api
+from helpers import db_of, make_corpus, running_api, running_fetch
 
 from kdbl_control import admin
 from kdbl_control.cli import main as cli_main
+from kdbl_core.access import policy
 from kdbl_core.settings import Settings
-from kdbl_worker.fetch import create_fetch_app
 
 SIGNING = "p" * 48
 FETCH_TOKEN = "policy-fetch-" + "y" * 32
@@ -35,17 +33,8 @@ LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
 
 @pytest.fixture(scope="module")
 def fetch_url(worker_engine):
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_fetch_app(Settings(internal_fetch_token=FETCH_TOKEN), db_of(worker_engine)),
-                                           host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    with running_fetch(worker_engine, FETCH_TOKEN) as url:
+        yield url
 
 
 def _settings(fetch_url: str) -> Settings:
@@ -84,7 +73,7 @@ async def post(url: str, token: str, body: dict) -> httpx.Response:
         return await http.post(f"{url}/mcp", json=body, headers={**ACCEPT, "Authorization": f"Bearer {token}"})
 
 
-async def until(check, what: str, timeout_s: float = 15.0):
+async def until(check, what: str, timeout_s: float = 60.0):
     """Poll `check` (async) until it returns something truthy: policy changes reach replicas within ~2 s."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -120,7 +109,8 @@ async def test_a_disabled_tenant_is_refused_403_everywhere_on_every_replica_unti
     cli(monkeypatch, capsys, owner_url, "tenant", "update", tenant["name"], "--enabled", "false")
     for replica in (a, b):
         await until(lambda r=replica: _refused(r, token), "403 on a replica")
-    assert time.monotonic() - changed < 5  # running replicas, no restart: the policy is at most 2 s old
+    # running replicas, no restart: the policy is re-read every TTL_S (2 s); the bound leaves a loaded machine room
+    assert time.monotonic() - changed < 10 * policy.TTL_S
     for replica in (a, b):
         resp = await post(replica, token, _call("search_content", {"query": "capybara"}))
         assert resp.status_code == 403 and "is disabled" in resp.json()["error"]["message"]
