@@ -21,6 +21,7 @@ The deadline is the tenant's for the tool, else its default, else KDBL_CALL_TIME
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -41,9 +42,10 @@ def exceeded(tool: str, tenant: str, deadline_ms: int) -> DeadlineExceeded:
         deadline_ms=deadline_ms)
 
 
-def _statement_timeout(exc: QueryCanceled) -> bool:
-    """A cancel by statement_timeout (not an administrator's pg_cancel_backend)."""
-    return "statement timeout" in (exc.diag.message_primary or str(exc))
+def _statement_timeout(exc: QueryCanceled, elapsed_s: float, deadline_ms: int) -> bool:
+    """A cancel by statement_timeout, not an administrator's pg_cancel_backend: the server's message says
+    so in English; under another lc_messages, the call has run for its deadline."""
+    return "statement timeout" in (exc.diag.message_primary or str(exc)) or elapsed_s * 1000 >= deadline_ms
 
 
 @asynccontextmanager
@@ -53,11 +55,12 @@ async def bounded_transaction(pool: AsyncPool, principal: Principal, *, tool: st
     """`rls_transaction` under the call's deadline; past it DeadlineExceeded, after `on_exceeded(where)`
     ('statement': the server cancelled one; 'call': the Python-side bound fired)."""
     bound = asyncio.timeout(deadline_ms / 1000 + GRACE_S + extra_s)
+    started = time.monotonic()
     try:
         async with bound, rls_transaction(pool, principal, also=also, statement_timeout_ms=deadline_ms) as conn:
             yield conn
     except QueryCanceled as exc:  # rolled back; the connection is back in the pool, idle
-        if not _statement_timeout(exc):
+        if not _statement_timeout(exc, time.monotonic() - started, deadline_ms):
             raise
         if on_exceeded is not None:
             on_exceeded("statement")
