@@ -134,3 +134,71 @@ def test_the_policys_built_in_limits_are_the_installations_defaults():
     from kdbl_core.settings import Settings
 
     assert Limits() == Limits.of(Settings())  # what a call without a policy in its scope gets
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_heavier_tenants_checkpoint_waits_while_a_lighter_tenants_call_runs_and_goes_on_when_it_ends():
+    clock = _Clock()
+    share = FairShare(Observability(), pool_size=10, defer_max_s=600, clock=clock)
+    limits = Limits(max_in_flight=4, queue_ms=0)
+    heavy = await share.acquire(A, "a", 4, limits)
+    clock.now = 2.0  # A has kept 4 units busy for two seconds
+    light = await share.acquire(B, "b", 1, limits)
+    deferred = asyncio.ensure_future(share.defer(A))
+    await share.defer(B)  # the lighter tenant never waits for the heavier one
+    await _until(lambda: not deferred.done() and share._lighter_busy(A), "A deferring to B")
+    light.release()
+    await asyncio.wait_for(deferred, 60)  # B's call ended: A goes on
+    heavy.release()
+
+
+async def test_a_checkpoint_holds_a_heavier_call_back_only_for_its_bound():
+    clock = _Clock()
+    share = FairShare(Observability(), pool_size=10, defer_max_s=0.01, clock=clock)
+    limits = Limits(max_in_flight=4, queue_ms=0)
+    heavy = await share.acquire(A, "a", 4, limits)
+    clock.now = 2.0
+    light = await share.acquire(B, "b", 1, limits)
+    await asyncio.wait_for(share.defer(A), 60)  # B still runs: A goes on after the bound all the same
+    light.release()
+    heavy.release()
+    assert share.in_flight(A) == share.in_flight(B) == 0
+
+
+async def test_tenants_of_similar_use_do_not_defer_to_each_other_and_idle_records_are_forgotten():
+    clock = _Clock()
+    share = FairShare(Observability(), pool_size=10, defer_max_s=600, clock=clock)
+    limits = Limits(max_in_flight=4, queue_ms=0)
+    a, b = await share.acquire(A, "a", 2, limits), await share.acquire(B, "b", 2, limits)
+    clock.now = 2.0
+    await asyncio.wait_for(asyncio.gather(share.defer(A), share.defer(B)), 60)
+    a.release()
+    b.release()
+    clock.now = 60.0  # their use decays away: the next release drops both records
+    (await share.acquire(A, "a", 1, limits)).release()
+    assert share._tenants == {}
+
+
+async def test_core_checkpoints_pace_with_the_calls_pacer_and_only_yield_without_one():
+    from kdbl_core import pacing
+
+    calls: list[str] = []
+
+    async def pacer() -> None:
+        calls.append("paced")
+
+    await pacing.checkpoint()
+    token = pacing.use(pacer)
+    try:
+        await pacing.checkpoint()
+    finally:
+        pacing.reset(token)
+    await pacing.checkpoint()
+    assert calls == ["paced"]

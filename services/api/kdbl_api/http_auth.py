@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from functools import partial
 from typing import Any
 
 import anyio
@@ -44,6 +45,7 @@ from kdbl_core.errors import (
     PARSE_ERROR, Forbidden, KdblError, NotFound, RateLimited, RequestTimeout, RequestTooLarge, Unauthenticated,
     http_response_of, jsonrpc_response_of,
 )
+from kdbl_core import pacing
 from kdbl_core.access.principal import Principal
 from kdbl_core.settings import Settings
 
@@ -224,6 +226,7 @@ class McpFrontDoor:
             if slot.waited_s:
                 meta.add("queue", queued)
         headers = _with_headers(send, decision.headers() if decision else None)
+        paced = pacing.use(partial(self.share.defer, principal.tenant_id)) if slot is not None else None
         try:
             if self.streaming_app is not None and _wants_progress(message, scope):
                 # an SSE response listens for the client going away (that cancels the call): after the body,
@@ -232,6 +235,8 @@ class McpFrontDoor:
             else:
                 await self.sdk_app(scope, replay(body), headers)
         finally:
+            if paced is not None:
+                pacing.reset(paced)
             if slot is not None:
                 slot.release()
 

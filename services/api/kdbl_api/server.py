@@ -40,7 +40,7 @@ from kdbl_api.tools import files
 from kdbl_api.tools.context import Services, ToolContext
 from kdbl_api.tools.models import FileRefArgs
 from kdbl_api.tools.registry import TOOLS, content_blocks, text_mime_type
-from kdbl_core import __version__
+from kdbl_core import __version__, pacing
 from kdbl_core.content import contents, reads
 from kdbl_core.db.async_pool import AsyncPool, Statement
 from kdbl_core.errors import (
@@ -172,6 +172,7 @@ def build_server(pool: AsyncPool, state: AppState) -> Server[Any]:
                 row = audit.audit_row(principal, ctx.request, name, arguments, facts, started)
                 await audit.write(conn, row)
             ok, mode = True, facts.mode
+            await pacing.checkpoint()  # its connection is back; the result's rendering may wait its turn
             return result
         except KdblError as exc:
             await _audit_failure(ctx, principal, name, arguments, _status(exc), exc.message, started)

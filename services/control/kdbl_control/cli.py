@@ -303,8 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "calls (long searches, answers, find_similar; goal <= 2x)")
     fa.add_argument("--dataset", type=Path, default=bs.get_default("dataset"), help="BEIR folder (both tenants)")
     fa.add_argument("--seconds", type=float, default=20.0, help="each phase's length")
-    fa.add_argument("--noisy-clients", type=int, default=8)
-    fa.add_argument("--queries", type=int, default=100)
+    fa.add_argument("--noisy-clients", type=int, default=8, help="the noisy tenant's concurrent clients")
+    fa.add_argument("--queries", type=int, default=100, help="distinct queries each side cycles through")
     fa.add_argument("--noisy-max-in-flight", type=int, help="the noisy tenant's concurrency (default: the "
                     "installation's); a large value, with KDBL_DB_POOL_SIZE raised, shows it without fair share")
     fa.add_argument("--chat-model", type=Path, help="GGUF chat model: the noisy answers are abstractive")

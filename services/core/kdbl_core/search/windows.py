@@ -10,10 +10,12 @@ from typing import Any
 
 from psycopg.rows import dict_row
 
+from kdbl_core import pacing
 from kdbl_core.db.async_pool import Connection
 from kdbl_core.search.snippets import snippet
 
 HIT_TEXT_BUDGET = 1800
+YIELD_EVERY = 8  # hits assembled between two checkpoints (kdbl_core.pacing)
 
 # The hits, their neighbours, and the query's lexemes (for the snippets, built in Python: snippets.py).
 _NEIGHBOURS = """
@@ -116,7 +118,9 @@ async def expand_hits(conn: Connection, hits: list[HitRef], *, query: str, ts_co
     by_pos = {(r["file_id"], r["seq"]): r for r in rows}
     lexemes = frozenset(rows[0]["lexemes"] or ()) if rows else frozenset()
     out = []
-    for h in hits:
+    for i, h in enumerate(hits):
+        if i and i % YIELD_EVERY == 0:
+            await pacing.checkpoint()  # other calls may run between slices of a long result
         chunk = by_pos.get((h.file_id, h.seq))
         if chunk is None:  # vanished between ranking and hydration (re-index in flight)
             continue
