@@ -12,11 +12,13 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import psycopg
 import pytest
 from sqlalchemy import text
 
 from kdbl_api.deadlines import GRACE_S, bounded_transaction
 from kdbl_core.access.principal import Principal, rls_transaction
+from kdbl_core.db.urls import for_role
 from kdbl_core.errors import DeadlineExceeded
 
 PRINCIPAL = Principal(tenant_id=uuid.uuid4(), tenant_name="slowpoke", subject="user:agent")
@@ -119,3 +121,25 @@ async def test_errors_other_than_the_deadline_pass_through_unchanged(api_pool):
     with pytest.raises(TimeoutError):  # a TimeoutError of the work's own is not the call's deadline
         async with bounded_transaction(api_pool, PRINCIPAL, tool="list_sources", deadline_ms=10_000):
             raise TimeoutError("the work's own")
+
+
+async def test_the_apis_pool_bounds_every_statement_also_outside_a_calls_deadline(owner_url):
+    """The front door's lookups and /readyz run outside any call's transaction: the pool's connections carry
+    the installation's call timeout as their default, after any options the URL holds."""
+    from kdbl_core.db.async_pool import AsyncPool
+    from psycopg.conninfo import make_conninfo
+
+    from kdbl_core.db.connect import conninfo
+
+    url = for_role(owner_url, "kdbl_api")
+    pool = AsyncPool(make_conninfo(conninfo(url), options="-c application_name=kdbl-bounded"), 1,
+                     statement_timeout_ms=250)
+    await pool.open()
+    try:
+        assert (await pool.fetch("SHOW statement_timeout"))[0][0] == "250ms"
+        assert (await pool.fetch("SHOW application_name"))[0][0] == "kdbl-bounded"
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            await pool.fetch("SELECT pg_sleep(30)")
+        assert (await pool.fetch("SELECT 1"))[0][0] == 1  # the connection serves the next statement
+    finally:
+        await pool.close()

@@ -105,7 +105,10 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
     """The API on the database at `database_url` (the kdbl_api role's). `embedder` (and `chat`) let a
     process that already loaded the model share it (kdbl-control up, tests)."""
     state = AppState()
-    pool = AsyncPool(connect.conninfo(database_url), settings.db_pool_size, name="kdbl-api")  # opened below
+    # every statement bounded, also outside a call's own deadline (the front door's token, policy and rate
+    # limit lookups, downloads' token state, /readyz): a call's transaction sets its own with SET LOCAL
+    pool = AsyncPool(connect.conninfo(database_url), settings.db_pool_size, name="kdbl-api",
+                     statement_timeout_ms=round(settings.call_timeout_s * 1000))  # opened below
     server = build_server(pool, state)
 
     def session_manager(json_response: bool) -> StreamableHTTPSessionManager:

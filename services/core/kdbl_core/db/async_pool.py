@@ -31,6 +31,7 @@ from typing import Any
 import psycopg
 from pgvector.psycopg import register_vector_async
 from psycopg import AsyncConnection, AsyncCursor
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.types import TypeInfo
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
@@ -111,8 +112,14 @@ class AsyncPool:
     """
 
     def __init__(self, conninfo: str, size: int, *, name: str = "kdbl-api",
-                 probe_interval_s: float = PROBE_INTERVAL_S) -> None:
+                 probe_interval_s: float = PROBE_INTERVAL_S, statement_timeout_ms: int | None = None) -> None:
+        """`statement_timeout_ms`: every connection's default statement_timeout (a transaction may raise
+        or lower it with SET LOCAL): a bound on statements outside any call's own deadline."""
         self._conninfo = conninfo
+        self._options: dict[str, str] = {}
+        if statement_timeout_ms:  # after any options the URL holds
+            given = conninfo_to_dict(conninfo).get("options") or ""
+            self._options["options"] = f"{given} -c statement_timeout={statement_timeout_ms}".strip()
         self._size = size
         self._name = name
         self._probe_interval = probe_interval_s
@@ -139,7 +146,8 @@ class AsyncPool:
         pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
             self._conninfo, min_size=self._size, max_size=self._size, open=False, name=self._name,
             timeout=POOL_TIMEOUT_S, max_lifetime=1800.0, configure=_configure,
-            kwargs={"connect_timeout": CONNECT_TIMEOUT_S, "row_factory": named_rows, "autocommit": True})
+            kwargs={"connect_timeout": CONNECT_TIMEOUT_S, "row_factory": named_rows, "autocommit": True,
+                    **self._options})
         await pool.open(wait=True, timeout=timeout)
         return pool
 
