@@ -1,8 +1,10 @@
-"""Shared guards for zip-based formats (OOXML, ODF, EPUB) and OLE2 compound files.
+"""Shared guards for zip-based formats (OOXML, ODF, EPUB), OLE2 compound files and compressed streams.
 
 Office files are zip packages: before a library inflates one we check the declared
 sizes (a zip bomb fails here instead of filling memory) and recognise the OLE2
-container that password-protected OOXML files are wrapped in.
+container that password-protected OOXML files are wrapped in. Streams without declared sizes
+(.gz/.bz2/.xz files, tar members) are bounded while they inflate: `CountedReader` counts the
+compressed bytes taken, `ratio_exceeded` compares.
 """
 
 from __future__ import annotations
@@ -85,6 +87,21 @@ def check_zip(stream: BinaryIO) -> zipfile.ZipFile:
             f"package too large uncompressed ({total >> 20} MiB > {MAX_UNCOMPRESSED >> 20} MiB)"
         )
     return package
+
+
+class CountedReader:
+    """A compressed input that counts the bytes a decompressor took from it (for `ratio_exceeded`)."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw, self.count = raw, 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.raw.read(size)
+        self.count += len(data)
+        return data
+
+    def readable(self) -> bool:
+        return True
 
 
 def ratio_exceeded(expanded: int, packed: int, max_ratio: int, floor: int) -> bool:

@@ -33,7 +33,7 @@ from pathlib import PurePosixPath
 from typing import BinaryIO
 
 from kdbl_worker.extract import formats
-from kdbl_worker.extract.archive import ratio_exceeded
+from kdbl_worker.extract.archive import CountedReader, ratio_exceeded
 from kdbl_worker.extract.base import Extraction, Source
 from kdbl_worker.extract.containers import RATIO_FLOOR, Bounds, Budget
 
@@ -42,21 +42,6 @@ _OPENERS = {".gz": (lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"), "gzip"),
             ".bz2": (lambda raw: bz2.BZ2File(raw, mode="rb"), "bzip2"),
             ".xz": (lambda raw: lzma.LZMAFile(raw, mode="rb"), "xz")}
 _TEXT_TARGETS = {formats.TEXT, formats.CODE, formats.SNIFF}
-
-
-class _Counted:
-    """The compressed input, counting what the decompressor took."""
-
-    def __init__(self, raw: BinaryIO) -> None:
-        self.raw, self.count = raw, 0
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.raw.read(size)
-        self.count += len(data)
-        return data
-
-    def readable(self) -> bool:
-        return True
 
 
 class _Bomb(Exception):
@@ -71,7 +56,7 @@ def _inflate(source: Source, opener, kind: str, limit: int, max_ratio: int) -> t
     """(data, cut): at most `limit` bytes of the decompressed stream, and whether there was more. Raises
     _Bomb once the bytes inflated pass `max_ratio` times the compressed bytes read meanwhile."""
     out = bytearray()
-    counted = _Counted(source.stream)
+    counted = CountedReader(source.stream)
     with opener(counted) as stream:
         while len(out) <= limit:
             piece = stream.read(min(_CHUNK, limit + 1 - len(out)))

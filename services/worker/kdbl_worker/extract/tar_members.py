@@ -18,7 +18,7 @@ import tarfile
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from kdbl_worker.extract.archive import ratio_exceeded
+from kdbl_worker.extract.archive import CountedReader, ratio_exceeded
 from kdbl_worker.extract.containers import RATIO_FLOOR, Bounds, Entry, Refused
 
 _SLACK = 16 << 10
@@ -30,22 +30,10 @@ _MAGIC = {
 }
 
 
-class _Counted:
-    """The compressed input, counting what the decompressor took."""
-
-    def __init__(self, raw: BinaryIO) -> None:
-        self.raw, self.count = raw, 0
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.raw.read(size)
-        self.count += len(data)
-        return data
-
-
 class _Guarded:
     """The decompressed stream tarfile reads, refusing to inflate past the bounds."""
 
-    def __init__(self, inner: BinaryIO, counted: _Counted, bounds: Bounds) -> None:
+    def __init__(self, inner: BinaryIO, counted: CountedReader, bounds: Bounds) -> None:
         self.inner, self.counted, self.bounds, self.count = inner, counted, bounds, 0
 
     def read(self, size: int = -1) -> bytes:
@@ -58,7 +46,7 @@ class _Guarded:
         return data
 
 
-def _reader(tar: tarfile.TarFile, info: tarfile.TarInfo, counted: _Counted, bounds: Bounds):
+def _reader(tar: tarfile.TarFile, info: tarfile.TarInfo, counted: CountedReader, bounds: Bounds):
     def read(limit: int) -> bytes:
         member = tar.extractfile(info)
         if member is None:
@@ -79,7 +67,7 @@ def tar_entries(stream: BinaryIO, bounds: Bounds, problems: list[str]) -> Iterat
     stream.seek(0)
     head = stream.read(6)
     stream.seek(0)
-    counted = _Counted(stream)
+    counted = CountedReader(stream)
     opener = next((cls for magic, cls in _MAGIC.items() if head.startswith(magic)), None)
     inner = opener(counted) if opener else counted
     guarded = _Guarded(inner, counted, bounds)
