@@ -31,7 +31,7 @@ from typing import Any
 from kdbl_control import admin
 from kdbl_control.beir import ensure_indexed, iter_corpus, load_queries, materialise_beir
 from kdbl_control.bench import pct, start_api, stop_api
-from kdbl_control.loadgen import Connection, LoadgenError, encode_post, jsonrpc_error
+from kdbl_control.loadgen import Connection, encode_post, run_clients
 from kdbl_control.up import free_port
 from kdbl_core.access.policy import ALL_TOOLS
 from kdbl_core.db.connect import sync_pool
@@ -113,27 +113,8 @@ class Tally:
 
 
 async def clients(url: str, requests: list[bytes], *, n: int, seconds: float, tally: Tally) -> None:
-    """`n` keep-alive connections sending `requests` round-robin for `seconds`."""
-    deadline = time.monotonic() + seconds
-
-    async def client(offset: int) -> None:
-        conn = Connection(url)
-        i = offset
-        try:
-            while time.monotonic() < deadline:
-                start = time.perf_counter()
-                status: int | None = None
-                try:
-                    status, body = await conn.post(requests[i % len(requests)])
-                    error = jsonrpc_error(status, body)
-                except (LoadgenError, OSError) as exc:
-                    error = str(exc)
-                tally.record((time.perf_counter() - start) * 1000, status, error)
-                i += n
-        finally:
-            await conn.close()
-
-    await asyncio.gather(*(client(c) for c in range(n)))
+    """`n` keep-alive connections sending `requests` round-robin for `seconds`, each call in `tally`."""
+    await run_clients(url, requests, clients=n, seconds=seconds, record=tally.record)
 
 
 async def measure(url: str, quiet: list[bytes], noisy: list[bytes], *, seconds: float, noisy_clients: int,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -119,8 +120,13 @@ def jsonrpc_error(status: int, body: bytes) -> str | None:
     return None
 
 
-async def run_clients(url: str, requests: list[bytes], *, clients: int, seconds: float) -> tuple[Outcome, float]:
-    """`clients` connections sending `requests` round-robin for `seconds`; returns (outcome, elapsed s)."""
+Record = Callable[[float, int | None, str | None], None]  # (milliseconds, HTTP status, error)
+
+
+async def run_clients(url: str, requests: list[bytes], *, clients: int, seconds: float,
+                      record: Record | None = None) -> tuple[Outcome, float]:
+    """`clients` connections sending `requests` round-robin for `seconds`; returns (outcome, elapsed s).
+    `record` also sees each call (with its HTTP status, None when the connection failed)."""
     outcome = Outcome()
     deadline = time.monotonic() + seconds
 
@@ -130,12 +136,16 @@ async def run_clients(url: str, requests: list[bytes], *, clients: int, seconds:
         try:
             while time.monotonic() < deadline:
                 start = time.perf_counter()
+                status: int | None = None
                 try:
                     status, body = await conn.post(requests[i % len(requests)])
                     error = jsonrpc_error(status, body)
                 except (LoadgenError, OSError) as exc:
                     error = str(exc)
-                outcome.record((time.perf_counter() - start) * 1000, error)
+                ms = (time.perf_counter() - start) * 1000
+                outcome.record(ms, error)
+                if record is not None:
+                    record(ms, status, error)
                 i += clients
         finally:
             await conn.close()
