@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import uvicorn
 
 from kdbl_control import admin
@@ -263,3 +264,27 @@ def pdf_file(objects: list[bytes], trailer_extra: bytes = b"") -> bytes:
 
 def pdf_text_page(text: str) -> bytes:
     return b"BT /F1 12 Tf 72 720 Td (%s) Tj ET" % text.encode("latin-1")
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.05):
+    """Poll `predicate` until it returns something truthy (that value); fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def cli(monkeypatch, capsys, owner_url: str, *argv: str) -> str:
+    """`kdbl-control ARGV` in process against `owner_url`; its stdout (it must exit 0)."""
+    from kdbl_control.cli import main as cli_main
+
+    monkeypatch.setenv("KDBL_DATABASE_URL", owner_url)
+    with pytest.raises(SystemExit) as done:
+        cli_main(list(argv))
+    out = capsys.readouterr()
+    assert done.value.code == 0, out.err
+    return out.out

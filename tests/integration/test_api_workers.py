@@ -14,14 +14,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
-from helpers import write_beir
+from helpers import wait_until, write_beir
 
 from kdbl_control.beir import ensure_indexed, materialise_beir
 from kdbl_control.bench import ApiProcess, _body, _requests, listening_sockets, many_clients, start_api, stop_api
@@ -29,25 +28,12 @@ from kdbl_control.loadgen import Connection
 from kdbl_control.up import free_port
 from kdbl_core.settings import child_env
 
-T = TypeVar("T")
 DOCS = {
     "d1": ("Okapi migration", "The okapi migration season starts when the rains come to the forest."),
     "d2": ("Aspirin", "Aspirin reduces fever and headache in most adult patients."),
 }
 QUERIES = ["okapi migration", "aspirin fever"]
 TWO = {"KDBL_API_WORKERS": "2"}
-
-
-def wait_until(predicate: Callable[[], T], timeout: float, what: str) -> T:
-    """`predicate`'s first truthy value; fails after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def gone(pid: int) -> bool:

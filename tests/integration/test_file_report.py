@@ -6,20 +6,9 @@ from __future__ import annotations
 import json
 import random
 
-import pytest
-from helpers import make_corpus
+from helpers import cli, make_corpus
 
-from kdbl_control.cli import main as cli_main
 from kdbl_control.file_report import reason_group
-
-
-def _cli(monkeypatch, capsys, owner_url: str, *argv: str) -> str:
-    monkeypatch.setenv("KDBL_DATABASE_URL", owner_url)
-    with pytest.raises(SystemExit) as done:
-        cli_main(list(argv))
-    out = capsys.readouterr()
-    assert done.value.code == 0, out.err
-    return out.out
 
 
 def test_reasons_that_differ_only_in_numbers_or_names_fold_into_one_group():
@@ -37,7 +26,7 @@ def test_the_file_report_counts_statuses_and_groups_the_reasons_of_the_files_tha
         "blob.bin": bytes(junk.randrange(256) for _ in range(4096)),
     }, tenant=f"report-{unique}")
 
-    report = json.loads(_cli(monkeypatch, capsys, owner_url, "source", "files", "--source",
+    report = json.loads(cli(monkeypatch, capsys, owner_url, "source", "files", "--source",
                              str(corpus.source_id), "--json"))
     assert report["files"] == 6 and report["by_status"]["ok"] == 3 and report["ok_share"] == 0.5
     groups = {(g["status"], g["reason"]): g for g in report["reasons"]}
@@ -45,11 +34,11 @@ def test_the_file_report_counts_statuses_and_groups_the_reasons_of_the_files_tha
     assert empty["files"] == 2 and sorted(empty["examples"]) == ["empty-1.txt", "empty-2.txt"]
     assert sum(g["files"] for g in report["reasons"]) == 3  # every file that is not ok is in one group
 
-    text_out = _cli(monkeypatch, capsys, owner_url, "source", "files", "--tenant", corpus.tenant)
+    text_out = cli(monkeypatch, capsys, owner_url, "source", "files", "--tenant", corpus.tenant)
     assert text_out.splitlines()[0].startswith("6 files: 3 ok") and "(50.0% ok)" in text_out
     assert "empty file (N bytes)" in text_out and "e.g. empty-1.txt" in text_out
 
-    listed = json.loads(_cli(monkeypatch, capsys, owner_url, "source", "files", "--source", str(corpus.source_id),
+    listed = json.loads(cli(monkeypatch, capsys, owner_url, "source", "files", "--source", str(corpus.source_id),
                              "--status", "skipped", "--json"))
     assert {row["key"] for row in listed} >= {"empty-1.txt", "empty-2.txt"}
     assert all(row["status"] == "skipped" and row["reason"] for row in listed)

@@ -9,13 +9,12 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from helpers import crawl, db_of, make_corpus
+from helpers import crawl, db_of, make_corpus, wait_until
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
@@ -47,18 +46,6 @@ store.FileWriter.write = _slow
 from kdbl_worker.main import main
 main(sys.argv[1:])
 """
-
-
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.05):
-    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 def start_worker(owner_url: str, name: str, tenant: str, log_dir: Path, *, sleep: float | None = None,

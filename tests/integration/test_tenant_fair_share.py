@@ -19,13 +19,12 @@ from contextlib import contextmanager
 import httpx
 import pytest
 import uvicorn
-from helpers import db_of, free_port, make_corpus
+from helpers import cli, db_of, free_port, make_corpus
 from sqlalchemy import text
 
 from kdbl_api import main
 from kdbl_api.app import create_app
 from kdbl_control import admin
-from kdbl_control.cli import main as cli_main
 from kdbl_core.db.urls import for_role
 from kdbl_core.settings import Settings
 
@@ -96,15 +95,6 @@ async def until(check, what: str, timeout_s: float = 20.0):
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.05)
     return result
-
-
-def cli(monkeypatch, capsys, owner_url: str, *argv: str) -> str:
-    monkeypatch.setenv("KDBL_DATABASE_URL", owner_url)
-    with pytest.raises(SystemExit) as done:
-        cli_main(list(argv))
-    out = capsys.readouterr()
-    assert done.value.code == 0, out.err
-    return out.out
 
 
 @contextmanager

@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 
 import httpx
 import pytest
-from helpers import db_of, make_corpus, running_api, running_fetch
+from helpers import cli, db_of, make_corpus, running_api, running_fetch
 
 from kdbl_control import admin
 from kdbl_control.cli import main as cli_main
@@ -57,15 +57,6 @@ def tenant(owner_engine, worker_engine, tmp_path, unique):
         "report.md": "# Capybara report\n\nThe capybara census counted forty capybaras."}, tenant=name)
     token = admin.create_token(db_of(owner_engine), tenant_name=name, name="agent")[0]
     return {"name": name, "corpus": corpus, "token": token}
-
-
-def cli(monkeypatch, capsys, owner_url: str, *argv: str) -> str:
-    monkeypatch.setenv("KDBL_DATABASE_URL", owner_url)
-    with pytest.raises(SystemExit) as done:
-        cli_main(list(argv))
-    out = capsys.readouterr()
-    assert done.value.code == 0, out.err
-    return out.out
 
 
 async def post(url: str, token: str, body: dict) -> httpx.Response:
