@@ -309,8 +309,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "installation's); a large value, with KDBL_DB_POOL_SIZE raised, shows it without fair share")
     fa.add_argument("--chat-model", type=Path, help="GGUF chat model: the noisy answers are abstractive")
     fa.add_argument("--work-dir", type=Path, help="where documents and the embedded database go")
-    ev = sub.add_parser("eval", help="retrieval quality on a BEIR folder (nDCG, recall, MRR, latency)")
-    ev.add_argument("dataset", type=Path, help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv")
+    ev = sub.add_parser("eval", help="retrieval quality on a BEIR folder (nDCG, recall, MRR, latency), or on a "
+                        "folder of long documents with --questions (right file and page: hit@k, MRR)")
+    ev.add_argument("dataset", type=Path, help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv; "
+                    "with --questions, the folder of documents they ask about")
+    ev.add_argument("--questions", type=Path, help="JSON lines of {id, question, file, pages, kind} (e.g. "
+                    "docs/eval/longdocs/questions.jsonl; a manifest.json beside it pins the documents)")
     ev.add_argument("--split", default="train", help="qrels/<split>.tsv to score against (default: train)")
     ev.add_argument("--mode", action="append", choices=["lexical", "semantic", "hybrid"],
                     help="repeatable; default: all three (semantic and hybrid need an embedding model)")
@@ -318,7 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--model", type=Path, help="GGUF embedding model (default: KDBL_EMBED_MODEL_PATH, else the "
                     "cached default model if present)")
     ev.add_argument("--work-dir", type=Path, help="documents and embedded database (default: /tmp/kdbl-eval)")
-    ev.add_argument("--limit", type=int, default=100, help="search_content limit, chunks per query (1-100)")
+    ev.add_argument("--limit", type=int, help="search_content limit, chunks per query (1-100; default 100 for a "
+                    "BEIR folder, 10 with --questions)")
     ev.add_argument("--no-references", action="store_true", help="skip the bm25s and exact dense references")
     ev.add_argument("--plot", type=Path, help="also write a PNG bar chart (needs matplotlib installed)")
     fm = sub.add_parser("formats", help="the file formats the worker reads, from its format table")
@@ -382,6 +387,10 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "bench":
         return _bench(args, settings)
     if args.command == "eval":
+        if args.questions is not None:
+            from kdbl_control.eval_docs import cli_eval_docs
+
+            return cli_eval_docs(args, settings)
         from kdbl_control.evaluate import cli_eval
 
         return cli_eval(args, settings)

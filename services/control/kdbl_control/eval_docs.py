@@ -1,0 +1,275 @@
+"""`kdbl-control eval FOLDER --questions FILE`: does one search find the right file, and the right page?
+
+SciFact (kdbl_control.evaluate) judges short abstracts, one per file. Real shares hold long documents —
+annual reports, manuals — where an agent needs the file *and* the page, and a chunk from page 60 rarely
+says which company or year it belongs to. This eval crawls a folder of real documents through the real
+pipeline (fs source, extraction, chunking, the write path) into a tenant of its own and asks each question
+once, as written, through the search pipeline search_content calls (`kdbl_core.search.pipeline.search`,
+inside an RLS transaction as the kdbl_api role), with search_content's defaults but the limit (10).
+
+Questions are JSON lines: {"id", "question", "file" (the key of the expected file), "pages" (1-based pages
+of that file on which the answer is stated), "answer", "kind" ("table" | "text")}. A `manifest.json`
+beside the questions ({"documents": {name: {"sha256": ...}}}) is checked first: a missing or different
+document is an error, so two runs compare the same bytes. docs/eval/longdocs/ is the set we ship.
+
+Measures, per mode, overall and per kind and per question group (the id's first part):
+  doc_hit@k    a hit among the first k is a chunk of the expected file (k = 1, 5, 10);
+  page_hit@k   such a hit's page is one of the expected pages;
+  doc_mrr, page_mrr   1 / the rank of the first such hit (0 when none in the limit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kdbl_control import evaluate
+from kdbl_control.beir import ensure_indexed
+from kdbl_core.errors import ConfigError, KdblError
+from kdbl_core.settings import Settings, get_settings
+
+KS = (1, 5, 10)
+DEFAULT_LIMIT = 10
+Log = evaluate.Log
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    id: str
+    question: str
+    file: str
+    pages: frozenset[int]
+    kind: str
+    group: str
+
+
+def load_questions(path: Path) -> list[Question]:
+    """The questions of a JSON-lines file; a line without the required fields is an error naming it."""
+    out, seen = [], set()
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            question = Question(id=str(row["id"]), question=str(row["question"]), file=str(row["file"]),
+                                pages=frozenset(int(p) for p in row["pages"]), kind=str(row.get("kind", "text")),
+                                group=str(row["id"]).split("-", 1)[0])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{path}:{n}: not a question (id, question, file, pages): {exc}") from None
+        if question.id in seen:
+            raise ConfigError(f"{path}:{n}: question id {question.id!r} twice")
+        if not question.pages:
+            raise ConfigError(f"{path}:{n}: question {question.id!r} lists no page")
+        seen.add(question.id)
+        out.append(question)
+    if not out:
+        raise ConfigError(f"{path} holds no question")
+    return out
+
+
+def check_documents(folder: Path, questions: Sequence[Question], manifest: Path | None) -> dict[str, Any]:
+    """Every expected file exists; with a manifest, every listed document is there with its sha256."""
+    missing = sorted({q.file for q in questions if not (folder / q.file).is_file()})
+    if missing:
+        raise ConfigError(f"{len(missing)} expected file(s) not in {folder}: {', '.join(missing[:5])}")
+    if manifest is None or not manifest.is_file():
+        return {"manifest": None}
+    listed = json.loads(manifest.read_text(encoding="utf-8")).get("documents", {})
+    wrong = []
+    for name, meta in listed.items():
+        path = folder / name
+        if not path.is_file():
+            wrong.append(f"{name} (missing)")
+        elif hashlib.sha256(path.read_bytes()).hexdigest() != meta.get("sha256"):
+            wrong.append(f"{name} (sha256 differs)")
+    if wrong:
+        raise ConfigError(f"{folder} does not hold the documents of {manifest}: {', '.join(wrong[:5])}")
+    return {"manifest": str(manifest), "documents_checked": len(listed)}
+
+
+def score(questions: Sequence[Question], hits: dict[str, list[tuple[str, int | None]]]) -> dict[str, Any]:
+    """The measures over `questions`, given each one's ranked (key, page_no) hits."""
+    n = len(questions)
+    doc_hit = {k: 0 for k in KS}
+    page_hit = {k: 0 for k in KS}
+    doc_rr = page_rr = 0.0
+    for q in questions:
+        ranked = hits.get(q.id, [])
+        doc_rank = next((i for i, (key, _) in enumerate(ranked, 1) if key == q.file), None)
+        page_rank = next((i for i, (key, page) in enumerate(ranked, 1) if key == q.file and page in q.pages),
+                         None)
+        for k in KS:
+            doc_hit[k] += doc_rank is not None and doc_rank <= k
+            page_hit[k] += page_rank is not None and page_rank <= k
+        doc_rr += 1 / doc_rank if doc_rank else 0.0
+        page_rr += 1 / page_rank if page_rank else 0.0
+    out: dict[str, Any] = {"questions": n}
+    out.update({f"doc_hit@{k}": round(doc_hit[k] / n, 4) for k in KS})
+    out.update({f"page_hit@{k}": round(page_hit[k] / n, 4) for k in KS})
+    out["doc_mrr"] = round(doc_rr / n, 4)
+    out["page_mrr"] = round(page_rr / n, 4)
+    return out
+
+
+def _breakdown(questions: Sequence[Question], hits: dict[str, list[tuple[str, int | None]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"all": score(questions, hits)}
+    for label, attr in (("kind", "kind"), ("group", "group")):
+        for value in sorted({getattr(q, attr) for q in questions}):
+            out[f"{label}:{value}"] = score([q for q in questions if getattr(q, attr) == value], hits)
+    return out
+
+
+async def _ask(owner_url: str, tenant_id: Any, tenant: str, questions: Sequence[Question], mode: str,
+               embedder: Any, limit: int, settings: Settings, log: Log) -> dict[str, Any]:
+    from kdbl_core.access.principal import ALL_SCOPES, Principal, rls_transaction
+    from kdbl_core.db.connect import async_pool
+    from kdbl_core.db.urls import for_role
+    from kdbl_core.search import pipeline
+
+    pool = await async_pool(for_role(owner_url, "kdbl_api"), size=2, name="kdbl-eval-docs")
+    principal = Principal(tenant_id=tenant_id, tenant_name=tenant, subject="user:eval",
+                          scopes=frozenset(ALL_SCOPES))
+    hits: dict[str, list[tuple[str, int | None]]] = {}
+    latencies: list[float] = []
+    served: dict[str, int] = {}
+    degraded: set[str] = set()
+    errors: list[str] = []
+    try:
+        for i, q in enumerate(questions, 1):
+            try:
+                pipeline.check_query(q.question, settings)
+                request = pipeline.SearchRequest(query=q.question, mode=mode, limit=limit)
+                start = time.perf_counter()
+                async with rls_transaction(pool, principal) as conn:
+                    result = await pipeline.search(conn, request, settings=settings, embedder=embedder)
+                latencies.append((time.perf_counter() - start) * 1000)
+            except KdblError as exc:
+                errors.append(f"{q.id}: {exc}")
+                hits[q.id] = []
+                continue
+            hits[q.id] = [(hit["key"], hit.get("page_no")) for hit in result.hits]
+            served[result.mode] = served.get(result.mode, 0) + 1
+            if result.degraded_reason:
+                degraded.add(result.degraded_reason)
+            if i % 50 == 0:
+                log(f"eval: {mode}: {i}/{len(questions)} questions")
+    finally:
+        await pool.close()
+    return {"hits": hits, "latencies": latencies, "served": served, "degraded_reasons": sorted(degraded),
+            "errors": errors}
+
+
+def run_docs_eval(owner_url: str, folder: Path, questions_path: Path, *, modes: Sequence[str] = ("lexical",),
+                  model_path: Path | None = None, limit: int = DEFAULT_LIMIT, tenant: str | None = None,
+                  log: Log = evaluate._stderr) -> dict[str, Any]:
+    """Index `folder` into a tenant of its own, ask every question once per mode, score; a JSON-able dict.
+    `tenant` defaults to one derived from the folder, so a re-run over the same database reuses the index."""
+    folder, questions_path = folder.expanduser().resolve(), questions_path.expanduser().resolve()
+    if not folder.is_dir():
+        raise ConfigError(f"{folder} is not a folder of documents")
+    unknown = [m for m in modes if m not in evaluate.MODES]
+    if unknown or not modes:
+        raise ConfigError(f"unknown mode(s) {unknown or '(none)'}; choose from {', '.join(evaluate.MODES)}")
+    if not 1 <= limit <= 100:
+        raise ConfigError(f"limit must lie in [1, 100] (search_content's maximum), got {limit}")
+    questions = load_questions(questions_path)
+    checked = check_documents(folder, questions, questions_path.parent / "manifest.json")
+    settings = get_settings()
+    machine = evaluate._machine()
+    tenant = tenant or "evaldocs-" + hashlib.sha256(str(folder).encode()).hexdigest()[:10]
+    log(f"eval: indexing {folder} into tenant {tenant}")
+    started = time.monotonic()
+    indexed = ensure_indexed(owner_url, folder, tenant, token_name=None)
+    log(f"eval: {indexed['chunks']} chunks in {time.monotonic() - started:.0f} s ({indexed['crawl']})")
+    embedder, embedding = None, None
+    if model_path is not None and any(m in ("semantic", "hybrid") for m in modes):
+        from kdbl_core.embedder import Embedder
+
+        embedder = Embedder(model_path, n_threads=settings.embed_threads, max_tokens=settings.embed_max_tokens,
+                            query_cache_size=0)
+        embedding = evaluate.embed_chunks(owner_url, indexed["tenant_id"], embedder, settings.embed_batch, log)
+    results: dict[str, Any] = {}
+    try:
+        for mode in dict.fromkeys(modes):
+            if mode in ("semantic", "hybrid") and embedder is None:
+                results[mode] = {"unavailable": "no embedding model (give --model or build the default GGUF)"}
+                continue
+            ran = asyncio.run(_ask(owner_url, indexed["tenant_id"], tenant, questions, mode, embedder, limit,
+                                   settings, log))
+            scored = _breakdown(questions, ran["hits"])
+            lat = ran["latencies"]
+            scored["latency_ms"] = ({"p50": round(evaluate.ir_metrics.percentile(lat, 50), 2),
+                                     "p95": round(evaluate.ir_metrics.percentile(lat, 95), 2)} if lat else None)
+            if set(ran["served"]) - {mode}:
+                scored["served_as"] = ran["served"]
+                scored["degraded_reasons"] = ran["degraded_reasons"]
+            if ran["errors"]:
+                scored["errors"] = ran["errors"][:20]
+            scored["misses"] = [q.id for q in questions
+                                if not any(key == q.file for key, _ in ran["hits"].get(q.id, []))]
+            results[mode] = scored
+    finally:
+        if embedder is not None:
+            embedder.close()
+    return {"folder": str(folder), "questions_file": str(questions_path), "questions": len(questions),
+            "files": indexed["crawl"].get("files"), "chunks": indexed["chunks"], "modes": results,
+            "machine": machine, "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "settings": {"tenant": tenant, "limit": limit, "documents": checked, "crawl": indexed["crawl"],
+                         "embedding": embedding, "ts_config": settings.text_search_config,
+                         "chunking": {"target_chars": settings.chunk_target_chars,
+                                      "max_chars": settings.chunk_max_chars}}}
+
+
+def summarise(result: dict[str, Any]) -> str:
+    lines = [f"{Path(result['folder']).name}: {result['questions']} questions, {result['files']} files, "
+             f"{result['chunks']} chunks — {result['date']}, {result['machine'].get('cpus')} CPUs, "
+             f"limit {result['settings']['limit']}"]
+    cols = [f"doc_hit@{k}" for k in KS] + ["doc_mrr"] + [f"page_hit@{k}" for k in KS] + ["page_mrr"]
+    head = f"{'mode / part':24}{'n':>5}" + "".join(f"{c.replace('_hit', ''):>10}" for c in cols) + f"{'p50 ms':>9}"
+    lines += [head, "-" * len(head)]
+    for mode, data in result["modes"].items():
+        if "unavailable" in data:
+            lines.append(f"{mode:24}  unavailable: {data['unavailable']}")
+            continue
+        lat = (data.get("latency_ms") or {}).get("p50", float("nan"))
+        for part, measured in data.items():
+            if not isinstance(measured, dict) or "questions" not in measured:
+                continue
+            name = mode if part == "all" else f"  {part}"
+            lines.append(f"{name:24}{measured['questions']:>5}" + "".join(f"{measured[c]:>10.3f}" for c in cols)
+                         + (f"{lat:>9.1f}" if part == "all" else ""))
+        if data.get("served_as"):
+            lines.append(f"  served as {data['served_as']}: {data.get('degraded_reasons')}")
+    return "\n".join(lines)
+
+
+def cli_eval_docs(args: Any, settings: Settings) -> int:
+    """`kdbl-control eval FOLDER --questions FILE`: embedded Postgres under the work dir unless
+    KDBL_DATABASE_URL is set (and --data-dir is not given)."""
+    from kdbl_core.db.embedded_postgres import EmbeddedDatabase
+
+    work = Path(args.work_dir or Path(tempfile.gettempdir()) / "kdbl-eval").expanduser().resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    model = args.model or evaluate.default_model_path(settings)
+    modes = args.mode or ["lexical"]
+    if model is not None and not Path(model).is_file():
+        raise ConfigError(f"embedding model not found: {model}")
+    options = {"modes": modes, "model_path": model, "limit": args.limit or DEFAULT_LIMIT}
+    if settings.database_url is not None and args.data_dir is None:
+        result = run_docs_eval(settings.database_url.get_secret_value(), args.dataset, args.questions, **options)
+    else:
+        with EmbeddedDatabase(args.data_dir or work / "db") as db:
+            result = run_docs_eval(db.owner_url, args.dataset, args.questions, **options)
+    print(json.dumps(result, indent=2, default=str) if args.json else summarise(result))
+    return 0
+
+
+__all__ = ["KS", "Question", "cli_eval_docs", "load_questions", "run_docs_eval", "score", "summarise"]
