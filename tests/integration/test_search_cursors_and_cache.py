@@ -170,3 +170,90 @@ async def test_hybrid_and_semantic_pages_follow_one_ranking_too(hybrid_world, mo
         if not cursor:
             break
     assert pages == ids(whole) and len(set(pages)) == len(pages) == 12 and page["capped"] is True
+
+
+# ---- issue 28: cursors and cache survive ingestion that cannot change them, and only that ------------------
+@pytest.fixture(scope="module")
+def ingest(owner_engine, worker_engine, owner_url, tmp_path_factory, embedder, embed_model_path):
+    """Source `b` crawled and embedded; source `a` (FILES) crawled with 4 of its 24 chunks embedded, the rest
+    pending (embedded batch by batch by the tests: a source being embedded); `vault` restricted to group
+    finance. `agent` and `twin` are in finance (twin: the same view, its own cache), `outsider` is not."""
+    name = f"ingest-{uuid.uuid4().hex[:10]}"
+    base = tmp_path_factory.mktemp("ingest")
+    worker, owner = db_of(worker_engine), db_of(owner_engine)
+    b = make_corpus(owner_engine, worker_engine, base / "b", {f"b-{i}.md": f"quokka burrow survey {i} of the "
+                                                               "island marsupials" for i in range(6)}, tenant=name)
+    assert embed_pending(worker, embedder, tenant_id=b.tenant_id, batch=16) == 6
+    a = make_corpus(owner_engine, worker_engine, base / "a", FILES, tenant=name)
+    assert embed_pending(worker, embedder, tenant_id=a.tenant_id, batch=4, max_batches=1) == 4
+    vault = make_corpus(owner_engine, worker_engine, base / "vault", {"v.md": "The numbat vault."}, tenant=name,
+                        restricted=True)
+    admin.add_grant(owner, source_id=vault.source_id, subject="group:finance", force=True)
+    tokens = {who: admin.create_token(owner, tenant_name=name, name=who, groups=groups)[0]
+              for who, groups in (("agent", ["finance"]), ("twin", ["finance"]), ("outsider", []))}
+    settings = Settings(mcp_enabled=True, hybrid_depth=10, embed_model_path=str(embed_model_path))
+    with running_api(owner_url, settings) as url:
+        yield {"url": url, **tokens, "a": a, "b": b, "vault": vault, "worker_engine": worker_engine,
+               "embed": lambda: embed_pending(worker, embedder, tenant_id=a.tenant_id, batch=4, max_batches=1)}
+
+
+def add_file(world, corpus, name: str, body: str) -> None:
+    (corpus.root / name).write_text(body)
+    crawl(world["worker_engine"], corpus)
+
+
+async def test_lexical_results_and_cursors_survive_vectors_being_written(ingest):
+    first = await search(ingest, query="quokka", limit=3)
+    assert (await search(ingest, query="quokka", limit=3))["meta"]["cache_hit"] is True
+    assert ingest["embed"]() == 4  # a batch of vectors written while the agent pages
+    again = await search(ingest, query="quokka", limit=3)
+    assert again["meta"]["cache_hit"] is True and again["hits"] == first["hits"]
+    assert ids(again) == ids(await search(ingest, ingest["twin"], query="quokka", limit=3))  # what a fresh search says
+    second = await search(ingest, query="quokka", limit=3, cursor=first["next_cursor"])  # not stale
+    assert ids(second) == ids(await search(ingest, query="quokka", limit=6))[3:]
+
+
+@pytest.mark.parametrize("mode", ["semantic", "hybrid"])
+async def test_vector_results_and_cursors_go_stale_when_vectors_are_written_to_a_source_they_read(ingest, mode):
+    first = await search(ingest, query="island marsupial notes", mode=mode, limit=2)
+    assert first["mode"] == mode and first["next_cursor"]
+    assert (await search(ingest, query="island marsupial notes", mode=mode, limit=2))["meta"]["cache_hit"] is True
+    assert ingest["embed"]() == 4
+    assert (await search(ingest, query="island marsupial notes", mode=mode, limit=2))["meta"]["cache_hit"] is False
+    err = await refused(ingest, query="island marsupial notes", mode=mode, limit=2, cursor=first["next_cursor"])
+    assert err.code == -32602 and "stale" in err.message
+
+
+async def test_a_vector_search_filtered_to_one_source_survives_writes_to_another(ingest):
+    b = str(ingest["b"].source_id)
+    first = await search(ingest, query="burrow survey", mode="semantic", source_id=b, limit=2)
+    assert first["mode"] == "semantic" and first["next_cursor"]
+    add_file(ingest, ingest["a"], "new-note.md", "A burrow survey of the quokka colony.")
+    assert ingest["embed"]() == 4
+    again = await search(ingest, query="burrow survey", mode="semantic", source_id=b, limit=2)
+    assert again["meta"]["cache_hit"] is True and again["hits"] == first["hits"]
+    await search(ingest, query="burrow survey", mode="semantic", source_id=b, limit=2, cursor=first["next_cursor"])
+
+
+async def test_a_lexical_search_filtered_to_one_source_is_answered_afresh_when_another_source_it_sees_changes(ingest):
+    """BM25's statistics span every source the caller sees: a file written to one the query filters out
+    still moves its scores, so the cached answer must not be served (it was, before issue 28)."""
+    a = str(ingest["a"].source_id)
+    first = await search(ingest, query="quokka field", source_id=a, limit=3)
+    assert (await search(ingest, query="quokka field", source_id=a, limit=3))["meta"]["cache_hit"] is True
+    add_file(ingest, ingest["b"], "b-field.md", "quokka quokka field field field notes from the other source")
+    fresh = await search(ingest, ingest["twin"], query="quokka field", source_id=a, limit=3)
+    again = await search(ingest, query="quokka field", source_id=a, limit=3)
+    assert again["meta"]["cache_hit"] is False
+    assert [h["rank"] for h in again["hits"]] == [h["rank"] for h in fresh["hits"]] != [h["rank"] for h in first["hits"]]
+
+
+async def test_writes_to_a_source_the_caller_cannot_see_leave_its_cache_and_cursors_alone(ingest):
+    first = await search(ingest, ingest["outsider"], query="marsupials", limit=3)
+    peek = await search(ingest, query="marsupials numbat", limit=3)  # the agent sees the vault
+    add_file(ingest, ingest["vault"], "v2.md", "Numbat marsupials ledger, second volume.")
+    again = await search(ingest, ingest["outsider"], query="marsupials", limit=3)
+    assert again["meta"]["cache_hit"] is True and again["hits"] == first["hits"]
+    await search(ingest, ingest["outsider"], query="marsupials", limit=3, cursor=first["next_cursor"])
+    after = await search(ingest, query="marsupials numbat", limit=3)
+    assert after["meta"]["cache_hit"] is False and ids(after) != ids(peek)

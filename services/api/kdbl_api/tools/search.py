@@ -4,9 +4,10 @@ URI and signed download link. The tenant's policy (mcp.modes) decides whether ve
 With `response_mode` / `fields` the hits are cut to the mode's fields (kdbl_api.tools.hit_fields);
 without them they keep the reference's shape.
 
-Pages and the cache (issue 16): the pipeline's preflight (pipeline.prepare) also reads the index state;
-a `cursor` (kdbl_core.search.paging) must be this principal's, for this query, cut from this state, and
-gives the page's offset; a result cached for this principal, these arguments and this state
+Pages and the cache (issue 16): the pipeline's preflight (pipeline.prepare) also reads the index state
+(issue 28: of what the serving mode's result depends on, pipeline.index_state); a `cursor`
+(kdbl_core.search.paging) must be this principal's, for this query, cut from this state, and gives the
+page's offset; a result cached for this principal, these arguments and this state
 (kdbl_core.search.cache, per process) answers without searching (meta.cache_hit). Every page says
 has_more, next_cursor, total_available (exact or a lower bound) and whether paging hit the cap.
 """
@@ -63,12 +64,14 @@ async def search_content(ctx: ToolContext, args: SearchContentArgs) -> tuple[dic
     # (answered with BEGIN when the server sent `opening`'s statement, else one round trip here).
     pre = await pipeline.prepare(ctx.conn, request, settings=ctx.settings, embedder=ctx.services.embedder,
                                  allowed_modes=ctx.policy.modes, opened=ctx.opened)
-    state = pre.state
+    # the state of what this result depends on: a lexical one ignores vectors, a vector one other sources
+    served, state = pipeline.index_state(request, pre, embedder=ctx.services.embedder,
+                                         allowed_modes=ctx.policy.modes)
     if args.cursor:
-        offset = paging.decode(ctx.services.cursors, args.cursor, ctx.principal, listing, state=state)
+        offset = paging.decode(ctx.services.cursors, args.cursor, ctx.principal, listing, state=state, mode=served)
         request = dataclasses.replace(request, offset=offset)
     key = (ctx.principal.tenant_id, ctx.principal.subject, listing, tuple(sorted(ctx.policy.modes)), args.limit,
-           request.explain, request.offset, state)
+           request.explain, request.offset, served, state)
     results = ctx.services.search_cache
     result = results.get(key) if results is not None else None
     if result is None:
@@ -90,7 +93,7 @@ async def search_content(ctx: ToolContext, args: SearchContentArgs) -> tuple[dic
         facts_by_hit = await hit_facts(ctx.conn, hits) if hit_fields.needs_facts(chosen) else {}
         hits = hit_fields.shape(hits, chosen, facts_by_hit, offset=request.offset)
     next_cursor = paging.encode(ctx.services.cursors, ctx.principal, listing, offset=request.offset + args.limit,
-                                state=state) if result.has_more else None
+                                state=state, mode=served) if result.has_more else None
     # Built as plain JSON-ready dicts, not through SearchContentResult (its validation and dump cost
     # ~0.25 ms of the API's ~6 ms per search); the tests hold every result to the tool's outputSchema.
     return {"hits": hits, "mode": result.mode, "degraded": result.degraded,

@@ -116,6 +116,7 @@ files = Table(
     Column("authors", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
     Column("labels", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
     Column("own_labels", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),  # 0015
+    Column("index_format", SmallInteger, nullable=False, server_default=text("0")),  # 0019: content.analysis
     UniqueConstraint("source_id", "key", name="files_source_id_key_key"),
     Index("files_parent_idx", "parent_id", postgresql_where=text("parent_id IS NOT NULL")),
     Index("files_labels_idx", "labels", postgresql_using="gin", postgresql_where=text("labels <> '{}'::text[]")),
@@ -305,13 +306,15 @@ rate_buckets = Table(
     Column("stamp", _TS, nullable=False),
 )
 
-# The index state searches are cut from (migration 0014: triggers bump it; no foreign keys, see there).
+# The index state searches are cut from (migration 0014: triggers bump it; no foreign keys, see there):
+# `generation` for content, grants and policy, `vector_generation` for vectors written (migration 0018).
 index_generations = Table(
     "index_generations", metadata,
     Column("tenant_id", UUID(as_uuid=True), nullable=False),
     Column("scope", UUID(as_uuid=True), nullable=False),  # a source id, or the tenant id
     Column("shard", SmallInteger, nullable=False),
     Column("generation", BigInteger, nullable=False),
+    _count("vector_generation"),
     PrimaryKeyConstraint("tenant_id", "scope", "shard", name="index_generations_pkey"),
 )
 

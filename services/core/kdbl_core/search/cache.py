@@ -1,15 +1,22 @@
 """A search result cache that is never stale: per principal and normalised arguments, keyed by the index
 state the result was cut from, bounded in memory (LRU by estimated bytes, plus a TTL).
 
-The index state is one number (migration 0014): the largest generation over the tenant's own row
-(grants, sources, the tenant's policy) and the rows of the sources a query reads (its source_id filter,
-or all the tenant's sources). Every change that can alter a result takes a fresh, larger generation,
-so a key built on the state a fresh query reads now can only find a result cut from this same state:
-a cached answer is one a fresh query would give. The key also holds the principal (tenant, subject,
-groups) and the tenant policy's modes, the two things besides the index that decide a result.
+The index state is one number per result (migrations 0014, 0018): the largest generation over what that
+kind of result depends on (INDEX_STATE below). Every change that can alter a result takes a fresh, larger
+generation from one sequence, so a key built on the state a fresh query reads now can only find a result
+cut from this same state: a cached answer is one a fresh query would give. The key also holds the
+principal (tenant, subject, groups), the tenant policy's modes and the mode that served the search.
 
-The state is read by the search's preflight (kdbl_core.search.pipeline.prepare, INDEX_STATE below: an
-index range scan of up to 16 rows per source plus the tenant's own, in a statement the search runs
+Finer than one number per source (issue 28): a lexical search depends on content (files, chunks,
+postings and the BM25 statistics of every source the principal sees), not on vectors, so embedding a
+source — hours of vector writes — no longer stales lexical results and cursors; a vector search depends
+on the content and vectors of the sources it reads, not on what is written elsewhere; and no search
+depends on a source its principal cannot see. What it still depends on: a file written to a visible
+source moves every lexical state of that principal, even one filtered to another source, because BM25's
+statistics (N, df, average length) are summed over every source it sees (kdbl_core.search.lexical).
+
+The state is read by the search's preflight (kdbl_core.search.pipeline.prepare, INDEX_STATE below: one
+index range scan over the tenant's rows, up to 16 a source plus its own, in a statement the search runs
 anyway); measured in docs/benchmarks.md ("Search cache and cursors"). The
 cached value is the pipeline's result before links (download links are signed per call, they expire);
 each hit is handed out as a fresh copy, since the tool adds fields to the hits it returns.
@@ -29,13 +36,41 @@ from collections.abc import Hashable
 from typing import Any
 
 # The index state, as a scalar subquery the search pipeline's preflight carries (no round trip of its own):
-# the largest generation over the tenant's own row and its sources' rows, or only the filtered sources'
-# (source_id, source_ids: their union, a superset of what the filters read). One index range scan.
-INDEX_STATE = """(SELECT coalesce(max(g.generation), 0) FROM index_generations g
-         WHERE g.tenant_id = kdbl_tenant()
-           AND (g.scope = kdbl_tenant()
-                OR (CAST(%(sid)s AS uuid) IS NULL AND cardinality(CAST(%(sids)s AS uuid[])) = 0)
-                OR g.scope = CAST(%(sid)s AS uuid) OR g.scope = ANY (CAST(%(sids)s AS uuid[]))))"""
+# three numbers from one index range scan over the tenant's rows (migrations 0014, 0018), each the largest
+# generation over what one kind of result depends on (state_for picks by the mode that serves the search):
+#   [0] lexical: the tenant's own row and the content of every source the principal sees (whole or through
+#       a file grant): BM25's statistics span all of them, so a file written to a visible source the query
+#       filters out still moves the scores; a source it cannot see moves nothing;
+#   [1] semantic: the tenant's own row, content and vectors of the sources the query reads (source_id,
+#       source_ids, else every source it sees): a cosine does not depend on any other chunk;
+#   [2] the vectors of those sources alone; hybrid is max([0], [2]).
+# A vector written moves [1] and [2], never [0]: lexical results and cursors survive embedding.
+INDEX_STATE = """(WITH per AS MATERIALIZED (  -- one row a scope: the shards folded first
+           SELECT g.scope, max(g.generation) AS content, max(g.vector_generation) AS vectors
+             FROM index_generations g WHERE g.tenant_id = kdbl_tenant() GROUP BY g.scope
+       ), marked AS MATERIALIZED (
+           SELECT per.content, per.vectors, per.scope = kdbl_tenant() AS own,
+                  (per.scope IN (SELECT ws.id FROM kdbl_whole_sources() AS ws(id))
+                   OR per.scope IN (SELECT gr.source_id FROM grants gr
+                                     WHERE gr.tenant_id = kdbl_tenant() AND gr.file_key IS NOT NULL
+                                       AND gr.subject = ANY (kdbl_subjects()))) AS seen,
+                  ((CAST(%(sid)s AS uuid) IS NULL AND cardinality(CAST(%(sids)s AS uuid[])) = 0)
+                   OR per.scope = CAST(%(sid)s AS uuid) OR per.scope = ANY (CAST(%(sids)s AS uuid[]))) AS read
+             FROM per)
+       SELECT ARRAY[coalesce(max(content) FILTER (WHERE own OR seen), 0),
+                    coalesce(max(greatest(content, vectors)) FILTER (WHERE own OR (seen AND read)), 0),
+                    coalesce(max(vectors) FILTER (WHERE seen AND read), 0)]
+         FROM marked)"""
+
+
+def state_for(states: tuple[int, ...], mode: str) -> int:
+    """The index state a result served in `mode` depends on, from INDEX_STATE's three numbers."""
+    if mode == "lexical":
+        return states[0]
+    if mode == "semantic":
+        return states[1]
+    return max(states[0], states[2])
+
 
 _HIT_OVERHEAD = 256  # dict, keys and numbers of one hit, roughly
 

@@ -1,7 +1,7 @@
 """Search cursors: stateless, signed, bound to the principal, the query and the index state.
 
 A cursor is kdbl_core.access.signing.CursorCodec's (HMAC-SHA256 with the server key in the database,
-so any API replica reads any replica's cursor) over {offset, state}, for the listing
+so any API replica reads any replica's cursor) over {offset, state, mode}, for the listing
 `search:<digest>`, where the digest covers the principal's groups and everything that decides the
 ranking: the query, the mode and the normalised filters (the page size, `explain` and the response shape
 may change between pages). Another principal's cursor, a tampered one or one from another query is
@@ -12,7 +12,10 @@ extra one answers has_more) and returns [offset, offset + limit). The pipeline's
 a longer one (BM25 orders by score then chunk id; fusion and diversification are greedy over a
 candidate depth that does not depend on the page), so while the index state is unchanged the pages
 neither repeat nor skip a hit. When the state changed since the cursor was cut, the call is -32602 on
-`cursor` with a reason starting "stale:" and the client starts over without a cursor.
+`cursor` with a reason starting "stale:" and the client starts over without a cursor. The state is the
+serving mode's (kdbl_core.search.cache.state_for: a lexical cursor survives vectors being written, a
+vector one writes to sources it does not read), and the serving mode is part of it: a hybrid search
+served lexically on one replica (no embedder there) and with vectors on another is two rankings.
 
 Paging stops at the candidate cap, max(limit, KDBL_HYBRID_DEPTH) hits (100 by default): deeper hits
 would come from a deeper candidate set and could repeat earlier ones; the last page says `capped`.
@@ -38,17 +41,17 @@ def listing(principal: Principal, ranking_args: dict[str, Any]) -> str:
     return "search:" + hashlib.sha256(body.encode()).hexdigest()[:32]
 
 
-def encode(codec: CursorCodec, principal: Principal, listing_: str, *, offset: int, state: int) -> str:
-    return codec.encode(principal, listing_, {"o": offset, "s": state})
+def encode(codec: CursorCodec, principal: Principal, listing_: str, *, offset: int, state: int, mode: str) -> str:
+    return codec.encode(principal, listing_, {"o": offset, "s": state, "m": mode})
 
 
-def decode(codec: CursorCodec, cursor: str, principal: Principal, listing_: str, *, state: int) -> int:
+def decode(codec: CursorCodec, cursor: str, principal: Principal, listing_: str, *, state: int, mode: str) -> int:
     """The cursor's offset; InvalidArgument on `cursor` when it is not this caller's, not this query's,
-    altered, or cut from another index state (`stale: ...`)."""
+    altered, or cut from another index state or serving mode (`stale: ...`)."""
     position = codec.decode(cursor, principal, listing_)
     offset, cut_from = position.get("o"), position.get("s")
     if not isinstance(offset, int) or offset < 1 or not isinstance(cut_from, int):
         raise InvalidArgument("cursor", "malformed or tampered cursor (pass back next_cursor unchanged)")
-    if cut_from != state:
+    if cut_from != state or position.get("m") != mode:
         raise InvalidArgument("cursor", STALE)
     return offset

@@ -31,7 +31,7 @@ from kdbl_core.db.async_pool import Connection, Statement
 from kdbl_core.embedder import Embedder
 from kdbl_core.errors import InvalidArgument
 from kdbl_core.search import bm25_topk, hybrid, lexical, vector
-from kdbl_core.search.cache import INDEX_STATE
+from kdbl_core.search.cache import INDEX_STATE, state_for
 from kdbl_core.search.lexical import ChunkHit, Filters
 from kdbl_core.search.windows import HitRef, expand_hits
 from kdbl_core.settings import Settings
@@ -107,7 +107,7 @@ class _Preflight:
     source_on: bool | None
     terms: list[str]
     sources_on: bool | None = None  # source_ids: NULL when one is not visible, else whether any has hybrid on
-    state: int = 0  # the index state the search is cut from (kdbl_core.search.cache)
+    states: tuple[int, ...] = (0, 0, 0)  # the index states a result may be cut from (kdbl_core.search.cache)
 
 
 def _vectors(request: SearchRequest, allowed_modes: tuple[str, ...] | frozenset[str],
@@ -153,7 +153,8 @@ async def _preflight(conn: Connection, request: SearchRequest, settings: Setting
         raise InvalidArgument("source_id", f"unknown source {sid} (or not visible to you)")
     if sids and row.sources_on is None:  # one message whether a source is missing or hidden: no oracle
         raise InvalidArgument("source_ids", "an unknown source (or one not visible to you)")
-    return _Preflight(row.tenant_on, row.source_on, list(row.terms or ()), row.sources_on, int(row.state))
+    return _Preflight(row.tenant_on, row.source_on, list(row.terms or ()), row.sources_on,
+                      tuple(int(s) for s in row.state))
 
 
 def _choose_mode(request: SearchRequest, allowed_modes: tuple[str, ...] | frozenset[str],
@@ -228,15 +229,23 @@ async def _with_vectors(conn: Connection, request: SearchRequest, mode: str, set
 async def prepare(conn: Connection, request: SearchRequest, *, settings: Settings, embedder: Embedder | None = None,
                   allowed_modes: tuple[str, ...] | frozenset[str] = MODES,
                   opened: Statement | None = None) -> _Preflight:
-    """The preflight, run always, with the index state the search will be cut from (`.state`: the
-    result cache's key and the cursor's binding); pass it to search() as `prepared`, which then skips
-    its own. `opened`: preflight_statement()'s statement, already answered with the transaction's
-    BEGIN (no round trip here). Folding the state into the preflight costs hybrid and semantic no round
-    trip; sent with BEGIN, lexical's costs none either (measured in docs/benchmarks.md)."""
+    """The preflight, run always, with the index states the search may be cut from (`.states`; index_state()
+    picks the serving mode's: the result cache's key and the cursor's binding); pass it to search() as
+    `prepared`, which then skips its own. `opened`: preflight_statement()'s statement, already answered
+    with the transaction's BEGIN (no round trip here). Folding the state into the preflight costs hybrid
+    and semantic no round trip; sent with BEGIN, lexical's costs none either (docs/benchmarks.md)."""
     vectors = _vectors(request, allowed_modes, embedder)
     pre = await _preflight(conn, request, settings, vectors=vectors, always=True, opened=opened)
     assert pre is not None  # always=True
     return pre
+
+
+def index_state(request: SearchRequest, pre: _Preflight, *, embedder: Embedder | None = None,
+                allowed_modes: tuple[str, ...] | frozenset[str] = MODES) -> tuple[str, int]:
+    """The mode that will serve `request` and the index state its result depends on (the result cache's key
+    and the cursor's binding): lexical results ignore vectors, vector results other sources' writes."""
+    mode, _ = _choose_mode(request, allowed_modes, embedder, pre)
+    return mode, state_for(pre.states, mode)
 
 
 def _ranking_length(request: SearchRequest, settings: Settings) -> int:
