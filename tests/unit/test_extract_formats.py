@@ -236,12 +236,12 @@ def test_pptx_unrecognized_shape_text_is_kept(data):
     assert "Text in an unrecognized shape" in result.blocks[1].text
 
 
-def test_xlsx_sheets_as_tab_separated_blocks(data):
+def test_xlsx_sheets_as_blocks_of_rows_with_cells_joined_by_the_table_separator(data):
     result = run_file(data / "xlsx_01.xlsx")
     assert result.status == "ok"
     assert [b.page_no for b in result.blocks] == [1, 2, 3, 4]
     first = result.blocks[0].text.split("\n")
-    assert first[:3] == ["Sheet: Sheet1", "first\tsecond\tthird", "1\t5\t9"]
+    assert first[:3] == ["Sheet: Sheet1", "first | second | third", "1 | 5 | 9"]
 
 
 def test_xlsx_inflated_dimensions_do_not_blow_up(data):
@@ -275,7 +275,7 @@ def test_xlsx_rows_grouped_in_blocks_of_fifty(tmp_path):
     assert [b.page_no for b in result.blocks] == [1, 1, 1]
     assert [b.text.count("\n") for b in result.blocks] == [50, 50, 20]
     assert all(b.text.startswith("Sheet: Ducks\n") for b in result.blocks)
-    assert result.blocks[2].text.endswith("duck 119\t119")
+    assert result.blocks[2].text.endswith("duck 119 | 119")
 
 
 # --- CSV ---------------------------------------------------------------------------------

@@ -123,9 +123,9 @@ def test_excel_97_workbook_reads_exactly_like_the_xlsx_it_was_saved_from(tmp_pat
     assert (xls.status, xls.content_type, xls.title) == ("ok", "application/vnd.ms-excel", "Tide tables")
     assert [(b.page_no, b.text) for b in xls.blocks] == [(b.page_no, b.text) for b in xlsx.blocks]
     first = xls.blocks[0].text.splitlines()
-    assert first == ["Sheet: Tides", "Port\tHigh water\tHeight m\tSpring",
-                     "Brest\t2024-03-09T06:41:00\t7.25\tTrue", "Saint-Malo\t2024-03-09T07:02:00\t12\tFalse",
-                     "Note\tmarker word quillonxls"]
+    assert first == ["Sheet: Tides", "Port | High water | Height m | Spring",
+                     "Brest | 2024-03-09T06:41:00 | 7.25 | True", "Saint-Malo | 2024-03-09T07:02:00 | 12 | False",
+                     "Note | marker word quillonxls"]
     ports = [b for b in xls.blocks if b.page_no == 2]
     assert [len(b.text.splitlines()) for b in ports] == [51, 12]  # header line + 50 rows, then the other 11
     assert all(b.text.startswith("Sheet: Ports ÄÖÜ\n") for b in ports)

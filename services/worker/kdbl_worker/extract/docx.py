@@ -22,6 +22,7 @@ from kdbl_worker.extract import authors
 from kdbl_worker.extract.archive import LegacyBinary, PackageError, check_zip, guarded_ooxml, read_member
 from kdbl_worker.extract.base import Block, Extraction, Source
 from kdbl_worker.extract.headings import HeadingPath
+from kdbl_worker.extract.tables import row_text
 
 _STRICT_MAIN = "http://purl.oclc.org/ooxml/officeDocument/relationships/officeDocument"
 # VML duplicates of DrawingML shapes, deleted text, field codes, the old side of a move
@@ -115,19 +116,56 @@ def _cell_text(cell) -> str:
     return " ".join(b.text.replace("\n", " ") for b in inner)
 
 
+def _rows(element):
+    """The table's rows, those inside content controls (a repeating section) and custom XML too."""
+    for child in element:
+        name = _local(child.tag)
+        if name == "tr":
+            yield child
+        elif name in ("sdt", "sdtContent", "customXml"):
+            yield from _rows(child)
+
+
+def _cells(row):
+    for child in row:
+        name = _local(child.tag)
+        if name == "tc":
+            yield child
+        elif name in ("sdt", "sdtContent", "customXml"):  # a content control wrapping cells
+            yield from _cells(child)
+
+
+def _property(element, path: str) -> str | None:
+    """The w:val of element/w:path (e.g. 'tcPr/gridSpan'), None when absent (a present w:vMerge without
+    w:val says "continue": '')."""
+    for step in path.split("/"):
+        element = element.find(f"{_W}{step}") if element is not None else None
+    return None if element is None else element.get(f"{_W}val", "")
+
+
 def _table(element) -> str:
+    """One line per row, cells joined by " | " (extract/tables.py). A cell merged down from the row
+    above (w:vMerge) repeats that cell's text, so every row carries its label."""
     lines = []
-    for row in element:
-        if _local(row.tag) != "tr":
-            continue
+    above: dict[int, str] = {}  # grid column -> text of the cell that starts a vertical merge there
+    for row in _rows(element):
         cells: list[str] = []
-        for cell in row:
-            if _local(cell.tag) == "tc":
-                cells.append(_cell_text(cell))
-            elif _local(cell.tag) == "sdt":  # a content control wrapping cells
-                cells.extend(_cell_text(tc) for tc in cell.iter() if _local(tc.tag) == "tc")
+        before = _property(row, "trPr/gridBefore") or ""
+        column = int(before) if before.isdigit() else 0
+        for cell in _cells(row):
+            text = _cell_text(cell)
+            merge = _property(cell, "tcPr/vMerge")
+            if merge == "restart":
+                above[column] = text
+            elif merge is not None and not text:
+                text = above.get(column, "")
+            else:
+                above.pop(column, None)
+            cells.append(text)
+            span = _property(cell, "tcPr/gridSpan") or "1"
+            column += int(span) if span.isdigit() else 1
         if any(cells):
-            lines.append(" | ".join(cells))
+            lines.append(row_text(cells))
     return "\n".join(lines)
 
 

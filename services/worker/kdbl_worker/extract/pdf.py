@@ -1,11 +1,16 @@
 """PDF via pypdfium2: one Block per page (page_no 1-based), pages opened one at a time.
 
+A page's text is rebuilt line by line from pdfium's character boxes (extract/pdf_layout.py): a table
+row is one line, its cells joined by " | ", whatever order the producer wrote the cells in; text
+columns keep their reading order.
+
 Pages without a text layer that hold an image (scans) are rendered at `ocr.PDF_DPI` and read by OCR
 (extract/ocr.py): their Block has the page's number like any page. At most `Source.ocr_max_pages` such
 pages per file (KDBL_OCR_MAX_PAGES) and only within `Source.ocr_budget_s`; the pages left unread, like
 all of them when OCR is off for the source or not installed, make the result `partial` with a reason
 that says what to change (or `skipped` when no page had text). Pages without text or image (vector
-drawings, text converted to outlines) are not OCRed. Pages that fail make the result `partial`.
+drawings, text converted to outlines) are not OCRed. Pages that fail make the result `partial`, and
+so do scanned pages in a script that no installed OCR model reads (their text is not kept).
 A page's Block carries the heading path of the document outline (bookmarks, extract/headings.py): the
 path of the last outline entry pointing at that page or an earlier one (at most MAX_OUTLINE entries).
 pdfium is not thread-safe: call this from one thread per process (the worker's extraction pool uses
@@ -14,6 +19,7 @@ processes).
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import time
@@ -21,10 +27,12 @@ import time
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
-from kdbl_worker.extract import authors, ocr
+from kdbl_worker.extract import authors, ocr, pdf_layout
 from kdbl_worker.extract.archive import ENCRYPTED
 from kdbl_worker.extract.base import Block, Extraction, Source
 from kdbl_worker.extract.headings import MAX_DEPTH, HeadingPath
+
+log = logging.getLogger(__name__)
 
 MAX_PAGES = 10_000
 # pdfium keeps every object it has parsed (page dictionaries, fonts, images) until the
@@ -52,7 +60,7 @@ def _page_text(doc: pdfium.PdfDocument, index: int) -> tuple[str, bool]:
     try:
         textpage = page.get_textpage()
         try:
-            text = _clean(textpage.get_text_bounded())
+            text = _clean(_layout_text(textpage, page))
         finally:
             textpage.close()
         return text, (not text and _has_image(page))
@@ -60,7 +68,17 @@ def _page_text(doc: pdfium.PdfDocument, index: int) -> tuple[str, bool]:
         page.close()
 
 
-def _ocr_page(doc: pdfium.PdfDocument, index: int, engine: ocr.Engine) -> str:
+def _layout_text(textpage: pdfium.PdfTextPage, page: pdfium.PdfPage) -> str:
+    """The page's lines rebuilt from the character boxes (extract/pdf_layout.py: a table row on one line);
+    pdfium's own text if that fails on a page (never lose a page to a layout bug)."""
+    try:
+        return pdf_layout.page_text(textpage, page.get_bbox())
+    except (ValueError, IndexError, ArithmeticError) as exc:
+        log.warning("pdf layout failed", extra={"error": repr(exc)[:300]})
+        return textpage.get_text_bounded()
+
+
+def _ocr_page(doc: pdfium.PdfDocument, index: int, engine: ocr.Engine) -> ocr.Reading:
     """Render one page (at most MAX_RENDER_PIXELS) in grey and read it."""
     page = doc[index]
     try:
@@ -69,7 +87,8 @@ def _ocr_page(doc: pdfium.PdfDocument, index: int, engine: ocr.Engine) -> str:
         bitmap = page.render(scale=scale, grayscale=True)
         try:
             image = bitmap.to_pil()
-            return _clean(engine.read(image))
+            reading = engine.read_page(image)
+            return ocr.Reading(_clean(reading.text), reading.problem)
         finally:
             bitmap.close()
     finally:
@@ -133,6 +152,8 @@ def extract_pdf(source: Source, *, max_pages: int = MAX_PAGES) -> Extraction:
         failed: list[int] = []
         scanned: list[int] = []  # pages with an image and no text that were not OCRed
         read: list[int] = []  # pages OCRed
+        foreign: list[int] = []  # pages OCRed in a script no installed model reads: no text kept
+        foreign_reason = ""
         first_error = ""
         outline, at, heading = _outline(doc), 0, ()
         engine: ocr.Engine | None = None  # loaded at the first scanned page
@@ -161,11 +182,15 @@ def extract_pdf(source: Source, *, max_pages: int = MAX_PAGES) -> Extraction:
                                 f"{source.ocr_budget_s:.0f} s, the rest left unread (KDBL_EXTRACT_TIMEOUT_S)")
                 else:
                     try:
-                        text = _ocr_page(doc, index, engine)
+                        reading = _ocr_page(doc, index, engine)
                     except pdfium.PdfiumError as exc:
                         failed.append(index + 1)
                         first_error = first_error or str(exc)
                         continue
+                    text = reading.text
+                    if reading.problem:
+                        foreign.append(index + 1)
+                        foreign_reason = foreign_reason or reading.problem
                     read.append(index + 1)
                     image_only = False  # read: a page without text now is a picture, not a problem
             while at < len(outline) and outline[at][0] <= index:
@@ -186,6 +211,11 @@ def extract_pdf(source: Source, *, max_pages: int = MAX_PAGES) -> Extraction:
         problems.append(f"page cap reached: extracted {max_pages} of {page_count} pages")
     if page_count == 0:
         return Extraction.skipped("PDF has no pages")
+    if foreign:
+        problems.append(f"{len(foreign)} of {page_count} scanned pages left unread, first: page {foreign[0]}: "
+                        f"{foreign_reason}")
+        if not blocks:
+            return Extraction(status="partial", reason="; ".join(problems), title=title, authors=by)
     unread = ocr_stop if source.ocr else ocr.OFF
     if not blocks:
         if problems:

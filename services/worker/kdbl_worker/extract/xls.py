@@ -4,7 +4,7 @@ xlrd (PyPI, BSD, maintained, pure Python; 2.x reads only .xls) decodes the BIFF 
 cells: dates come back as dates and booleans as booleans, where Debian's xls2csv prints date serials
 (45360.2784722222) and 0 for TRUE on our sample. Measured: 20,000 rows × 5 cells (1.9 MB) in 0.17 s; the
 same workbook as .xlsx through openpyxl takes 0.8 s. Each sheet becomes Blocks of up to ROWS_PER_BLOCK
-non-empty rows starting with "Sheet: <name>", page_no = the sheet's position, cells tab-separated and
+non-empty rows starting with "Sheet: <name>", page_no = the sheet's position, cells joined by " | " and
 formatted by the .xlsx reader's own functions, so an agent sees one layout for both. A workbook with a
 FILEPASS record (any password, even Excel's default "VelvetSweatshop" write protection) ends
 `failed: encrypted/password-protected`; an .xls holding HTML, XML, tab-separated text or a zip goes to

@@ -1,4 +1,4 @@
-"""Excel .xlsx/.xlsm via openpyxl (read-only, cached values): rows as tab-separated lines.
+"""Excel .xlsx/.xlsm via openpyxl (read-only, cached values): rows as lines, cells joined by " | ".
 
 Each sheet becomes Blocks of up to ROWS_PER_BLOCK non-empty rows, each starting with
 "Sheet: <name>", page_no = the sheet's position (1-based). Rows are streamed; the
@@ -19,6 +19,7 @@ from openpyxl.utils.exceptions import InvalidFileException
 from kdbl_worker.extract import authors
 from kdbl_worker.extract.archive import LegacyBinary, PackageError, guarded_ooxml
 from kdbl_worker.extract.base import Block, Extraction, Source
+from kdbl_worker.extract.tables import row_text
 
 ROWS_PER_BLOCK = 50
 MAX_CELLS = 2_000_000
@@ -36,10 +37,8 @@ def format_value(value: object) -> str:
 
 
 def row_line(values) -> str:
-    cells = [format_value(v) for v in values]
-    while cells and not cells[-1]:
-        cells.pop()
-    return "\t".join(cells)
+    """A row's values in one line, cells joined by " | " like every format's tables (extract/tables.py)."""
+    return row_text(format_value(v) for v in values)
 
 
 def sheet_blocks(name: str, rows: Iterable[Sequence[object]], page_no: int,
