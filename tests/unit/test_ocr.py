@@ -17,6 +17,7 @@ import struct
 import subprocess
 import sys
 import zlib
+from pathlib import Path
 
 import pypdfium2 as pdfium
 import pytest
@@ -286,3 +287,35 @@ def test_without_the_ocr_extra_images_are_skipped_saying_how_to_install_it():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == f"skipped | {ocr.NOT_INSTALLED}", done.stderr
     assert "pip install 'kdbl-context-lake[ocr]'" in ocr.NOT_INSTALLED
+
+
+# --- scripts: read with the model for the script, or marked partial; never garbage as ok ----------
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "data" / "ocr"
+JAPANESE = "東京の図書館は毎朝九時に開館します。"
+
+
+def test_an_image_of_japanese_text_is_read_with_the_japanese_model():
+    result = run((SCRIPTS / "ja.png").read_bytes(), "notice.png")
+    assert result.status == "ok", result.reason
+    assert text_of(result).splitlines()[0] == JAPANESE
+    assert cer(text_of(result), (SCRIPTS / "ja.txt").read_text().strip()) <= CLEAN
+
+
+def test_an_image_of_chinese_text_without_a_chinese_model_keeps_no_text_and_is_partial_naming_the_script():
+    """The English model reads it as confident-looking Latin garbage ("ICRABiEBAS FARA."); no wheel
+    ships a Chinese model, so the page keeps nothing and the file says why."""
+    result = run((SCRIPTS / "zh.png").read_bytes(), "notice.png")
+    assert (result.status, result.blocks) == ("partial", [])
+    assert "Han script" in result.reason and "no OCR model for Chinese" in result.reason
+
+
+def test_a_scanned_pdf_page_in_chinese_makes_the_pdf_partial_and_its_other_pages_keep_their_text():
+    chinese = Image.open(SCRIPTS / "zh.png").convert("RGB")
+    english = image_of(PAGES[0])[0].convert("RGB")
+    out = io.BytesIO()
+    english.save(out, "PDF", resolution=200.0, save_all=True, append_images=[chinese])
+    result = run(out.getvalue(), "scans.pdf")
+    assert result.status == "partial"
+    assert [b.page_no for b in result.blocks] == [1]
+    assert "1 of 2 scanned pages left unread, first: page 2: text in Han script" in result.reason

