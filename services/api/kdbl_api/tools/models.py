@@ -195,6 +195,16 @@ class HitExplain(BaseModel):
     pinned_identifier: bool
 
 
+class Duplicate(BaseModel):
+    """Another place of a hit's text (the same text, white space and case aside)."""
+
+    source_id: str
+    key: str
+    uri: str
+    seq: int
+    page_no: int | None
+
+
 class Hit(BaseModel):
     source_id: str
     key: str
@@ -210,6 +220,8 @@ class Hit(BaseModel):
     ts_end_ms: int | None
     url: str | None
     rank: float
+    duplicates: list[Duplicate] | None = Field(default=None, description=(
+        "Other places of this hit's text (copies), not listed as hits."))
     explain: HitExplain | None = Field(default=None, description="Present when explain=true.")
 
 
@@ -258,7 +270,8 @@ class ModeHit(BaseModel):
 class SearchContentResult(_Result):
     hits: list[Hit | ModeHit] = Field(description="Classic hits, or response_mode hits when one was asked for.")
     mode: SearchMode = Field(description="The mode actually used.")
-    degraded: bool = Field(description="True when a semantic mode was requested but lexical served it.")
+    degraded: bool = Field(description=(
+        "True when lexical served a semantic mode, or hybrid ranked candidates without a vector by keywords."))
     degraded_reason: str | None = Field(default=None, description="Why, when degraded.")
     has_more: bool = Field(default=False, description="More hits follow: pass next_cursor to get them.")
     next_cursor: str | None = Field(default=None, description="The next page's cursor (null on the last page).")

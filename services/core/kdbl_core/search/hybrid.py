@@ -7,15 +7,26 @@ unrelated scales. Two safeguards on top:
     and is rare in what the caller sees (df ≤ 3) pins the keyword hits that contain it to the top, so a vector
     arm full of near-paraphrases can never bury the one chunk holding "ERR-4021";
   * diversification — at most `max_per_file` hits per file, and a chunk adjacent (±1 seq) to an
-    already chosen one is skipped, since each hit's text already carries its neighbours.
+    already chosen one is skipped, since each hit's text already carries its neighbours; a chunk whose
+    text a chosen hit already has is folded into that hit's `copies` (kdbl_core.search.duplicates).
+
+While the searched sources are partly embedded (the worker fills vectors after the crawl; a source may
+have hybrid off), the candidates without a vector cannot be scored by the vector arm: min-max normalised
+they would count as its worst, and the few chunks already embedded would push the exact keyword matches
+down (measured on the long-document eval half embedded: docs/benchmarks.md). `keep_keyword_slots` fuses
+only what both arms score: the candidates in keyword order, the places held by embedded ones refilled
+with the embedded ones in fused order, the others left where the keyword arm put them. Fully embedded it
+is the fused order; with nothing embedded, the keyword order.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 
-from kdbl_core.search.lexical import ChunkHit
+from kdbl_core.search import duplicates
+from kdbl_core.search.lexical import RANK_SCALE, ChunkHit
 
 _IDENTIFIER = re.compile(r"\d|[a-z0-9][_-][a-z0-9]")
 
@@ -29,6 +40,7 @@ class Fused:
     vector_rank: int | None = None
     vector_score: float | None = None
     pinned: bool = False
+    copies: list[ChunkHit] = field(default_factory=list)  # chunks with the same text, folded into this one
 
     def explanation(self) -> dict:
         return {"lexical_rank": self.lexical_rank, "lexical_score": self.lexical_score,
@@ -86,15 +98,39 @@ def rescore(fused: list[Fused], lexical_scores: dict[int, float], vector_scores:
     return sorted(fused, key=lambda f: (not f.pinned, -f.score, f.hit.chunk_id))
 
 
-def diversify(ranked: list[Fused], *, limit: int, max_per_file: int) -> list[Fused]:
-    chosen: list[Fused] = []
+def keep_keyword_slots(ranked: list[Fused], lexical_scores: Mapping[int, float],
+                       embedded: Collection[int]) -> list[Fused]:
+    """`ranked` (fused, pinned first) with the candidates lacking a vector kept at their keyword rank: the
+    candidates in keyword order (pinned first, then BM25, then chunk id), each place held by an embedded
+    one refilled with the next embedded one in `ranked`'s order."""
+    def keyword_key(f: Fused) -> tuple[bool, int, int]:
+        return (not f.pinned, -round(lexical_scores.get(f.hit.chunk_id, 0.0) * RANK_SCALE), f.hit.chunk_id)
+
+    fused_order = iter([f for f in ranked if f.hit.chunk_id in embedded])
+    return [next(fused_order) if f.hit.chunk_id in embedded else f for f in sorted(ranked, key=keyword_key)]
+
+
+def diverse(max_per_file: int) -> Callable[[ChunkHit], bool]:
+    """The diversification test, with its own state: takes a hit unless its file has `max_per_file`
+    already or it is adjacent (±1 seq) to one taken."""
     per_file: dict[int, list[int]] = {}
-    for item in ranked:
-        seqs = per_file.setdefault(item.hit.file_id, [])
-        if len(seqs) >= max_per_file or any(abs(item.hit.seq - s) <= 1 for s in seqs):
-            continue
-        seqs.append(item.hit.seq)
-        chosen.append(item)
-        if len(chosen) == limit:
-            break
-    return chosen
+
+    def admit(hit: ChunkHit) -> bool:
+        seqs = per_file.setdefault(hit.file_id, [])
+        if len(seqs) >= max_per_file or any(abs(hit.seq - s) <= 1 for s in seqs):
+            return False
+        seqs.append(hit.seq)
+        return True
+
+    return admit
+
+
+def diversify(ranked: list[Fused], *, limit: int, max_per_file: int,
+              keys: Mapping[int, duplicates.TextKey] | None = None) -> list[Fused]:
+    """The first `limit` diverse candidates; with `keys` (duplicates.text_keys), one per text, the
+    copies found in `ranked` on each chosen candidate (`copies`)."""
+    groups, _ = duplicates.collapse(ranked, keys or {}, chunk=lambda f: f.hit, limit=limit,
+                                    admit=diverse(max_per_file))
+    for group in groups:
+        group.item.copies = group.copies
+    return [group.item for group in groups]

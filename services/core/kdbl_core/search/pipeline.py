@@ -30,7 +30,7 @@ from typing import Any
 from kdbl_core.db.async_pool import Connection, Statement
 from kdbl_core.embedder import Embedder
 from kdbl_core.errors import InvalidArgument
-from kdbl_core.search import bm25_topk, hybrid, lexical, vector
+from kdbl_core.search import bm25_topk, duplicates, hybrid, lexical, vector
 from kdbl_core.search.cache import INDEX_STATE, state_for
 from kdbl_core.search.lexical import ChunkHit, Filters
 from kdbl_core.search.windows import HitRef, expand_hits
@@ -85,8 +85,9 @@ class SearchRequest:
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
-    """Ranked hits (JSON-ready dicts: text window, snippet, locators, rank, and `explain` when asked),
-    the mode that served them, and why it is not the asked-for one (None when it is)."""
+    """Ranked hits (JSON-ready dicts: text window, snippet, locators, rank, `duplicates` where other chunks
+    hold the same text, and `explain` when asked), the mode that served them, and why it is not the
+    asked-for one or not all of it (None when it is: hybrid whose candidates are partly embedded says so)."""
 
     hits: list[dict[str, Any]]
     mode: str
@@ -183,47 +184,80 @@ def _retrieve(future: asyncio.Future) -> None:
 
 
 async def _with_vectors(conn: Connection, request: SearchRequest, mode: str, settings: Settings, embedder: Embedder,
-                        terms: list[str], timings: dict[str, float] | None = None) -> list[hybrid.Fused]:
-    """hybrid: both arms fused (and rescored); semantic: the vector arm alone, in its own order."""
+                        terms: list[str], timings: dict[str, float] | None = None
+                        ) -> tuple[list[hybrid.Fused], dict[int, duplicates.TextKey], str | None]:
+    """hybrid: both arms fused (and rescored); semantic: the vector arm alone, in its own order. One hit per
+    text (deeper arms when copies leave the page short); with the text keys, and for hybrid whose
+    candidates are not all embedded, the degraded reason (hybrid.keep_keyword_slots)."""
     filters = request.filters
     depth = max(request.limit, settings.hybrid_depth)
+    wanted = _ranking_length(request, settings)
     lap = time.perf_counter()
     # The query's embedding (CPU, in a thread) while the keyword arm runs in the database: two cores at
     # work instead of one after the other (hybrid p50 at 1M chunks: see docs/benchmarks.md).
     embedding = asyncio.get_running_loop().run_in_executor(None, embedder.embed_query, request.query)
     embedding.add_done_callback(_retrieve)
+
+    async def keyword_arm() -> tuple[list[ChunkHit], set[int]]:
+        found = await bm25_topk.search(conn, request.query, filters, limit=depth,
+                                       ts_config=settings.text_search_config,
+                                       exhaustive=settings.bm25_exhaustive, native=settings.bm25_native)
+        return found, await lexical.chunks_with_rare_terms(conn, [h.chunk_id for h in found],
+                                                           [t for t in terms if hybrid.is_identifier(t)])
+
     lex: list[ChunkHit] = []
     pinned: set[int] = set()
     try:
         if mode == "hybrid":
-            lex = await bm25_topk.search(conn, request.query, filters, limit=depth,
-                                         ts_config=settings.text_search_config,
-                                         exhaustive=settings.bm25_exhaustive, native=settings.bm25_native)
-            pinned = await lexical.chunks_with_rare_terms(conn, [h.chunk_id for h in lex],
-                                                          [t for t in terms if hybrid.is_identifier(t)])
+            lex, pinned = await keyword_arm()
             lap = _lap(timings, "keyword", lap)
     finally:
         query_vector = await embedding
     lap = _lap(timings, "embed", lap)
-    vec = await vector.search(conn, query_vector, embedder.model_id, filters, limit=depth, tuned=True)
-    lap = _lap(timings, "vector", lap)
-    fused = hybrid.fuse(lex, vec, k=settings.hybrid_rrf_k, vector_weight=settings.hybrid_vector_weight,
-                        pinned_chunks=pinned)
-    if mode == "hybrid" and settings.hybrid_rerank == "scores":
-        ids = [f.hit.chunk_id for f in fused]
-        lex_scores = {h.chunk_id: h.score for h in lex}
-        vec_scores = {h.chunk_id: h.score for h in vec}
-        lex_scores.update(await lexical.scores_for(conn, request.query,
-                                                   [i for i in ids if i not in lex_scores],
-                                                   ts_config=settings.text_search_config))
-        vec_scores.update(await vector.similarities(conn, query_vector, embedder.model_id,
-                                                    [i for i in ids if i not in vec_scores]))
-        fused = hybrid.rescore(fused, lex_scores, vec_scores,
-                               lexical_weight=settings.hybrid_rerank_lexical_weight)
-    chosen = hybrid.diversify(fused, limit=_ranking_length(request, settings),
-                              max_per_file=settings.hybrid_max_per_file)
+    tuned, unembedded = True, 0
+    while True:
+        keys: dict[int, duplicates.TextKey] = {}  # every candidate's text key, read by the two statements below
+        vec = await vector.search(conn, query_vector, embedder.model_id, filters, limit=depth, tuned=tuned, keys=keys)
+        lap = _lap(timings, "vector", lap)
+        fused = hybrid.fuse(lex, vec, k=settings.hybrid_rrf_k, vector_weight=settings.hybrid_vector_weight,
+                            pinned_chunks=pinned)
+        if mode == "hybrid":
+            ids = [f.hit.chunk_id for f in fused]
+            lex_scores = {h.chunk_id: h.score for h in lex}
+            vec_scores = {h.chunk_id: h.score for h in vec}
+            rescored = settings.hybrid_rerank == "scores"
+            if rescored:
+                lex_scores.update(await lexical.scores_for(conn, request.query,
+                                                           [i for i in ids if i not in lex_scores],
+                                                           ts_config=settings.text_search_config))
+            # the keyword arm's candidates the vector arm did not return: their cosine (the rerank's), whether
+            # they have a vector at all (one without keeps its keyword rank) and their text keys
+            vec_scores.update(await vector.similarities(conn, query_vector, embedder.model_id,
+                                                        [i for i in ids if i not in vec_scores], keys=keys))
+            if rescored:
+                fused = hybrid.rescore(fused, lex_scores, vec_scores,
+                                       lexical_weight=settings.hybrid_rerank_lexical_weight)
+            unembedded = len(ids) - len(vec_scores)
+            if unembedded:
+                fused = hybrid.keep_keyword_slots(fused, lex_scores, vec_scores.keys())
+        groups, folded = duplicates.collapse(fused, keys, chunk=lambda f: f.hit, limit=wanted,
+                                             admit=hybrid.diverse(settings.hybrid_max_per_file))
+        again = duplicates.deeper(depth, max(len(lex), len(vec)), wanted, len(groups), folded)
+        if again is None:
+            break
+        depth, tuned = again, False
+        if mode == "hybrid":
+            lex, pinned = await keyword_arm()
+    for group in groups:
+        group.item.copies = group.copies
+    reason = None
+    if unembedded:
+        embedded, total = await vector.embedded_share(conn, embedder.model_id, filters)
+        share = f"; {embedded:,} of {total:,} chunks searched have vectors ({embedded / total:.0%})" if total else ""
+        reason = (f"partly embedded: {unembedded} of {len(fused)} candidates have no vector yet and keep their "
+                  f"keyword rank{share}")
     _lap(timings, "rerank", lap)
-    return chosen
+    return [group.item for group in groups], keys, reason
 
 
 async def prepare(conn: Connection, request: SearchRequest, *, settings: Settings, embedder: Embedder | None = None,
@@ -266,28 +300,42 @@ async def search(conn: Connection, request: SearchRequest, *, settings: Settings
     explanations: list[dict | None]
     if mode == "lexical":
         lap = time.perf_counter()
-        ranked = await bm25_topk.search(conn, request.query, request.filters,
-                                        limit=_ranking_length(request, settings),
-                                        ts_config=settings.text_search_config,
-                                        exhaustive=settings.bm25_exhaustive, native=settings.bm25_native)
+        wanted = fetch = _ranking_length(request, settings)
+        while True:  # one hit per text: deeper while copies leave the page short (exact: the best distinct texts)
+            ranked = await bm25_topk.search(conn, request.query, request.filters, limit=fetch,
+                                            ts_config=settings.text_search_config,
+                                            exhaustive=settings.bm25_exhaustive, native=settings.bm25_native)
+            groups, folded, keys = await duplicates.collapse_ranked(
+                conn, ranked, chunk=lambda h: h, limit=wanted, scores={h.chunk_id: h.score for h in ranked})
+            again = duplicates.deeper(fetch, len(ranked), wanted, len(groups), folded)
+            if again is None:
+                break
+            fetch = again
         _lap(timings, "keyword", lap)
-        refs = [HitRef(h.file_id, h.source_id, h.key, h.seq, h.score) for h in ranked]
-        explanations = [{"lexical_rank": i, "lexical_score": round(h.score, 6), "vector_rank": None,
-                         "vector_score": None, "fused": round(h.score, 6), "pinned_identifier": False}
-                        for i, h in enumerate(ranked, 1)]
+        refs = [HitRef(g.item.file_id, g.item.source_id, g.item.key, g.item.seq, g.item.score) for g in groups]
+        copies = [g.copies for g in groups]
+        explanations = [{"lexical_rank": i, "lexical_score": round(g.item.score, 6), "vector_rank": None,
+                         "vector_score": None, "fused": round(g.item.score, 6), "pinned_identifier": False}
+                        for i, g in enumerate(groups, 1)]
     else:
         assert embedder is not None and pre is not None
-        chosen = await _with_vectors(conn, request, mode, settings, embedder, pre.terms, timings)
+        chosen, keys, partial = await _with_vectors(conn, request, mode, settings, embedder, pre.terms, timings)
+        degraded_reason = degraded_reason or partial
         refs = [HitRef(f.hit.file_id, f.hit.source_id, f.hit.key, f.hit.seq, f.score) for f in chosen]
+        copies = [f.copies for f in chosen]
         explanations = [f.explanation() for f in chosen]
     wanted, end = _ranking_length(request, settings), request.offset + request.limit
     page = slice(request.offset, end)
     paging = {"has_more": len(refs) > end, "total_available": len(refs), "total_exact": len(refs) < wanted,
               "capped": len(refs) == wanted <= end}
-    refs, explanations = refs[page], explanations[page]
+    refs, explanations, copies = refs[page], explanations[page], copies[page]
     lap = time.perf_counter()
     hits = await expand_hits(conn, refs, query=request.query, ts_config=settings.text_search_config)
     _lap(timings, "windows", lap)
+    copies_by_pos = {(str(r.source_id), r.key, r.seq): c for r, c in zip(refs, copies) if c}
+    for hit in hits:
+        if found := copies_by_pos.get((hit["source_id"], hit["key"], hit["seq"])):
+            hit["duplicates"] = duplicates.described(found, keys)
     if request.explain:
         explain_by_pos = {(str(r.source_id), r.key, r.seq): e for r, e in zip(refs, explanations)}
         for hit in hits:
