@@ -3,7 +3,7 @@
 search_content: the source_id restriction, limit 20 by default, modified_after/before, neighbour chunks
 in a hit's text within ~1,800 characters and `truncated`; get_file_text: 5,000 chunks at most and 1 MB
 of text, each with `truncated`, the text sent once per kind of client; get_file_window: 40 chunks by
-default; list_sources/list_files: 50 by default, 200 at most; download links live ~15 minutes; the
+default, within 16,000 characters (issue 28); list_sources/list_files: 50 by default, 200 at most; download links live ~15 minutes; the
 audit row names the sources read and carries the call's time. Served lexically (no embedder).
 """
 
@@ -123,10 +123,17 @@ async def test_a_short_hit_carries_whole_neighbours_and_is_not_truncated(owner_e
     assert "Paragraph omega" in hit["text"] and len(hit["text"]) <= 1800
 
 
-async def test_get_file_window_reads_40_chunks_by_default(world):
-    window = await call(world, "get_file_window", {"source_id": str(world["main"].source_id), "key": "long.txt"})
-    assert window["window"] == {"start": 0, "returned": 40} and window["has_more"] is True
-    assert window["total_chunks"] > 40
+async def test_get_file_window_reads_40_chunks_by_default_within_16000_characters(world):
+    ref = {"source_id": str(world["main"].source_id), "key": "long.txt"}  # chunks of ~1,000 characters
+    window = await call(world, "get_file_window", ref)
+    assert 12 <= window["window"]["returned"] < 40 and window["window"]["chars"] <= 16_000 and window["has_more"]
+    assert window["window"]["chars"] == sum(len(c["text"]) for c in window["chunks"])
+    rest = await call(world, "get_file_window", {**ref, "cursor": window["next_cursor"]})
+    assert rest["window"]["start"] == window["window"]["returned"]  # the budget's cut is where the cursor goes on
+    wide = await call(world, "get_file_window", {**ref, "max_chars": 1_000_000})
+    assert wide["window"]["returned"] == 40 and wide["has_more"] is True and wide["total_chunks"] > 40
+    one = await call(world, "get_file_window", {**ref, "max_chars": 100})  # a read always advances
+    assert one["window"]["returned"] == 1 and one["window"]["chars"] > 100
 
 
 async def _synthetic_chunks(owner_engine, source_id, key, count, size):

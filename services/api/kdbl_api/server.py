@@ -36,10 +36,11 @@ from kdbl_api.audit import AuditFacts
 from kdbl_api.deadlines import bounded_transaction
 from kdbl_api.observability import Observability
 from kdbl_api.request_meta import CallMeta
-from kdbl_api.tools import files
+from kdbl_api.tools import blocks, files
+from kdbl_api.tools.blocks import text_mime_type
 from kdbl_api.tools.context import Services, ToolContext
 from kdbl_api.tools.models import FileRefArgs
-from kdbl_api.tools.registry import TOOLS, content_blocks, text_mime_type
+from kdbl_api.tools.registry import TOOLS
 from kdbl_core import __version__, pacing
 from kdbl_core.content import contents, reads
 from kdbl_core.db.async_pool import AsyncPool, Statement
@@ -98,6 +99,12 @@ def _meta(ctx: ServerRequestContext[Any]) -> CallMeta:
     if found is None:
         found = request.scope[request_meta.SCOPE_KEY] = CallMeta.begin()
     return found
+
+
+def _rendering(ctx: ServerRequestContext[Any]) -> blocks.Rendering:
+    """What this request's client reads (kdbl_api.tools.blocks): its protocol and X-Kdbl-Text-Block."""
+    request = ctx.request
+    return blocks.rendering(request.headers if request is not None else None)
 
 
 def _progress(ctx: ServerRequestContext[Any]) -> Callable[[str, float, float | None], Awaitable[None]] | None:
@@ -200,8 +207,8 @@ def build_server(pool: AsyncPool, state: AppState) -> Server[Any]:
 
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                          ) -> types.ListToolsResult:
-        allowed = _policy(ctx).tools
-        return types.ListToolsResult(tools=[_offered(d) for d in definitions if d.name in allowed])
+        allowed, how = _policy(ctx).tools, _rendering(ctx)
+        return types.ListToolsResult(tools=[blocks.listed(_offered(d), how) for d in definitions if d.name in allowed])
 
     def _offered(tool: types.Tool) -> types.Tool:
         """The tool as this server offers it (registry.ToolSpec.offered: answer without a chat model)."""
@@ -238,7 +245,7 @@ def build_server(pool: AsyncPool, state: AppState) -> Server[Any]:
         structured = await run(ctx, spec.name, arguments, work, opening if spec.opening is not None else None)
         structured.pop("meta", None)  # last in the result, after the reference's fields
         structured["meta"] = _meta(ctx).as_json()
-        return types.CallToolResult(content=content_blocks(spec, structured), structured_content=structured)
+        return blocks.tool_result(spec.name, structured, _rendering(ctx))
 
     async def list_resources(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                              ) -> types.ListResourcesResult:

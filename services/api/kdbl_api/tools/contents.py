@@ -5,6 +5,7 @@ or as objects {source_id, key[, seq]}. A malformed id is -32602 naming `ids[i]`;
 but missing or hidden is an item with found=false and the same reason either way (no existence oracle:
 tests/integration/test_get_contents.py probes it across tenants and per-file grants). All items together
 hold at most TOTAL_CHARS characters of text: many ids get a smaller budget each, said in the result.
+An item's text is in its chunks, once (issue 28: the joined `text` beside them sent every character twice).
 """
 
 from __future__ import annotations
@@ -53,8 +54,7 @@ async def get_contents(ctx: ToolContext, args: GetContentsArgs) -> tuple[dict[st
         if item is None:
             items.append({"id": shown, "found": False, "kind": kind, "reason": NOT_FOUND})
             continue
-        entry = {"id": shown, "found": True, "kind": kind, **item, "uri": file_uri(ref.source_id, ref.key),
-                 "text": "\n\n".join(c["text"] for c in item["chunks"])}
+        entry = {"id": shown, "found": True, "kind": kind, **item, "uri": file_uri(ref.source_id, ref.key)}
         if kind == "chunk":
             entry.update(chunk_id=chunk_id(ref.source_id, ref.key, ref.seq),
                          chunk_uri=chunk_uri(ref.source_id, ref.key, ref.seq), seq=ref.seq)

@@ -1,4 +1,9 @@
-"""Reading files: get_file_text (whole, bounded), get_file_window (a sliding read), get_file_metadata."""
+"""Reading files: get_file_text (whole, bounded), get_file_window (a sliding read), get_file_metadata.
+
+get_file_window reads `length` chunks (the reference's 40 by default) within `max_chars` characters of text
+(16,000 by default, issue 28: 40 chunks were 48 KB of text and answered 214 KB, the text four times), at
+least one chunk so that a read always advances; `has_more` and `next_cursor` go on from where the budget
+stopped it. Its text is in its chunks, once: the joined `text` beside them repeated every character."""
 
 from __future__ import annotations
 
@@ -31,6 +36,16 @@ async def load_visible_file(ctx: ToolContext, args: FileRefArgs) -> dict[str, An
 
 def _read(args: FileRefArgs, row_count: int) -> AuditFacts:
     return AuditFacts(source_ids=(str(args.source_id),), keys=(args.key,), row_count=row_count)
+
+
+def within_chars(chunks: list[dict[str, Any]], max_chars: int) -> list[dict[str, Any]]:
+    """The leading chunks whose text fits `max_chars` characters (at least one: a read always advances)."""
+    used = 0
+    for n, chunk in enumerate(chunks):
+        used += len(chunk["text"])
+        if used > max_chars and n > 0:
+            return chunks[:n]
+    return chunks
 
 
 def within_bytes(chunks: list[dict[str, Any]], max_bytes: int) -> list[dict[str, Any]]:
@@ -69,14 +84,15 @@ async def get_file_window(ctx: ToolContext, args: FileWindowArgs) -> tuple[dict[
     total = row["chunk_count"]
     if start > total:
         raise InvalidArgument("start", f"beyond the end of the file ({total} chunks)")
-    chunks = await reads.file_chunks(ctx.conn, row["id"], start=start, limit=args.length)
+    chunks = within_chars(await reads.file_chunks(ctx.conn, row["id"], start=start, limit=args.length),
+                          args.max_chars)
     end = start + len(chunks)
     has_more = end < total
     return FileWindowResult(
         source_id=str(args.source_id), key=args.key, uri=file_uri(args.source_id, args.key), chunks=chunks,
-        total_chunks=total, window={"start": start, "returned": len(chunks)}, has_more=has_more,
+        total_chunks=total, window={"start": start, "returned": len(chunks),
+                                    "chars": sum(len(c["text"]) for c in chunks)}, has_more=has_more,
         next_cursor=ctx.services.cursors.encode(ctx.principal, listing, {"start": end}) if has_more else None,
-        text="\n\n".join(c["text"] for c in chunks),
     ).model_dump(mode="json"), _read(args, len(chunks))
 
 

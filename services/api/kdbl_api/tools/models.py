@@ -34,6 +34,10 @@ MAX_FILE_TEXT_CHUNKS = 5000
 # get_file_text's bound in UTF-8 bytes of chunk text (~250k tokens; a 3 MB file used to answer 9.5 MB):
 # beyond it the result is `truncated` with `next_start` for get_file_window
 MAX_FILE_TEXT_BYTES = 1_000_000
+# get_file_window's default text budget in characters (~4,000 tokens): an agent's read, not a whole file. 40
+# chunks (the reference's default length) were 48 KB of text in issue 28's corpus and answered 214 KB; a
+# local 8k-context model could not take them, and Claude Code warns past 10,000 tokens of tool output.
+WINDOW_CHARS = 16_000
 
 
 def _storable(value: str) -> str:
@@ -75,14 +79,10 @@ class _Args(BaseModel):
 class RequestMeta(BaseModel):
     """Every tool result's `meta` (kdbl_api.request_meta fills it; the server adds it to each result)."""
 
-    request_id: str = Field(description="This call's id: the X-Request-Id response header and the audit row's.")
-    took_ms: dict[str, float] = Field(description=(
-        "Milliseconds by part: auth (the front door: token, policy, scope, rate limit); search_content: embed, "
-        "keyword (BM25 arm), vector (vector arm), rerank, windows (hit windows and snippets); answer: those, "
-        "sentences (reading and scoring the hits' sentences), generate and first_token (abstractive); other tools: db "
-        "(the handler's reads); total (the whole call in the server, audit row included: at least the sum "
-        "of the parts). A part that did not run is absent."))
-    cache_hit: bool = Field(description="True when a result cache answered the call.")
+    # parts and their meaning: docs/clients.md ("What clients get back"); kept short, every outputSchema holds it
+    request_id: str = Field(description="The X-Request-Id response header; quote it when reporting a problem.")
+    took_ms: dict[str, float] = Field(description="Server milliseconds by part, and total.")
+    cache_hit: bool
 
 
 def _meta_required(schema: dict[str, Any]) -> None:
@@ -93,7 +93,7 @@ class _Result(BaseModel):
     """A tool result: the server sets `meta` on every one (handlers leave it None)."""
 
     model_config = ConfigDict(json_schema_extra=_meta_required)
-    meta: RequestMeta | None = Field(default=None, description="The call's request id, timings and cache hit.")
+    meta: RequestMeta | None = None
 
 
 SearchMode = Literal["hybrid", "lexical", "semantic"]
@@ -147,18 +147,16 @@ class SearchContentArgs(SearchFilters):
         "faster, exact terms) or semantic (meaning only: embeddings, no keyword match needed).")
     explain: StrictBool = Field(default=False, description="Add each hit's per-arm ranks and scores.")
     response_mode: ResponseMode | None = Field(
-        default=None, description="How much of each hit to return: ids_only (chunk_id, rank, score), "
-        "metadata (+ source_id, key, uri, chunk_uri, title, seq, total_chunks, locators, content_type, mtime, "
-        "token_count), "
-        "preview (+ snippet, a ~200-character preview, context_header) or full (+ the neighbour-window text, "
-        "truncated, url, per-arm scores). Omitted: the classic hit (text, snippet, locators, url, rank).")
+        default=None, description="How much of each hit: ids_only (chunk_id, rank, score), metadata (+ file, "
+        "uri, title, seq, total_chunks, locators, content_type, mtime, token_count), preview (+ snippet, "
+        "~200-character preview, context_header) or full (+ window text, url, per-arm scores). Omitted: the "
+        "classic hit (text, snippet, locators, url, rank).")
     fields: list[Text] | None = Field(
         default=None, min_length=1, max_length=32, description="Only these hit fields (a whitelist from the "
         "response_mode's fields; without response_mode, from full's).")
     cursor: Text | None = Field(default=None, min_length=1, max_length=2048, description=(
-        "next_cursor of a previous page of this same search (same query, mode and filters; limit is the page "
-        "size and may change). Omit for the first page. A cursor cut from an index that has changed since is "
-        "refused (-32602 on cursor, reason 'stale: ...'): start over without it."))
+        "next_cursor of the previous page of this same search (limit may change). Refused as 'stale: ...' once "
+        "the index changed: start over without it."))
 
 
 class FileRefArgs(_Args):
@@ -170,7 +168,9 @@ class FileRefArgs(_Args):
 
 class FileWindowArgs(FileRefArgs):
     start: StrictInt = Field(default=0, ge=0, le=10_000_000, description="0-based chunk index to start at.")
-    length: StrictInt = Field(default=40, ge=1, le=200, description="Chunks to return (1-200).")
+    length: StrictInt = Field(default=40, ge=1, le=200, description="Chunks to return at most (1-200).")
+    max_chars: StrictInt = Field(default=WINDOW_CHARS, ge=100, le=MAX_FILE_TEXT_BYTES, description=(
+        f"Characters of text at most (default {WINDOW_CHARS:,}, ~{WINDOW_CHARS // 4:,} tokens; at least one chunk)."))
     cursor: Text | None = Field(default=None, min_length=1, max_length=2048,
                                description="next_cursor of a previous window; overrides start.")
 
@@ -356,18 +356,18 @@ class FileTextResult(_Result):
 class WindowInfo(BaseModel):
     start: int
     returned: int
+    chars: int = Field(description="Characters of text returned (max_chars bounds it).")
 
 
 class FileWindowResult(_Result):
     source_id: str
     key: str
     uri: str
-    chunks: list[ChunkOut]
+    chunks: list[ChunkOut] = Field(description="The window's text, chunk by chunk with its locators.")
     total_chunks: int
     window: WindowInfo
     has_more: bool
     next_cursor: str | None
-    text: str
 
 
 class FileMetadataResult(_Result):
@@ -484,8 +484,7 @@ class ContentItem(BaseModel):
     status: str | None = None
     total_chunks: int | None = None
     mtime: str | None = Field(default=None, description="ISO 8601.")
-    chunks: list[ChunkOut] | None = None
-    text: str | None = Field(default=None, description="The chunks' text joined by blank lines.")
+    chunks: list[ChunkOut] | None = Field(default=None, description="The text, chunk by chunk.")
     truncated: bool | None = Field(default=None, description="The budget (or the read's bound) cut it.")
     next_start: int | None = Field(default=None, description="A file's: get_file_window start to read on.")
 
@@ -539,18 +538,47 @@ class FindSimilarResult(_Result):
     terms: list[str] = Field(description="The lexical method's terms (indexed form); empty for vector.")
 
 
-def schema_of(model: type[BaseModel]) -> dict[str, Any]:
-    """A compact JSON Schema (no titles) for tools/list; required properties first (a model that takes
-    shared filters, SearchFilters, lists its own `query` before them: a reader sees what it must send)."""
+def _nullable(node: dict[str, Any], output: bool) -> dict[str, Any]:
+    """pydantic's `anyOf: [X, {type: null}]` of an optional field, shorter. An argument: X alone (leaving it
+    out is how a client says "none"; the server still takes an explicit null). A result field: X's type
+    widened to [T, "null"] where X is one plain type, else the anyOf as it was."""
+    options = node.get("anyOf")
+    if not (isinstance(options, list) and len(options) == 2 and {"type": "null"} in options):
+        return node
+    [inner] = [o for o in options if o != {"type": "null"}]
+    rest = {k: v for k, v in node.items() if k != "anyOf"}
+    if not output:
+        return {**inner, **rest}
+    if isinstance(inner.get("type"), str) and "$ref" not in inner:
+        return {**inner, "type": [inner["type"], "null"], **rest}
+    return node
+
+
+def _noise(key: str, value: Any, output: bool) -> bool:
+    """What tools/list need not carry: titles, `default: null`, and a result's descriptions (clients validate
+    results against the schema; models read the arguments' descriptions, and the fields of a result are
+    described in docs/clients.md)."""
+    if key == "title" or (output and key == "description"):
+        return isinstance(value, str)
+    return key == "default" and value is None
+
+
+def schema_of(model: type[BaseModel], *, output: bool = False) -> dict[str, Any]:
+    """A compact JSON Schema for tools/list (issue 28: tools/list was 26-28 KB): no titles, no `default: null`
+    (_noise), optional fields without pydantic's anyOf-with-null (_nullable); required properties first (a
+    model that takes shared filters, SearchFilters, lists its own `query` before them: a reader sees what it
+    must send). `output`: a result's schema (nullable fields stay nullable, no descriptions)."""
 
     def strip(node: Any) -> Any:
         if isinstance(node, dict):
-            return {k: strip(v) for k, v in node.items() if not (k == "title" and isinstance(v, str))}
+            return _nullable({k: strip(v) for k, v in node.items() if not _noise(k, v, output)}, output)
         if isinstance(node, list):
             return [strip(v) for v in node]
         return node
 
     schema = strip(model.model_json_schema())
+    if output and "meta" in schema.get("properties", {}):  # the server sets it on every result
+        schema["properties"]["meta"] = {"$ref": "#/$defs/RequestMeta"}
     required = schema.get("required") or []
     if isinstance(schema.get("properties"), dict) and required:
         props = schema["properties"]

@@ -1,4 +1,4 @@
-"""The tool table: name, scope, argument/result models, handler, and how results become content blocks."""
+"""The tool table: name, scope, argument/result models, handler (the content blocks: kdbl_api.tools.blocks)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
-import orjson
 from pydantic import BaseModel
 
 from kdbl_api.audit import AuditFacts
@@ -65,7 +64,7 @@ class ToolSpec:
     def definition(self) -> types.Tool:
         return types.Tool(
             name=self.name, title=self.title, description=self.description,
-            input_schema=schema_of(self.args), output_schema=schema_of(self.result),
+            input_schema=schema_of(self.args), output_schema=schema_of(self.result, output=True),
             annotations=types.ToolAnnotations(title=self.title, read_only_hint=True, destructive_hint=False,
                                               idempotent_hint=True, open_world_hint=False),
         )
@@ -89,7 +88,8 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
             "Search the extracted content you may see (start here). Keyword arm is OR-over-terms weighted by "
             "rarity: lead with the most distinctive terms. Each hit has source_id/key/seq, `text` (the chunk "
             "plus neighbours; answer from it), a <mark> snippet, page/char/time locators and a kdbl:// uri "
-            "to cite. If hits do not answer, reformulate with the corpus's own wording and search again."),
+            "to cite. If hits do not answer, reformulate with the corpus's own wording and search again. "
+            "has_more: pass next_cursor for the next page."),
         args=SearchContentArgs, result=SearchContentResult, handler=search.search_content,
         opening=search.opening,
     ),
@@ -103,8 +103,9 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
     ToolSpec(
         name="get_file_window", title="Read a window of a file", scope=SCOPE_READ,
         description=("A bounded sliding read over a file's chunks: start (0-based chunk, default 0), length "
-                     "(default 40, max 200). Returns chunks, total_chunks, window.returned, has_more, text and "
-                     "next_cursor. To read around a search hit, start a few chunks before its seq."),
+                     "(default 40, max 200) and max_chars (default 16,000 characters), whichever ends first. "
+                     "Returns chunks (text and locators each), total_chunks, window, has_more and next_cursor. "
+                     "To read around a search hit, start a few chunks before its seq."),
         args=FileWindowArgs, result=FileWindowResult, handler=files.get_file_window,
     ),
     ToolSpec(
@@ -154,49 +155,3 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
 
 
 STREAMING_TOOLS = frozenset(spec.name for spec in TOOLS.values() if spec.streams)
-
-
-def text_mime_type(content_type: str | None) -> str:
-    """The MIME type of a file's extracted text: markdown stays markdown, everything else is plain text.
-
-    resources/list, resources/read and get_file_text's embedded resource all use it, so a client that
-    renders by MIME type sees the same type for the same text."""
-    return "text/markdown" if content_type == "text/markdown" else "text/plain"
-
-
-def _file_text_blocks(structured: dict[str, Any]) -> list[types.ContentBlock]:
-    """get_file_text's text once: the embedded resource carries it, the JSON block everything else.
-
-    The JSON block used to repeat every chunk's text, and the resource the whole text again (a 3 MB file
-    answered 9.5 MB). A client without structuredContent reads the text from the resource, one with it
-    from `chunks`; the text travels twice in all, once for each kind of client."""
-    chunks = structured["chunks"]
-    summary = {k: v for k, v in structured.items() if k != "chunks"}
-    summary["chunks_returned"] = len(chunks)
-    summary["text"] = "in the embedded resource below (structuredContent.chunks has it chunk by chunk)"
-    body = "\n\n".join(c["text"] for c in chunks)
-    return [types.TextContent(text=orjson.dumps(summary).decode()), types.EmbeddedResource(
-        resource=types.TextResourceContents(uri=structured["uri"], mime_type=text_mime_type(
-            structured["content_type"]), text=body))]
-
-
-def content_blocks(spec: ToolSpec, structured: dict[str, Any]) -> list[types.ContentBlock]:
-    """Back-compat content: the JSON as text, plus citations (search) or the document (file reads)."""
-    if spec.name == "get_file_text":
-        return _file_text_blocks(structured)
-    blocks: list[types.ContentBlock] = [types.TextContent(text=orjson.dumps(structured).decode())]
-    if spec.name == "search_content":
-        seen: set[str] = set()
-        for hit in structured["hits"]:
-            if "uri" not in hit or hit["uri"] in seen:  # a response_mode or `fields` may leave it out
-                continue
-            seen.add(hit["uri"])
-            blocks.append(types.ResourceLink(uri=hit["uri"], name=hit.get("key", hit["uri"]),
-                                             mime_type="text/plain"))
-    elif spec.name == "answer":  # each cited file once, as search_content's hits
-        for uri, key in dict.fromkeys((c["uri"], c["key"]) for c in structured["citations"]):
-            blocks.append(types.ResourceLink(uri=uri, name=key, mime_type="text/plain"))
-    elif "uri" in structured:
-        blocks.append(types.ResourceLink(uri=structured["uri"], name=structured["key"],
-                                         mime_type=structured.get("content_type") or "text/plain"))
-    return blocks
