@@ -141,16 +141,13 @@ def test_pdf_page_without_a_table_reads_as_before():
     assert "\n".join(lines(run_bytes(data, "prose.pdf"))) == before
 
 
-def test_pdf_layout_cost_stays_a_few_milliseconds_a_page():
-    """200 statement pages (a 10-K's worth, twice): the layout must not make PDFs slow to index."""
-    import time
-
+def test_a_long_pdf_of_statement_pages_keeps_every_row_on_every_page():
+    """200 statement pages (a 10-K's worth, twice). Its cost is a benchmark's claim, not a test's: ~4 ms a
+    page for the layout beside pdfium's own text (docs/benchmarks.md, "Extraction")."""
     data = make_pdf([_statement("columns")] * 200)
-    start = time.perf_counter()
     result = run_bytes(data, "long.pdf")
-    elapsed = time.perf_counter() - start
     assert len(result.blocks) == 200 and all("Gross margin | 170,782 | 152,836" in b.text for b in result.blocks)
-    assert elapsed < 10, elapsed  # ~0.3 s here; pdfium's own text ~0.15 s
+    assert [b.page_no for b in result.blocks] == list(range(1, 201))
 
 
 # --- DOCX, XLSX, HTML: one line per row, the same separator -------------------------------------
