@@ -1,5 +1,6 @@
-"""kdbl_core.search.cache.ResultCache: LRU by estimated bytes, a TTL, copies handed out; and
-kdbl_core.search.paging: a cursor is bound to its listing and index state."""
+"""kdbl_core.search.cache.ResultCache: LRU by estimated bytes, a TTL, copies handed out; the index state a
+result of each mode depends on; and kdbl_core.search.paging: a cursor is bound to its listing, index state
+and serving mode."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from kdbl_core.access.principal import Principal
 from kdbl_core.access.signing import CursorCodec
 from kdbl_core.errors import InvalidArgument
 from kdbl_core.search import paging
-from kdbl_core.search.cache import ResultCache
+from kdbl_core.search.cache import ResultCache, state_for
 from kdbl_core.search.pipeline import SearchResult
 
 
@@ -72,16 +73,36 @@ CODEC = CursorCodec(b"k" * 32)
 
 def test_a_cursor_gives_back_its_offset_for_the_same_listing_and_state():
     listing = paging.listing(PRINCIPAL, {"query": "q", "mode": "lexical"})
-    cursor = paging.encode(CODEC, PRINCIPAL, listing, offset=20, state=7)
-    assert paging.decode(CODEC, cursor, PRINCIPAL, listing, state=7) == 20
+    cursor = paging.encode(CODEC, PRINCIPAL, listing, offset=20, state=7, mode="lexical")
+    assert paging.decode(CODEC, cursor, PRINCIPAL, listing, state=7, mode="lexical") == 20
 
 
 def test_a_cursor_cut_from_another_index_state_is_stale_on_cursor():
     listing = paging.listing(PRINCIPAL, {"query": "q"})
-    cursor = paging.encode(CODEC, PRINCIPAL, listing, offset=20, state=7)
+    cursor = paging.encode(CODEC, PRINCIPAL, listing, offset=20, state=7, mode="lexical")
     with pytest.raises(InvalidArgument) as err:
-        paging.decode(CODEC, cursor, PRINCIPAL, listing, state=8)
+        paging.decode(CODEC, cursor, PRINCIPAL, listing, state=8, mode="lexical")
     assert err.value.field == "cursor" and "stale:" in str(err.value)
+
+
+def test_a_cursor_cut_by_another_serving_mode_or_embedding_model_is_stale_on_cursor():
+    """A hybrid search served lexically on one replica (no embedder) and with vectors on another, or by
+    two embedding models during a rollout, is two rankings even at one index state."""
+    listing = paging.listing(PRINCIPAL, {"query": "q", "mode": "hybrid"})
+    cursor = paging.encode(CODEC, PRINCIPAL, listing, offset=20, state=7, mode="hybrid@model-a")
+    for mode in ("lexical", "hybrid@model-b"):
+        with pytest.raises(InvalidArgument) as err:
+            paging.decode(CODEC, cursor, PRINCIPAL, listing, state=7, mode=mode)
+        assert "stale:" in str(err.value)
+    assert paging.decode(CODEC, cursor, PRINCIPAL, listing, state=7, mode="hybrid@model-a") == 20
+
+
+def test_each_mode_takes_the_state_of_what_its_results_depend_on():
+    """[lexical: content of what the caller sees, semantic: content and vectors of what it reads, vectors of
+    what it reads]: hybrid depends on both lexical's and the vectors'."""
+    states = (10, 7, 12)
+    assert state_for(states, "lexical") == 10 and state_for(states, "semantic") == 7
+    assert state_for(states, "hybrid") == 12 and state_for((10, 7, 3), "hybrid") == 10
 
 
 def test_the_listing_differs_by_groups_and_by_ranking_arguments():
@@ -90,7 +111,7 @@ def test_the_listing_differs_by_groups_and_by_ranking_arguments():
     assert base != paging.listing(other_groups, {"query": "q", "mode": "lexical"})
     assert base != paging.listing(PRINCIPAL, {"query": "q", "mode": "hybrid"})
     assert base == paging.listing(PRINCIPAL, {"mode": "lexical", "query": "q"})
-    cursor = paging.encode(CODEC, PRINCIPAL, base, offset=5, state=1)
+    cursor = paging.encode(CODEC, PRINCIPAL, base, offset=5, state=1, mode="lexical")
     with pytest.raises(InvalidArgument) as err:
-        paging.decode(CODEC, cursor, other_groups, base.replace("a", "b"), state=1)
+        paging.decode(CODEC, cursor, other_groups, base.replace("a", "b"), state=1, mode="lexical")
     assert err.value.field == "cursor"

@@ -67,6 +67,9 @@ async def search_content(ctx: ToolContext, args: SearchContentArgs) -> tuple[dic
     # the state of what this result depends on: a lexical one ignores vectors, a vector one other sources
     served, state = pipeline.index_state(request, pre, embedder=ctx.services.embedder,
                                          allowed_modes=ctx.policy.modes)
+    if served != "lexical":  # vectors of one model are another ranking than another model's (a rollout)
+        assert ctx.services.embedder is not None
+        served = f"{served}@{ctx.services.embedder.model_id}"
     if args.cursor:
         offset = paging.decode(ctx.services.cursors, args.cursor, ctx.principal, listing, state=state, mode=served)
         request = dataclasses.replace(request, offset=offset)

@@ -14,8 +14,9 @@ candidate depth that does not depend on the page), so while the index state is u
 neither repeat nor skip a hit. When the state changed since the cursor was cut, the call is -32602 on
 `cursor` with a reason starting "stale:" and the client starts over without a cursor. The state is the
 serving mode's (kdbl_core.search.cache.state_for: a lexical cursor survives vectors being written, a
-vector one writes to sources it does not read), and the serving mode is part of it: a hybrid search
-served lexically on one replica (no embedder there) and with vectors on another is two rankings.
+vector one writes to sources it does not read), and the serving mode is part of it (the API adds the
+embedding model to a vector mode): a hybrid search served lexically on one replica (no embedder there) and
+with vectors on another, or by two models during a rollout, is two rankings.
 
 Paging stops at the candidate cap, max(limit, KDBL_HYBRID_DEPTH) hits (100 by default): deeper hits
 would come from a deeper candidate set and could repeat earlier ones; the last page says `capped`.
