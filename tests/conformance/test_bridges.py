@@ -62,7 +62,7 @@ async def locate_and_read(client: Client, mcp_server) -> tuple[dict, dict]:
     assert (hit["key"], hit["source_id"]) == ("handbook.md", str(mcp_server.corpus.source_id))
     window = await client.call_tool("get_file_window", {"source_id": hit["source_id"], "key": hit["key"]})
     assert not window.is_error, window
-    read = " ".join(chunk["text"] for chunk in window.structured_content["chunks"])
+    read = window.structured_content["text"]
     assert "quarterly okapi migration report" in read
     return found.structured_content, window.structured_content
 

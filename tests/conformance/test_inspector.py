@@ -115,7 +115,7 @@ def test_inspector_reads_a_window_around_a_search_hit(inspector, mcp_server):
     assert window["isError"] is False
     jsonschema.validate(window["structuredContent"], schema)
     assert window["structuredContent"]["window"]["start"] == hit["seq"]
-    assert "okapi migration" in "".join(c["text"] for c in window["structuredContent"]["chunks"])
+    assert "okapi migration" in window["structuredContent"]["text"]
 
 
 def test_inspector_without_a_token_stops_at_auth_required(inspector):
@@ -141,7 +141,7 @@ def test_the_inspectors_sse_transport_lists_searches_and_reads_a_window(inspecto
                                      "--tool-arg", f"source_id={hit['source_id']}", f"key={hit['key']}",
                                      f"start={hit['seq']}"))
     assert window["isError"] is False
-    assert "okapi migration" in "".join(c["text"] for c in window["structuredContent"]["chunks"])
+    assert "okapi migration" in window["structuredContent"]["text"]
 
 
 def test_the_inspectors_sse_transport_without_a_token_stops_at_auth_required(inspector_sse):

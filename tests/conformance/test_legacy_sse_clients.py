@@ -35,7 +35,7 @@ async def main(url):
         window = await session.call_tool("get_file_window", {"source_id": hit["source_id"], "key": hit["key"]})
         print(json.dumps({"sdk": version("mcp"), "protocol": init.protocolVersion, "server": init.serverInfo.name,
                           "tools": [t.name for t in tools.tools], "hit": hit,
-                          "text": " ".join(c["text"] for c in window.structuredContent["chunks"])}))
+                          "text": window.structuredContent["text"]}))
 
 asyncio.run(main(sys.argv[1]))
 """

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 import httpx
 import jwt
 import pytest
-from helpers import db_of, make_corpus, running_api
+from helpers import db_of, make_corpus, running_api, window_chunk_texts
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -100,7 +100,7 @@ async def test_a_hit_carries_its_neighbour_chunks_within_1800_characters_and_say
     [hit] = (await call(world, "search_content", {"query": "okapi", "source_id": str(world["main"].source_id)}))["hits"]
     window = await call(world, "get_file_window", {"source_id": hit["source_id"], "key": "long.txt",
                                                    "start": hit["seq"] - 1, "length": 3})
-    prev, own, nxt = (c["text"] for c in window["chunks"])
+    prev, own, nxt = window_chunk_texts(window)
     assert own in hit["text"] and len(hit["text"]) <= 1800
     assert hit["truncated"] is True  # three ~1,000-character chunks do not fit
     before, _, after = hit["text"].partition(own)
@@ -127,7 +127,7 @@ async def test_get_file_window_reads_40_chunks_by_default_within_16000_character
     ref = {"source_id": str(world["main"].source_id), "key": "long.txt"}  # chunks of ~1,000 characters
     window = await call(world, "get_file_window", ref)
     assert 12 <= window["window"]["returned"] < 40 and window["window"]["chars"] <= 16_000 and window["has_more"]
-    assert window["window"]["chars"] == sum(len(c["text"]) for c in window["chunks"])
+    assert window["window"]["chars"] == len(window["text"])
     rest = await call(world, "get_file_window", {**ref, "cursor": window["next_cursor"]})
     assert rest["window"]["start"] == window["window"]["returned"]  # the budget's cut is where the cursor goes on
     wide = await call(world, "get_file_window", {**ref, "max_chars": 1_000_000})

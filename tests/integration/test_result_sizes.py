@@ -10,7 +10,7 @@ import uuid
 import httpx
 import jsonschema
 import pytest
-from helpers import db_of, make_corpus, mcp_client, running_api
+from helpers import db_of, make_corpus, mcp_client, running_api, window_chunk_texts
 
 from kdbl_control import admin
 from kdbl_core.settings import Settings
@@ -70,8 +70,9 @@ def window_ref(world, **more) -> dict:
 def test_a_default_window_holds_16000_characters_at_most_each_once_in_the_result(world):
     result, response = call(world, "get_file_window", window_ref(world))
     body = result["structuredContent"]
-    text = sum(len(c["text"]) for c in body["chunks"])
-    assert body["window"]["chars"] == text <= 16_000 and body["has_more"] and "text" not in body
+    text = len(body["text"])
+    assert body["window"]["chars"] == text <= 16_000 and body["has_more"]
+    assert all("text" not in c for c in body["chunks"]) and window_chunk_texts(body)[0] in body["text"]
     assert json.loads(result["content"][0]["text"]) == body  # the text block: the same result, for text readers
     # each text once in the result, twice in the response (one copy for each kind of client): 214 KB for 48 KB
     # of text before, the text four times
@@ -81,7 +82,7 @@ def test_a_default_window_holds_16000_characters_at_most_each_once_in_the_result
 def test_a_client_that_reads_structured_content_gets_each_text_once_per_response_when_it_asks(world):
     result, response = call(world, "get_file_window", window_ref(world), x_kdbl_text_block="summary")
     body = result["structuredContent"]
-    text = sum(len(c["text"]) for c in body["chunks"])
+    text = len(body["text"])
     summary = json.loads(result["content"][0]["text"])
     assert summary["chunks"] == len(body["chunks"]) and summary["next_cursor"] == body["next_cursor"]
     assert len(result["content"][0]["text"]) < 1_500 and len(response.content) < 1.3 * text
@@ -104,7 +105,7 @@ def test_a_client_of_a_protocol_before_2025_06_18_gets_the_result_as_text_alone(
         assert "structuredContent" not in result
         body = json.loads(result["content"][0]["text"])  # all of it, each text once
         jsonschema.validate(body, schemas(world)["get_file_window"]["outputSchema"])
-        assert len(response.content) < 1.2 * sum(len(c["text"]) for c in body["chunks"])
+        assert len(response.content) < 1.25 * len(body["text"])  # each text once, plus locators and escapes
     whole, _ = call(world, "get_file_text", {"source_id": world["sid"], "key": "note.md"}, version="2025-03-26")
     assert "structuredContent" not in whole and whole["content"][1]["resource"]["text"].startswith("# Heliostat")
     # a request without MCP-Protocol-Version (curl, scripts) gets both: more bytes, never less information

@@ -88,12 +88,28 @@ async def get_file_window(ctx: ToolContext, args: FileWindowArgs) -> tuple[dict[
                           args.max_chars)
     end = start + len(chunks)
     has_more = end < total
+    text, placed = _joined(chunks)
     return FileWindowResult(
-        source_id=str(args.source_id), key=args.key, uri=file_uri(args.source_id, args.key), chunks=chunks,
-        total_chunks=total, window={"start": start, "returned": len(chunks),
-                                    "chars": sum(len(c["text"]) for c in chunks)}, has_more=has_more,
+        source_id=str(args.source_id), key=args.key, uri=file_uri(args.source_id, args.key), chunks=placed,
+        total_chunks=total, window={"start": start, "returned": len(chunks), "chars": len(text)},
+        has_more=has_more, text=text,
         next_cursor=ctx.services.cursors.encode(ctx.principal, listing, {"start": end}) if has_more else None,
     ).model_dump(mode="json"), _read(args, len(chunks))
+
+
+WINDOW_SEPARATOR = "\n\n"
+
+
+def _joined(chunks: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """The window's `text` (the contract's field: each chunk's text once, in order) and each chunk's place
+    in it; the chunks carry locators, not their text again (a default window was the text three times)."""
+    parts, placed, offset = [], [], 0
+    for chunk in chunks:
+        body = chunk["text"]
+        placed.append({**{k: v for k, v in chunk.items() if k != "text"}, "offset": offset, "length": len(body)})
+        parts.append(body)
+        offset += len(body) + len(WINDOW_SEPARATOR)
+    return WINDOW_SEPARATOR.join(parts), placed
 
 
 async def get_file_metadata(ctx: ToolContext, args: FileRefArgs) -> tuple[dict[str, Any], AuditFacts]:

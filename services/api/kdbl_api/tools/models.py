@@ -353,6 +353,17 @@ class FileTextResult(_Result):
         default=None, description="When truncated: the seq to continue from with get_file_window's `start`.")
 
 
+class WindowChunk(BaseModel):
+    seq: int
+    offset: int = Field(description="Where this chunk's text starts in `text`.")
+    length: int
+    page_no: int | None
+    char_start: int
+    char_end: int
+    ts_start_ms: int | None
+    ts_end_ms: int | None
+
+
 class WindowInfo(BaseModel):
     start: int
     returned: int
@@ -363,11 +374,12 @@ class FileWindowResult(_Result):
     source_id: str
     key: str
     uri: str
-    chunks: list[ChunkOut] = Field(description="The window's text, chunk by chunk with its locators.")
+    chunks: list[WindowChunk] = Field(description="Each chunk's place in `text` and in the document.")
     total_chunks: int
     window: WindowInfo
     has_more: bool
     next_cursor: str | None
+    text: str = Field(description="The window's chunks, in order, separated by a blank line.")
 
 
 class FileMetadataResult(_Result):
