@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 import heading_samples as samples
 import jsonschema
 import pytest
-from helpers import db_of, running_api
+from helpers import db_of, running_api, window_chunk_texts
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -90,7 +90,7 @@ async def chunk_text(world, source: str, key: str, seq: int) -> str:
     async with mcp(world) as client:
         window = (await client.call_tool("get_file_window", {"source_id": world[source], "key": key, "start": seq,
                                                              "length": 1})).structured_content
-    return window["chunks"][0]["text"]
+    return window_chunk_texts(window)[0]
 
 
 @pytest.mark.parametrize("word", sorted(samples.WORDS))
