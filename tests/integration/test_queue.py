@@ -254,7 +254,8 @@ def test_a_pipelined_file_write_commits_only_with_its_lease(owner_engine, worker
                            {"s": empty_source.id}).one()
         terms = conn.execute(text("SELECT string_agg(term, ',' ORDER BY term) FROM postings "
                                   "WHERE source_id = :s"), {"s": empty_source.id}).scalar()
-    assert tuple(row) == (2, 2) and terms == "delta,epsilon"
+    # each chunk: its word and its file's name ("f0": f0, f, 0; kdbl_core.content.analysis)
+    assert tuple(row) == (2, 2) and terms == "0,0,delta,epsilon,f,f,f0,f0"
     assert_statistics_exact(owner_engine, empty_source.tenant_id)
     assert job_state(owner_engine, job.id) == "running"
 

@@ -58,8 +58,8 @@ WITH f AS (
     SELECT f.id AS file_id, s.seq, s.body
       FROM kdbl_bench_stage s JOIN f ON f.key = format('synthetic/%%s/%%s.txt', s.file_no / 1000, s.file_no)
 ), lex AS (
-    SELECT b.file_id, b.seq, t.lexeme AS term, coalesce(array_length(t.positions, 1), 1) AS tf
-      FROM body b, unnest(to_tsvector('english', b.body)) AS t
+    SELECT b.file_id, b.seq, t.term, t.tf  -- the write path's analysis (kdbl_core.content.analysis), no header
+      FROM body b CROSS JOIN LATERAL kdbl_terms('english', b.body) AS t
 ), dl AS (
     SELECT file_id, seq, sum(tf)::int AS dl FROM lex GROUP BY file_id, seq
 ), ch AS (

@@ -148,7 +148,7 @@ def _clean(value: str) -> str:
 
 
 def _unchanged(state: store.FileState | None, remote: FileMeta) -> bool:
-    if state is None or state.status == "pending":
+    if state is None or state.status == "pending" or state.stale:  # stale: an older analysis (0019)
         return False
     if remote.etag is not None and state.etag is not None:
         return remote.etag == state.etag and remote.size == state.size

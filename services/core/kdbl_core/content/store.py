@@ -22,6 +22,7 @@ import psycopg
 from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
+from kdbl_core.content import analysis
 from kdbl_core.content.records import Chunk, FileMeta
 from kdbl_core.errors import Conflict
 
@@ -56,6 +57,7 @@ class FileState:
     etag: str | None
     status: str
     status_reason: str | None = None
+    stale: bool = False  # its chunks were indexed with an older analysis (files.index_format): index it again
 
 
 # Dropping a file's indexed content, in one statement: its chunks and postings go, and the statistics
@@ -89,9 +91,10 @@ _DROP_MEMBERS = _DROP_TEMPLATE.format(
 _DELETE_MEMBERS = ("DELETE FROM files WHERE parent_id IN (SELECT id FROM files "
                    "WHERE source_id = %(source_id)s AND key = %(key)s AND parent_id IS NULL)")
 
-# Writing a file, in one statement: upsert its row, insert its chunks, tokenise them in Postgres (the
-# same text-search configuration the query side uses), write one posting per (term, chunk) with tf and
-# the chunk length, and add the document frequencies and corpus counters, with the score bounds of the
+# Writing a file, in one statement: upsert its row, insert its chunks, analyse them in Postgres (kdbl_terms,
+# the analysis the query side uses: kdbl_core.content.analysis), add each chunk's header (the file's name,
+# folders and title, the chunk's heading path: weighted terms, BM25F), write one posting per (term, chunk)
+# with tf and the chunk length, and add the document frequencies and corpus counters, with the score bounds of the
 # MaxScore top-k (each term's largest tf, each source's shortest chunk; a drop leaves them: looser, never wrong).
 # The statement writes nothing when the file still has chunks (the `old` guard): then the caller drops
 # them first and runs it again. So it is correct whatever the caller believed about the file.
@@ -101,10 +104,10 @@ _FILE_UPSERT = """old AS (
 ), f AS (
     INSERT INTO files (tenant_id, source_id, key, size, mtime, etag, content_type, storage_class, owner,
                        mode, uid, gid, status, status_reason, title, authors, labels, own_labels, chunk_count, text_chars,
-                       index_runs, indexed_at, seen_at)
+                       index_runs, indexed_at, seen_at, index_format)
     SELECT %(tenant_id)s, %(source_id)s, %(key)s, %(size)s, %(mtime)s, %(etag)s, %(content_type)s, %(storage_class)s, %(owner)s,
            %(mode)s, %(uid)s, %(gid)s, %(status)s, %(status_reason)s, %(title)s, %(authors)s, %(labels)s, %(own_labels)s,
-           %(chunk_count)s, %(text_chars)s, 1, now(), now()
+           %(chunk_count)s, %(text_chars)s, 1, now(), now(), %(index_format)s
       FROM old WHERE old.n = 0
     ON CONFLICT (source_id, key) DO UPDATE SET
         size = EXCLUDED.size, mtime = EXCLUDED.mtime, etag = EXCLUDED.etag,
@@ -113,7 +116,7 @@ _FILE_UPSERT = """old AS (
         status = EXCLUDED.status, status_reason = EXCLUDED.status_reason, title = EXCLUDED.title,
         authors = EXCLUDED.authors, labels = EXCLUDED.labels, own_labels = EXCLUDED.own_labels,
         chunk_count = EXCLUDED.chunk_count, text_chars = EXCLUDED.text_chars, parent_id = NULL,
-        index_runs = files.index_runs + 1, indexed_at = now(), seen_at = now()
+        index_runs = files.index_runs + 1, indexed_at = now(), seen_at = now(), index_format = EXCLUDED.index_format
     RETURNING id
 )"""
 # A member of a listed file (its members were just dropped, so a conflict is another file's key: a real
@@ -121,22 +124,45 @@ _FILE_UPSERT = """old AS (
 _MEMBER_INSERT = """old AS (SELECT 0 AS n), f AS (
     INSERT INTO files (tenant_id, source_id, key, size, mtime, etag, content_type, storage_class, owner,
                        mode, uid, gid, status, status_reason, title, authors, labels, own_labels, chunk_count, text_chars,
-                       index_runs, indexed_at, seen_at, parent_id)
+                       index_runs, indexed_at, seen_at, parent_id, index_format)
     SELECT %(tenant_id)s, %(source_id)s, %(key)s, %(size)s, %(mtime)s, %(etag)s, %(content_type)s, %(storage_class)s, %(owner)s,
            %(mode)s, %(uid)s, %(gid)s, %(status)s, %(status_reason)s, %(title)s, %(authors)s, %(labels)s, %(own_labels)s,
-           %(chunk_count)s, %(text_chars)s, 1, now(), now(), p.id
+           %(chunk_count)s, %(text_chars)s, 1, now(), now(), p.id, %(index_format)s
       FROM files p WHERE p.source_id = %(source_id)s AND p.key = %(parent_key)s AND p.parent_id IS NULL
     ON CONFLICT (source_id, key) DO NOTHING
     RETURNING id
 )"""
+_TERMS_OF_BODY = analysis.TERMS.format(text="i.body")
+_TERMS_OF_HEADING = analysis.TERMS.format(text="h.heading")
+_TERMS_OF_FIELD = analysis.TERMS.format(text="v.body")
 _WRITE_TEMPLATE = f"""
 WITH {{file}}, input AS (
     {{input}}
-), lex AS (
-    SELECT i.seq, t.lexeme AS term, coalesce(array_length(t.positions, 1), 1) AS tf
-      FROM input i, unnest(to_tsvector(CAST(%(cfg)s AS regconfig), i.body)) AS t
-), dl AS (
-    SELECT seq, sum(tf)::int AS dl FROM lex GROUP BY seq
+), lex AS (  -- the body's terms (kdbl_core.content.analysis: kdbl_terms, migration 0019)
+    SELECT i.seq, t.term, t.tf FROM input i CROSS JOIN LATERAL {_TERMS_OF_BODY} AS t
+), fh AS MATERIALIZED (  -- the file's header (its name and folders, its title), weighted, once per file
+    SELECT t.term, sum(t.tf * v.weight) AS tf
+      FROM unnest(CAST(%(header_fields)s AS text[]), CAST(%(header_weights)s AS int[])) AS v(body, weight)
+     CROSS JOIN LATERAL {_TERMS_OF_FIELD} AS t
+     WHERE v.weight > 0
+     GROUP BY t.term
+), ht AS MATERIALIZED (  -- each heading path's terms, weighted, once per distinct path
+    SELECT h.heading, t.term, t.tf * %(heading_weight)s AS tf
+      FROM (SELECT DISTINCT heading FROM input WHERE heading IS NOT NULL AND %(heading_weight)s > 0) h
+     CROSS JOIN LATERAL {_TERMS_OF_HEADING} AS t
+), hdr AS (  -- every chunk's header, if the chunk has terms of its own (a chunk without text gets none)
+    SELECT seq, term, sum(tf) AS tf FROM (
+        SELECT i.seq, fh.term, fh.tf FROM input i CROSS JOIN fh
+        UNION ALL
+        SELECT i.seq, ht.term, ht.tf FROM input i JOIN ht ON ht.heading = i.heading
+    ) h
+     WHERE seq IN (SELECT seq FROM lex)
+     GROUP BY seq, term
+), terms AS (  -- body and header: a hash join on the header's few rows, not an aggregate over all rows
+    SELECT coalesce(l.seq, h.seq) AS seq, coalesce(l.term, h.term) AS term, coalesce(l.tf, 0) + coalesce(h.tf, 0) AS tf
+      FROM lex l FULL JOIN hdr h ON h.seq = l.seq AND h.term = l.term
+), dl AS (  -- the chunk's length: body and header, the header with its weights (BM25F)
+    SELECT seq, sum(tf)::int AS dl FROM terms GROUP BY seq
 ), ch AS (
     INSERT INTO chunks (tenant_id, source_id, file_id, seq, text, page_no, char_start, char_end,
                         ts_start_ms, ts_end_ms, token_count, context_header, text_tokens)
@@ -146,8 +172,8 @@ WITH {{file}}, input AS (
     RETURNING id, seq, file_id, token_count
 ), ins AS (
     INSERT INTO postings (tenant_id, term, chunk_id, source_id, file_id, tf, dl)
-    SELECT %(tenant_id)s, lex.term, ch.id, %(source_id)s, ch.file_id, least(lex.tf, 32767), ch.token_count
-      FROM lex JOIN ch ON ch.seq = lex.seq
+    SELECT %(tenant_id)s, terms.term, ch.id, %(source_id)s, ch.file_id, least(terms.tf, 32767), ch.token_count
+      FROM terms JOIN ch ON ch.seq = terms.seq
     RETURNING term, tf
 ), df AS (
     INSERT INTO term_stats (tenant_id, term, source_id, shard, df, tf_max)
@@ -167,8 +193,10 @@ SELECT (SELECT id FROM f) AS file_id, (SELECT n FROM old) AS old_chunks{{check}}
 """
 _ARRAY_INPUT = """SELECT * FROM unnest(CAST(%(seqs)s AS int[]), CAST(%(bodies)s AS text[]), CAST(%(pages)s AS int[]),
                          CAST(%(starts)s AS int[]), CAST(%(ends)s AS int[]), CAST(%(ts_starts)s AS bigint[]),
-                         CAST(%(ts_ends)s AS bigint[]), CAST(%(headers)s AS text[]), CAST(%(text_tokens)s AS int[]))
-                AS u(seq, body, page_no, char_start, char_end, ts_start_ms, ts_end_ms, context_header, text_tokens)"""
+                         CAST(%(ts_ends)s AS bigint[]), CAST(%(headers)s AS text[]), CAST(%(text_tokens)s AS int[]),
+                         CAST(%(headings)s AS text[]))
+                AS u(seq, body, page_no, char_start, char_end, ts_start_ms, ts_end_ms, context_header, text_tokens,
+                     heading)"""
 _WRITE = _WRITE_TEMPLATE.format(file=_FILE_UPSERT, input=_ARRAY_INPUT, check="")
 # For a pipeline (the COMMIT is already on its way): a file that still has content aborts the transaction.
 _WRITE_CHECKED = _WRITE_TEMPLATE.format(
@@ -331,6 +359,7 @@ def _file_params(tenant_id: uuid.UUID, source_id: uuid.UUID, meta: FileMeta, sta
                  status_reason: str | None, title: str | None, chunks: Sequence[Chunk], text_chars: int,
                  ts_config: str, authors: Sequence[str] = (), labels: Sequence[str] = (),
                  own_labels: Sequence[str] = ()) -> dict:
+    fields = analysis.file_header(meta.key, title)
     return {
         "tenant_id": tenant_id, "source_id": source_id, "key": meta.key, "size": meta.size,
         "mtime": meta.mtime, "etag": meta.etag, "content_type": meta.content_type,
@@ -343,6 +372,10 @@ def _file_params(tenant_id: uuid.UUID, source_id: uuid.UUID, meta: FileMeta, sta
         "ends": [c.char_end for c in chunks], "ts_starts": [c.ts_start_ms for c in chunks],
         "ts_ends": [c.ts_end_ms for c in chunks], "headers": [c.context_header for c in chunks],
         "text_tokens": [c.text_tokens for c in chunks],
+        "headings": [analysis.heading_header(c.context_header) for c in chunks],
+        "header_fields": [text for text, _ in fields], "header_weights": [weight for _, weight in fields],
+        "heading_weight": analysis.HEADING_WEIGHT,
+        "index_format": analysis.INDEX_FORMAT,
     }
 
 
@@ -360,11 +393,12 @@ def _member_statements(tenant_id: uuid.UUID, source_id: uuid.UUID, parent_key: s
 def load_file_states(conn: Connection, source_id: uuid.UUID) -> dict[str, FileState]:
     """The listed files of a source (not their members: those come and go with their parent)."""
     rows = conn.execute(
-        "SELECT key, size, mtime, etag, status, status_reason FROM files "
+        "SELECT key, size, mtime, etag, status, status_reason, "
+        "       index_format < %(format)s AND chunk_count > 0 AS stale FROM files "
         "WHERE source_id = %(s)s AND parent_id IS NULL",
-        {"s": source_id},
+        {"s": source_id, "format": analysis.INDEX_FORMAT},
     )
-    return {r.key: FileState(r.size, r.mtime, r.etag, r.status, r.status_reason) for r in rows}
+    return {r.key: FileState(r.size, r.mtime, r.etag, r.status, r.status_reason, r.stale) for r in rows}
 
 
 def _drop_content(conn: Connection, tenant_id: uuid.UUID, file_ids: Sequence[int]) -> None:

@@ -116,6 +116,7 @@ files = Table(
     Column("authors", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
     Column("labels", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
     Column("own_labels", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),  # 0015
+    Column("index_format", SmallInteger, nullable=False, server_default=text("0")),  # 0019: content.analysis
     UniqueConstraint("source_id", "key", name="files_source_id_key_key"),
     Index("files_parent_idx", "parent_id", postgresql_where=text("parent_id IS NOT NULL")),
     Index("files_labels_idx", "labels", postgresql_using="gin", postgresql_where=text("labels <> '{}'::text[]")),

@@ -19,6 +19,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
+from kdbl_core.content import analysis
 from kdbl_core.db.async_pool import Connection
 
 K1 = 1.2
@@ -160,7 +161,7 @@ gf AS MATERIALIZED (  -- from the grants (few, usually none): a generic plan sca
 )"""
 
 # The query's terms: its lexemes, or (find_similar's more-like-this) terms given as they are indexed.
-QUERY_LEXEMES = "SELECT DISTINCT lexeme AS term FROM unnest(to_tsvector(CAST(%(cfg)s AS regconfig), %(query)s))"
+QUERY_LEXEMES = f"SELECT DISTINCT term FROM {analysis.TERMS.format(text='%(query)s')}"
 GIVEN_TERMS = "SELECT DISTINCT unnest(CAST(%(terms)s AS text[])) AS term"
 
 # The query's terms with their idf and the visible average chunk length; BM25_SQL scores one posting.
@@ -283,8 +284,7 @@ SELECT st.term FROM st JOIN dfs d ON d.term = st.term CROSS JOIN corpus nc
  ORDER BY st.tf * ln(1 + (nc.n - d.df + 0.5) / (d.df + 0.5)) DESC, st.term
  LIMIT %(k)s
 """
-_TEXT_TF = ("SELECT lexeme AS term, CAST(cardinality(positions) AS float8) AS tf "
-            "FROM unnest(to_tsvector(CAST(%(cfg)s AS regconfig), %(text)s))")
+_TEXT_TF = f"SELECT term, CAST(tf AS float8) AS tf FROM {analysis.TERMS.format(text='%(text)s')}"
 _CHUNKS_TF = ("SELECT p.term, CAST(sum(p.tf) AS float8) AS tf FROM postings p "
               "WHERE p.tenant_id = kdbl_tenant() AND p.chunk_id = ANY (CAST(%(chunks)s AS bigint[])) GROUP BY p.term")
 
@@ -319,8 +319,7 @@ async def scores_for(conn: Connection, query: str, chunk_ids: list[int], *, ts_c
 
 
 async def query_terms(conn: Connection, query: str, ts_config: str) -> list[str]:
-    cur = await conn.execute("SELECT DISTINCT lexeme FROM unnest(to_tsvector(CAST(%(cfg)s AS regconfig), %(q)s))",
-                             {"cfg": ts_config, "q": query})
+    cur = await conn.execute(QUERY_LEXEMES, {"cfg": ts_config, "query": query})
     return [r[0] for r in await cur.fetchall()]
 
 

@@ -47,7 +47,7 @@ SELECT (SELECT t.hybrid_enabled FROM tenants t WHERE t.id = kdbl_tenant()) AS te
          WHERE s.tenant_id = kdbl_tenant() AND s.id = CAST(%(sid)s AS uuid)) AS source_on,
        (SELECT CASE WHEN count(*) = cardinality(CAST(%(sids)s AS uuid[])) THEN coalesce(bool_or(s.hybrid_enabled), false) END
           FROM sources s WHERE s.tenant_id = kdbl_tenant() AND s.id = ANY (CAST(%(sids)s AS uuid[]))) AS sources_on,
-       ARRAY(SELECT DISTINCT lexeme FROM unnest(to_tsvector(CAST(%(cfg)s AS regconfig), CAST(%(query)s AS text))))
+       ARRAY(SELECT DISTINCT t.term FROM kdbl_terms(CAST(%(cfg)s AS regconfig), CAST(%(query)s AS text)) AS t)
            AS terms,
        CASE WHEN %(tune)s THEN set_config('hnsw.ef_search', %(ef)s, true) END AS ef_search,
        CASE WHEN %(tune)s THEN set_config('hnsw.iterative_scan', 'relaxed_order', true) END AS iterative_scan,

@@ -50,12 +50,8 @@ def _prefixes(lexemes: frozenset[str]) -> tuple[tuple[str, ...], tuple[str, ...]
     return prefixes, short
 
 
-def _is_word_char(c: str) -> bool:
-    return c.isalnum() or c == "_"
-
-
 _HTML_SPECIAL = re.compile("[&<>]")
-_WORD_END = re.compile(r"\w*")  # a word runs over letters, digits and "_"
+_WORD_END = re.compile(r"[^\W_]*")  # a word runs over letters and digits ("_" separates, as in Postgres)
 _STEM_CACHE_MAX = 20_000
 
 
@@ -63,6 +59,74 @@ _STEM_CACHE_MAX = 20_000
 def _stem_cache(ts_config: str) -> dict[str, str]:
     """Word -> lexeme, per text search configuration (the same few words recur in every hit)."""
     return {}
+
+
+def _stem(word: str, stem: Callable[[str], str], stems: dict[str, str]) -> str:
+    lexeme = stems.get(word)
+    if lexeme is None:
+        if len(stems) >= _STEM_CACHE_MAX:
+            stems.clear()
+        lexeme = stems[word] = stem(word)
+    return lexeme
+
+
+# Compounds (kdbl_core.content.analysis: kdbl_terms, migration 0019): a word of letters and digits is also
+# indexed as its parts ("FY2018": "fy", "2018"), unless it has more than MAX_BOUNDARIES letter/digit
+# boundaries (a hash); "_" separates words, as in Postgres's parser.
+MAX_BOUNDARIES = 3
+
+
+def _digit(c: str) -> bool:
+    return "0" <= c <= "9"
+
+
+def _kind(c: str) -> int:
+    """1 for a digit, 2 for another letter, 0 for anything else."""
+    return 1 if _digit(c) else 2 if c.isalnum() else 0
+
+
+def _boundary(text: str, pos: int) -> bool:
+    """Whether a letter meets a digit (or a digit a letter) between text[pos - 1] and text[pos]."""
+    return 0 < pos < len(text) and _kind(text[pos - 1]) + _kind(text[pos]) == 3
+
+
+def _run(text: str, pos: int) -> tuple[int, int]:
+    """The run of letters and digits around pos."""
+    start, end = pos, pos
+    while start > 0 and text[start - 1].isalnum():
+        start -= 1
+    while end < len(text) and text[end].isalnum():
+        end += 1
+    return start, end
+
+
+def _splits(text: str, pos: int) -> bool:
+    """Whether the run of letters and digits at pos is a compound that is indexed as its parts too."""
+    start, end = _run(text, pos)
+    boundaries = sum(_boundary(text, i) for i in range(start + 1, end))
+    return 0 < boundaries <= MAX_BOUNDARIES
+
+
+def _part_starts(text: str, pos: int) -> bool:
+    return _boundary(text, pos) and _splits(text, pos)
+
+
+def _part_end(text: str, pos: int) -> int:
+    """The end of the part of a compound starting at pos: the next boundary or the run's end."""
+    end = pos + 1
+    while end < len(text) and text[end].isalnum() and not _boundary(text, end):
+        end += 1
+    return end
+
+
+def _short_match(text: str, pos: int, end: int) -> bool:
+    """A 1-2 character lexeme at text[pos:end]: a whole word, or a whole part of a compound."""
+    whole_start = pos == 0 or not text[pos - 1].isalnum()
+    whole_end = end == len(text) or not text[end].isalnum()
+    if whole_start and whole_end:
+        return True
+    return ((whole_start or _boundary(text, pos)) and (whole_end or _boundary(text, end))
+            and _splits(text, pos))
 
 
 def _matches(text: str, lexemes: frozenset[str], ts_config: str) -> list[tuple[int, int, str]]:
@@ -75,23 +139,20 @@ def _matches(text: str, lexemes: frozenset[str], ts_config: str) -> list[tuple[i
     for prefix in prefixes:
         pos = lowered.find(prefix)
         while pos != -1:
-            if pos not in found and (pos == 0 or not lowered[pos - 1].isalnum()):
+            if pos not in found and (pos == 0 or not lowered[pos - 1].isalnum() or _part_starts(lowered, pos)):
                 end = word_end(lowered, pos + len(prefix)).end()
-                word = lowered[pos:end]
-                lexeme = stems.get(word)
-                if lexeme is None:
-                    if len(stems) >= _STEM_CACHE_MAX:
-                        stems.clear()
-                    lexeme = stems[word] = stem(word)
+                lexeme = _stem(lowered[pos:end], stem, stems)
+                if lexeme not in lexemes and _splits(lowered, pos):  # a part of a compound (kdbl_terms)
+                    end = _part_end(lowered, pos)
+                    lexeme = _stem(lowered[pos:end], stem, stems)
                 if lexeme in lexemes:
                     found[pos] = (pos, end, lexeme)
             pos = lowered.find(prefix, pos + 1)
-    n = len(lowered)
     for word in short:  # str.find beats a regex with look-arounds, which is tried at every offset
         pos = lowered.find(word)
         while pos != -1:
             end = pos + len(word)
-            if (pos == 0 or not _is_word_char(lowered[pos - 1])) and (end == n or not _is_word_char(lowered[end])):
+            if _short_match(lowered, pos, end):
                 found.setdefault(pos, (pos, end, word))
             pos = lowered.find(word, pos + 1)
     out: list[tuple[int, int, str]] = []

@@ -11,6 +11,7 @@ from typing import Any
 from psycopg.rows import dict_row
 
 from kdbl_core import pacing
+from kdbl_core.content import analysis
 from kdbl_core.db.async_pool import Connection
 from kdbl_core.search.snippets import snippet
 
@@ -23,9 +24,9 @@ WITH h AS (
     SELECT * FROM unnest(CAST(%(file_ids)s AS bigint[]), CAST(%(seqs)s AS int[])) AS h(file_id, seq)
 )
 SELECT c.file_id, c.seq, c.text, c.page_no, c.char_start, c.char_end, c.ts_start_ms, c.ts_end_ms,
-       (SELECT array_agg(DISTINCT lexeme) FROM unnest(to_tsvector(CAST(%(cfg)s AS regconfig), %(query)s))) AS lexemes
+       (SELECT array_agg(DISTINCT t.term) FROM {terms} AS t) AS lexemes
   FROM h JOIN chunks c ON c.file_id = h.file_id AND c.seq BETWEEN h.seq - 1 AND h.seq + 1
-"""
+""".format(terms=analysis.TERMS.format(text="%(query)s"))
 
 
 # The file facts and chunk head of hits named by (source_id, key, seq), under the caller's RLS.
