@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kdbl_core.db.async_pool import Connection
-from kdbl_core.search import bm25_native, lexical
+from kdbl_core.search import bm25_native, lexical, phrases
 from kdbl_core.search.lexical import B, K1, ChunkHit, Filters
 
 SMALL_POSTINGS = 200_000  # the query's terms hold no more: read them all at once. At 100k chunks (their
@@ -211,7 +211,11 @@ async def search(conn: Connection, query: str, filters: Filters, *, limit: int, 
                  exhaustive: bool = False, native: bool = True, stats: dict | None = None) -> list[ChunkHit]:
     """Top `limit` chunks by BM25 among rows the current RLS principal may see: the exhaustive top k,
     from the packed lists (bm25_native) when the database has the kdbl_bm25 extension and `native`,
-    else read with MaxScore (module docstring); `exhaustive` reads every posting (evaluation's reference)."""
+    else read with MaxScore (module docstring); `exhaustive` reads every posting (evaluation's reference).
+    A query with quoted phrases ranks only the chunks that hold them (kdbl_core.search.phrases)."""
+    found = phrases.parse(query)
+    if found:
+        return await phrases.search(conn, query, found, filters, limit=limit, ts_config=ts_config, stats=stats)
     if exhaustive:
         return await lexical.exhaustive_search(conn, query, filters, limit=limit, ts_config=ts_config)
     term_params = {"cfg": ts_config, "query": query}

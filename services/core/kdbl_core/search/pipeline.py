@@ -30,7 +30,7 @@ from typing import Any
 from kdbl_core.db.async_pool import Connection, Statement
 from kdbl_core.embedder import Embedder
 from kdbl_core.errors import InvalidArgument
-from kdbl_core.search import bm25_topk, duplicates, hybrid, lexical, vector
+from kdbl_core.search import bm25_topk, duplicates, hybrid, lexical, phrases, vector
 from kdbl_core.search.cache import INDEX_STATE, state_for
 from kdbl_core.search.lexical import ChunkHit, Filters
 from kdbl_core.search.windows import HitRef, expand_hits
@@ -218,6 +218,9 @@ async def _with_vectors(conn: Connection, request: SearchRequest, mode: str, set
     while True:
         keys: dict[int, duplicates.TextKey] = {}  # every candidate's text key, read by the two statements below
         vec = await vector.search(conn, query_vector, embedder.model_id, filters, limit=depth, tuned=tuned, keys=keys)
+        if quoted := phrases.parse(request.query):  # a phrase query's hits hold its phrases (search.phrases)
+            held = await phrases.holding(conn, [h.chunk_id for h in vec], quoted, ts_config=settings.text_search_config)
+            vec = [h for h in vec if h.chunk_id in held]
         lap = _lap(timings, "vector", lap)
         fused = hybrid.fuse(lex, vec, k=settings.hybrid_rrf_k, vector_weight=settings.hybrid_vector_weight,
                             pinned_chunks=pinned)
