@@ -47,7 +47,7 @@ K1, B = 1.2, 0.75
 # lexemes, under the caller's RLS.
 _CHUNKS = """
 SELECT h.ord, c.text, c.char_start, c.char_end, c.page_no, c.ts_start_ms, c.ts_end_ms,
-       (SELECT array_agg(DISTINCT lexeme) FROM unnest(to_tsvector(CAST(%(cfg)s AS regconfig), %(query)s))) AS lexemes
+       (SELECT array_agg(DISTINCT t.term) FROM kdbl_terms(CAST(%(cfg)s AS regconfig), %(query)s) AS t) AS lexemes
   FROM unnest(CAST(%(sids)s AS uuid[]), CAST(%(keys)s AS text[]), CAST(%(seqs)s AS int[]))
        WITH ORDINALITY AS h(source_id, key, seq, ord)
   JOIN files f ON f.source_id = h.source_id AND f.key = h.key
