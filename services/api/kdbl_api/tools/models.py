@@ -140,7 +140,8 @@ class SearchFilters(_Args):
 
 
 class SearchContentArgs(SearchFilters):
-    query: Text = Field(min_length=1, description="What to look for. Lead with the most distinctive terms.")
+    query: Text = Field(min_length=1, description="What to look for. Lead with the most distinctive terms; "
+                        "a \"quoted phrase\" must occur as written (words adjacent, in order).")
     limit: StrictInt = Field(default=20, ge=1, le=100, description="Number of hits (1-100).")
     mode: SearchMode = Field(
         default="hybrid", description="hybrid (semantic + keyword, fused; default), lexical (keyword only: "
