@@ -91,8 +91,8 @@ async def _traced_search(owner_url, corpus, embedder, **args) -> tuple[dict, int
 _TEXT_VECTOR = re.compile(r"'\[-?\d+(\.\d+)?(e-?\d+)?,-?\d")
 
 
-async def test_a_hybrid_search_takes_seven_round_trips_a_semantic_three_a_lexical_three(owner_url, corpus,
-                                                                                       embedder):
+async def test_a_hybrid_search_takes_seven_round_trips_and_one_for_tied_near_copies_a_semantic_three_a_lexical_three(
+        owner_url, corpus, embedder):
     hybrid, hybrid_trips, modules, _ = await _traced_search(
         owner_url, corpus, embedder, query="ERR4021 gateway cat sleeping on a carpet", limit=10, explain=True)
     semantic, semantic_trips, _, _ = await _traced_search(owner_url, corpus, embedder, query="cat on a carpet",
@@ -110,8 +110,10 @@ async def test_a_hybrid_search_takes_seven_round_trips_a_semantic_three_a_lexica
     assert any(e["vector_rank"] is None for e in explained)  # each arm missed some: both rerank lookups ran
     assert any(e["lexical_rank"] is None for e in explained)
     assert lexical["mode"] == filtered["mode"] == "lexical" and lexical["hits"] and filtered["hits"]
-    # preflight, vector arm, keyword arm, identifier pin, both arms' rerank lookups, windows (was 10)
-    assert hybrid_trips == 7
+    # preflight, vector arm, keyword arm, identifier pin, both arms' rerank lookups, windows (was 10); and
+    # one more here: the gateway files differ in one number, tie on BM25 and embed alike, so one statement
+    # reads their normalised text keys (are they copies?)
+    assert hybrid_trips == 7 + 1
     assert semantic_trips == 3  # preflight, vector arm, windows (was 4)
     # preflight (the index state of issue 16's cache and cursors; with source_id the source check too),
     # keyword arm, windows: lexical was 2 before the index state

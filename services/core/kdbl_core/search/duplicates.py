@@ -2,19 +2,23 @@
 hit (`duplicates`), and a page still holds the best `limit` distinct texts.
 
 "The same text" is the chunk's text with case folded (PostgreSQL's lower()) and every run of white space
-made one space, ends trimmed — compared by its md5, computed when asked for the few chunks that can be
-copies of another (below). This is what copies look like here: a paper saved twice, a report in two
-folders, a passage a .docx repeats — the same extraction gives the same chunks, byte for byte or up to
-line breaks and capitals. Overlapping chunks cut at different places are not copies; within a file,
-diversification keeps neighbours (±1 seq) apart.
+made one space, ends trimmed, compared by its md5. This is what copies look like here: a paper saved
+twice, a report in two folders, a passage a .docx repeats — the same extraction gives the same chunks,
+byte for byte or up to line breaks and capitals. Overlapping chunks cut at different places are not
+copies; within a file, diversification keeps neighbours (±1 seq) apart.
 
-Which chunks are hashed: two chunks with the same text hold the same terms as often and have the same
-length, so their BM25 scores are equal to the last digit the ranking compares (lexical.rank_key: scores
-rounded to 1e-9). Where every candidate has its BM25 score (lexical; hybrid, whose rerank looked up the
-missing ones), only chunks tied with another are hashed — on a corpus without copies, usually none, and
-then no statement is sent. The vector arm alone (semantic) has no such test: embeddings of one text
-need not be equal to the bit across batches, and case or spacing changes them, so all its ranked
-candidates are hashed. Measured in docs/benchmarks.md (the statement, at 11 and 101 candidates).
+Cost, measured on the long-document eval's chunks (1,350 characters on average, PostgreSQL 18, 2 cores):
+the normalised key costs ~80 µs a chunk (the regular expression), ~12 ms over hybrid's ~150 candidates
+— more than its whole rerank — while the md5 of the raw text costs ~1 µs. So keys come in two tiers:
+  * every candidate's raw key (`TEXT_KEY`, "r:" + md5 of the bytes) rides on the statements that already
+    read the candidates — the vector arm's and the rerank's cosine lookup — at no round trip;
+  * two copies hold the same terms as often and are as long, so their BM25 scores are equal to the last
+    digit the ranking compares (lexical.rank_key): where every candidate has its BM25 score (lexical;
+    hybrid, whose rerank looked up the missing ones), only chunks tied with another whose raw keys differ
+    (or are unknown) get the normalised key ("n:", `refine`), in one statement — none on a corpus
+    without such ties (byte copies tie with equal raw keys and need none).
+The vector arm alone (semantic) has no BM25 scores: it folds byte copies only (a copy in capitals or
+spaced otherwise embeds differently anyway).
 
 Exact top-k: collapsing leaves fewer distinct hits than fetched; the caller fetches deeper (`deeper`)
 until a page is full or the arms have no more (the keyword arm's top-k is exact, so the page is the best
@@ -23,7 +27,7 @@ k distinct texts of the whole corpus).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -33,14 +37,16 @@ from kdbl_core.search.lexical import ChunkHit
 
 T = TypeVar("T")
 
-# The key of a chunk's text: md5 of the text case-folded, runs of white space one space, ends trimmed.
-TEXT_KEY = r"md5(btrim(regexp_replace(lower({c}.text), '\s+', ' ', 'g')))"
-# The text key and page of each given chunk, under RLS.
+# A chunk's raw text key (its bytes), and its normalised one: case folded, runs of white space one space.
+TEXT_KEY = "'r:' || md5({c}.text)"
+NORMALISED_KEY = r"'n:' || md5(btrim(regexp_replace(lower({c}.text), '\s+', ' ', 'g')))"
+# The normalised key and page of each given chunk, under RLS.
 _KEYS = f"""
-SELECT c.id, {TEXT_KEY.format(c="c")} AS text_key, c.page_no
+SELECT c.id, {NORMALISED_KEY.format(c="c")} AS text_key, c.page_no
   FROM chunks c
  WHERE c.id = ANY(CAST(%(ids)s AS bigint[]))
 """
+SIMILAR = 0.01  # cosines to the query this close may be one text's (case and spacing change them a little)
 MAX_DEPTH = 1000  # fetching deeper than this for copies stops: the page is served short (`capped`)
 
 
@@ -67,15 +73,42 @@ async def text_keys(conn: Connection, chunk_ids: Iterable[int]) -> dict[int, Tex
     return {r.id: TextKey(r.text_key, r.page_no) for r in await cur.fetchall()}
 
 
-def tied(scores: Mapping[int, float]) -> list[int]:
-    """The chunks whose BM25 score equals another's (to 1e-9 of its size: the sum's last bits may depend
-    on the order its terms were added): the only ones that can be copies of another."""
-    ordered = sorted(scores.items(), key=lambda item: item[1])
-    out: set[int] = set()
-    for (a, sa), (b, sb) in zip(ordered, ordered[1:]):
-        if sb - sa <= 1e-9 * max(1.0, abs(sb)):
-            out.update((a, b))
-    return sorted(out)
+def tied(scores: Mapping[int, float]) -> list[list[int]]:
+    """Groups of chunks whose BM25 scores are equal (to 1e-9 of their size: a sum's last bits may depend on
+    the order its terms were added): the only chunks that can be copies of one another."""
+    ordered = sorted(scores.items(), key=lambda item: (item[1], item[0]))
+    groups: list[list[int]] = []
+    for i, (cid, score) in enumerate(ordered):
+        if i and score - ordered[i - 1][1] <= 1e-9 * max(1.0, abs(score)):
+            groups[-1].append(cid)
+        else:
+            groups.append([cid])
+    return [g for g in groups if len(g) > 1]
+
+
+async def refine(conn: Connection, keys: dict[int, TextKey], scores: Mapping[int, float],
+                 similarities: Mapping[int, float] | None = None, among: Collection[int] | None = None) -> int:
+    """Give the normalised key to the chunks of `scores` (every candidate's BM25 score, 0 for none) tied
+    with another whose raw key differs or is unknown (one statement; none when no such tie). Chunks that
+    hold no query term (score 0: the vector arm's) all tie and are left to their raw keys. With the
+    candidates' cosines (hybrid), a tie counts only between chunks whose cosines agree to SIMILAR: two
+    texts that differ in case or spacing alone embed alike, while different texts of one length that
+    match the same query terms (common among hybrid's ~150 candidates: ~80% of the eval's searches had
+    one) rarely do. `among`: only the ties of these chunks (the hits chosen so far)."""
+    wanted: list[int] = []
+    for group in tied({cid: score for cid, score in scores.items() if score > 0}):
+        if among is not None and not any(c in among for c in group):
+            continue
+        if all(c in keys and keys[c].key.startswith("n:") for c in group):
+            continue  # refined already
+        if similarities is not None:
+            group = [c for c in group if c not in similarities or any(
+                d != c and (d not in similarities or abs(similarities[c] - similarities[d]) <= SIMILAR)
+                for d in group)]
+        if len({keys[c].key if c in keys else c for c in group}) > 1:
+            wanted.extend(group)
+    keys.update(await text_keys(conn, wanted))
+    return len(wanted)
 
 
 def collapse(ranked: Sequence[T], keys: Mapping[int, TextKey], *, chunk: Callable[[T], ChunkHit], limit: int,
@@ -103,16 +136,25 @@ def collapse(ranked: Sequence[T], keys: Mapping[int, TextKey], *, chunk: Callabl
     return chosen, folded
 
 
-async def collapse_ranked(conn: Connection, ranked: Sequence[T], scores: Mapping[int, float], *,
-                          chunk: Callable[[T], ChunkHit], limit: int,
-                          admit: Callable[[ChunkHit], bool] | None = None
-                          ) -> tuple[list[Group[T]], int, dict[int, TextKey]]:
-    """collapse() over `ranked`, given every candidate's BM25 `scores` (a missing one counts as 0): the
-    text keys of the tied chunks only are read (no statement when none tie). Returns the groups, the
-    copies folded and the keys."""
-    keys = await text_keys(conn, tied({chunk(x).chunk_id: scores.get(chunk(x).chunk_id, 0.0) for x in ranked}))
-    groups, folded = collapse(ranked, keys, chunk=chunk, limit=limit, admit=admit)
-    return groups, folded, keys
+async def collapse_ranked(conn: Connection, ranked: Sequence[T], keys: dict[int, TextKey],
+                          scores: Mapping[int, float] | None, *, chunk: Callable[[T], ChunkHit], limit: int,
+                          admit: Callable[[], Callable[[ChunkHit], bool]] | None = None,
+                          similarities: Mapping[int, float] | None = None) -> tuple[list[Group[T]], int]:
+    """collapse() with the raw `keys` known, then, given every candidate's BM25 `scores` (None: raw keys
+    only), refine() the ties of the hits it chose and collapse again, until no chosen hit's ties are left:
+    on the eval, no statement for most searches, one for the others. `admit` makes a fresh admission
+    test for each pass. `keys` gains the normalised keys read."""
+    refined: set[int] = set()
+    while True:
+        groups, folded = collapse(ranked, keys, chunk=chunk, limit=limit, admit=admit() if admit else None)
+        chosen = {chunk(g.item).chunk_id for g in groups} - refined
+        if scores is None or not chosen:
+            return groups, folded
+        given = await refine(conn, keys, {chunk(x).chunk_id: scores.get(chunk(x).chunk_id, 0.0) for x in ranked},
+                             similarities, among=chosen)
+        refined |= chosen
+        if not given:
+            return groups, folded
 
 
 def deeper(fetched: int, got: int, wanted: int, chosen: int, folded: int) -> int | None:

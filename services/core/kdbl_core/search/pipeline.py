@@ -216,7 +216,7 @@ async def _with_vectors(conn: Connection, request: SearchRequest, mode: str, set
     lap = _lap(timings, "embed", lap)
     tuned, unembedded = True, 0
     while True:
-        keys: dict[int, duplicates.TextKey] = {}  # every candidate's text key, read by the two statements below
+        keys: dict[int, duplicates.TextKey] = {}  # every candidate's raw text key, read by the statements below
         vec = await vector.search(conn, query_vector, embedder.model_id, filters, limit=depth, tuned=tuned, keys=keys)
         if quoted := phrases.parse(request.query):  # a phrase query's hits hold its phrases (search.phrases)
             held = await phrases.holding(conn, [h.chunk_id for h in vec], quoted, ts_config=settings.text_search_config)
@@ -224,6 +224,8 @@ async def _with_vectors(conn: Connection, request: SearchRequest, mode: str, set
         lap = _lap(timings, "vector", lap)
         fused = hybrid.fuse(lex, vec, k=settings.hybrid_rrf_k, vector_weight=settings.hybrid_vector_weight,
                             pinned_chunks=pinned)
+        bm25: dict[int, float] | None = None  # every candidate's BM25 score, when the rerank looked them all up
+        cosines: dict[int, float] | None = None
         if mode == "hybrid":
             ids = [f.hit.chunk_id for f in fused]
             lex_scores = {h.chunk_id: h.score for h in lex}
@@ -243,8 +245,12 @@ async def _with_vectors(conn: Connection, request: SearchRequest, mode: str, set
             unembedded = len(ids) - len(vec_scores)
             if unembedded:
                 fused = hybrid.keep_keyword_slots(fused, lex_scores, vec_scores.keys())
-        groups, folded = duplicates.collapse(fused, keys, chunk=lambda f: f.hit, limit=wanted,
-                                             admit=hybrid.diverse(settings.hybrid_max_per_file))
+            bm25, cosines = (lex_scores if rescored else None), vec_scores
+        # one hit per text: the raw keys, and where every candidate has its BM25 score, the normalised keys
+        # of the chosen hits' ties
+        groups, folded = await duplicates.collapse_ranked(
+            conn, fused, keys, bm25, chunk=lambda f: f.hit, limit=wanted,
+            admit=lambda: hybrid.diverse(settings.hybrid_max_per_file), similarities=cosines)
         again = duplicates.deeper(depth, max(len(lex), len(vec)), wanted, len(groups), folded)
         if again is None:
             break
@@ -308,8 +314,9 @@ async def search(conn: Connection, request: SearchRequest, *, settings: Settings
             ranked = await bm25_topk.search(conn, request.query, request.filters, limit=fetch,
                                             ts_config=settings.text_search_config,
                                             exhaustive=settings.bm25_exhaustive, native=settings.bm25_native)
-            groups, folded, keys = await duplicates.collapse_ranked(
-                conn, ranked, chunk=lambda h: h, limit=wanted, scores={h.chunk_id: h.score for h in ranked})
+            keys = {}
+            groups, folded = await duplicates.collapse_ranked(conn, ranked, keys, {h.chunk_id: h.score for h in ranked},
+                                                              chunk=lambda h: h, limit=wanted)
             again = duplicates.deeper(fetch, len(ranked), wanted, len(groups), folded)
             if again is None:
                 break
