@@ -43,8 +43,9 @@ def test_a_higher_ranked_hit_wins_a_tie_and_a_repeated_sentence_is_kept_once():
     assert ranked[0].passage.rank == 0
 
 
-def test_the_extractive_answer_keeps_within_max_tokens_and_cuts_a_lone_long_sentence_with_its_range():
-    long = "Vitamin " + "d " * 200 + "ends."
+def test_the_extractive_answer_keeps_within_max_tokens_and_cuts_a_lone_long_sentence_with_its_range(monkeypatch):
+    monkeypatch.setattr(answer, "RELATIVE_CUT", 0.0)  # the budget alone: the second sentence scores far below
+    long = "Vitamin " + "d and " * 100 + "bones end."
     scored = answer.score_sentences([passage(long)], frozenset({"vitamin", "d"}), CFG)
     chosen, cut = answer.extractive(scored, max_tokens=16)
     assert cut and len(chosen) == 1
@@ -72,3 +73,35 @@ def test_the_prompt_numbers_only_the_passages_that_fit_the_budget():
 def test_citations_are_the_passage_numbers_the_answer_cites_in_range():
     assert answer.cited("Risk rises [2]. Also [1][2], not [9] or [0].", 3) == [2, 1]
     assert answer.says_not_found("not found in the sources") and not answer.says_not_found("Found it [1].")
+
+
+def test_headings_table_header_rows_and_scaffolding_are_not_statements_but_a_row_with_values_is():
+    for text in ("# Vitamin D", "Liquidity and Capital Resources", "Item 7.", "Year Ended December 31, | 2022 | 2021",
+                 "2022 2021 2020", "(In millions)",
+                 "Management's Discussion and Analysis of Financial Condition and Results of Operations"):
+        assert not answer.is_statement(text), text
+    for text in ("Total net sales | $ 394,328 | $ 365,817", "Vitamin D helps bones.",
+                 "As of September 24, 2022, the Company had approximately 164,000 full-time employees.",
+                 "the Company repurchased shares during the year and paid dividends to its holders"):
+        assert answer.is_statement(text), text
+
+
+def test_a_line_end_a_pdf_wraps_inside_a_sentence_and_an_abbreviations_period_do_not_end_it():
+    text = ("Human Capital\nOur employees are critical to our mission. As of December 31, 2020, we employed approximately\n"
+            "1,298,000 full-time and part-time employees. We filed U.S. and international patents.\n"
+            "Total net sales | $ 1 | $ 2\nCost of sales | 3 | 4")
+    assert [text[s:e] for s, e in answer.sentence_spans(text)] == [
+        "Human Capital", "Our employees are critical to our mission.",
+        "As of December 31, 2020, we employed approximately\n1,298,000 full-time and part-time employees.",
+        "We filed U.S. and international patents.", "Total net sales | $ 1 | $ 2", "Cost of sales | 3 | 4"]
+
+
+def test_an_answer_leaves_out_sentences_scoring_far_below_its_best_one():
+    def sentence(text: str, score: float) -> answer.Sentence:
+        p = passage(text)
+        return answer.Sentence(p, p.char_start, p.char_end, text, score, coverage=0.8, passage_coverage=0.8)
+
+    best, close, weak = (sentence("Northwind employed 1,298,000 people.", 10.0),
+                         sentence("Most of them work full-time.", 6.0), sentence("Our people are our culture.", 4.0))
+    assert answer.relevant([best, close, weak]) == [best, close, weak]  # all above the relevance floor
+    assert answer.extractive([best, close, weak], max_tokens=512)[0] == [best, close]  # 4 < 0.5 x 10

@@ -13,7 +13,10 @@ filters, ANSWER_HITS hits) in the caller's RLS transaction, then kdbl_core.searc
   is refused as -32602 on `answer_type`, saying so.
 
 When nothing relevant is found the answer is "Not found in the sources." with `found` false and no
-citation (for abstractive without calling the model). With a progress token the answer's text goes out
+citation (for abstractive without calling the model): the relevance floor (kdbl_core.search.answer) weighs
+the question's terms by their idf over what the caller sees and asks the quoted passage to be about the
+question (its cosine, which the search's `explain` gives, or its own coverage); measured with questions the
+corpus answers and questions it cannot (docs/benchmarks.md). With a progress token the answer's text goes out
 as it is made, as progress notifications whose `message` is the new piece (a delta: concatenated in
 order they are the answer; `progress` counts tokens, `total` is max_tokens), then the result.
 """
@@ -100,13 +103,14 @@ async def _abstractive(ctx: ToolContext, args: AnswerArgs, sentences: list[groun
 async def answer(ctx: ToolContext, args: AnswerArgs) -> tuple[dict[str, Any], AuditFacts]:
     _validate(ctx, args)
     request = pipeline.SearchRequest(query=args.question, mode="hybrid", limit=grounded.ANSWER_HITS,
-                                     filters=args.filters())
+                                     filters=args.filters(), explain=True)  # explain: each hit's cosine
     result = await pipeline.search(ctx.conn, request, settings=ctx.settings, embedder=ctx.services.embedder,
                                    allowed_modes=ctx.policy.modes, timings=ctx.meta.took_ms)
     lap = time.perf_counter()
     found, lexemes = await grounded.passages(ctx.conn, result.hits, question=args.question,
                                              ts_config=ctx.settings.text_search_config)
-    sentences = grounded.score_sentences(found, lexemes, ctx.settings.text_search_config)
+    weights = await grounded.term_weights(ctx.conn, lexemes) if found else {}
+    sentences = grounded.score_sentences(found, lexemes, ctx.settings.text_search_config, weights)
     ctx.meta.add("sentences", lap)
     if not grounded.relevant(sentences):
         text, citations, reason, tokens = grounded.NOT_FOUND, [], "stop", 0
