@@ -19,7 +19,7 @@ top-k (SQL, MaxScore and the packed lists) holds as before. Measured (docs/bench
 documents"): the weights 2 for the name and the heading path, 1 for the title — metadata titles are often
 machine-written ("0001018724-21-000004", "Form 10-K for Alphabet INC filed 02/01/2022", whose filing year
 is the next fiscal year's) — took the long-document eval's right-file-first from 0.497 to 0.609 (terms
-alone: 0.547), SciFact's nDCG@10 from 0.697 to 0.707; the header adds ~4.5% postings, the terms ~3.5%.
+alone: 0.547), SciFact's nDCG@10 from 0.697 to 0.706; the header adds ~4.6% postings, the terms ~3.5%.
 
 `INDEX_FORMAT` is the version of all this that a file's postings were written with (files.index_format):
 the crawl re-indexes a file whose format is older (kdbl_worker.pipeline), so a change here reaches files
