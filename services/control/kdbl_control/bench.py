@@ -228,8 +228,9 @@ def run_search_bench(owner_url: str, dataset: Path, work_dir: Path, *, clients: 
         del embedder
         env["KDBL_EMBED_MODEL_PATH"] = str(model_path)
     env["KDBL_SEARCH_CACHE_BYTES"] = "0"  # every call pays its search (the cache: bench search --cache)
-    # one tenant's clients measure the server's capacity, not the fair share between tenants (bench fairness)
-    env.setdefault("KDBL_TENANT_MAX_IN_FLIGHT", os.environ.get("KDBL_TENANT_MAX_IN_FLIGHT", str(max(clients, 4))))
+    # one tenant's clients measure the server's capacity, not the fair share between tenants (bench fairness):
+    # each client gets a slot unless KDBL_TENANT_MAX_IN_FLIGHT asks for more
+    env["KDBL_TENANT_MAX_IN_FLIGHT"] = str(max(clients, get_settings().tenant_max_in_flight))
     port = free_port()
     api = start_api(owner_url, port, env)
     url = f"http://127.0.0.1:{port}/mcp"
