@@ -2,7 +2,9 @@
 and a PDF (with an outline) file, crawled for real, give hits whose context_header is the heading path
 above the matched chunk (response_mode preview), and whose token_count (metadata and up) is the chunk
 text's count by the embedding model's tokenizer when the worker has the model, the estimate when not,
-and null for a chunk indexed before either existed. The default hit shape does not change."""
+and null for a chunk indexed before either existed. The default hit shape does not change but for
+`duplicates`, present only on a hit whose text other chunks repeat (the Markdown, HTML and DOCX files
+give some identical chunks: one hit lists the others)."""
 
 from __future__ import annotations
 
@@ -93,19 +95,24 @@ async def chunk_text(world, source: str, key: str, seq: int) -> str:
     return window_chunk_texts(window)[0]
 
 
+def places(hits: list[dict]) -> list[tuple[str, int]]:
+    """Every (key, seq) the hits stand for: their own and their copies'."""
+    return [(h["key"], h["seq"]) for h in hits] + [(d["key"], d["seq"]) for h in hits for d in h["duplicates"]]
+
+
 @pytest.mark.parametrize("word", sorted(samples.WORDS))
 async def test_each_format_gives_hits_whose_context_header_is_the_heading_path_above_the_chunk(world, word):
     hits = await search(world, word, "modelled", response_mode="preview")
-    by_key = {h["key"]: h["context_header"] for h in hits}
-    assert set(by_key) == {"manual.md", "manual.html", "manual.docx", "manual.pdf"}
-    assert set(by_key.values()) == {" > ".join(samples.WORDS[word])}
+    assert {key for key, _ in places(hits)} == {"manual.md", "manual.html", "manual.docx", "manual.pdf"}
+    assert len(places(hits)) == len(set(places(hits)))  # a copy is listed once, never also as a hit
+    assert {h["context_header"] for h in hits} == {" > ".join(samples.WORDS[word])}
 
 
 async def test_token_count_is_the_model_tokenizers_count_of_the_chunk_text(world, embed_model_path):
     tokenizer = Tokenizer(embed_model_path)
     try:
         hits = await search(world, "brushes", "modelled", response_mode="metadata")
-        assert len(hits) >= 4
+        assert len(places(hits)) >= 4
         for hit in hits:
             text = await chunk_text(world, "modelled", hit["key"], hit["seq"])
             assert hit["token_count"] == tokenizer.count(text) > 0
@@ -115,7 +122,7 @@ async def test_token_count_is_the_model_tokenizers_count_of_the_chunk_text(world
 
 async def test_token_count_is_the_estimate_when_the_worker_has_no_model(world):
     hits = await search(world, "moltensalt", "estimated", response_mode="metadata")
-    assert len(hits) >= 4
+    assert len(places(hits)) >= 4
     for hit in hits:
         text = await chunk_text(world, "estimated", hit["key"], hit["seq"])
         assert hit["token_count"] == token_counts.estimate(text) > 0
@@ -148,4 +155,10 @@ async def test_the_modes_offer_token_count_from_metadata_and_context_header_from
 
 async def test_the_default_hit_keeps_the_reference_shape(world):
     hits = await search(world, "azimuth", "modelled")
-    assert hits and all(set(h) == CLASSIC for h in hits)
+    assert hits and all(set(h) - {"duplicates"} == CLASSIC for h in hits)
+    copied = [h for h in hits if "duplicates" in h]
+    assert copied, "copies of a chunk in the Markdown, HTML and DOCX files collapse into one hit"
+    for hit in copied:
+        assert hit["duplicates"] and all(set(d) == {"source_id", "key", "uri", "seq", "page_no"}
+                                         for d in hit["duplicates"])
+        assert {hit["key"]} | {d["key"] for d in hit["duplicates"]} <= {"manual.md", "manual.html", "manual.docx"}

@@ -6,7 +6,8 @@ Modes nest (each adds to the one before), so an agent can find with `ids_only`, 
 - ids_only: chunk_id, rank (1-based position), score (the classic hit's `rank` value)
 - metadata: + chunk_uri, source_id, key, uri, title, seq, total_chunks, locators, content_type, mtime,
   token_count (the matched chunk's text in the embedding model's tokens, what reading it costs; an
-  estimate where the worker has no model, kdbl_worker.token_counts; null for chunks indexed before 0015)
+  estimate where the worker has no model, kdbl_worker.token_counts; null for chunks indexed before 0015),
+  duplicates (the other places of the hit's text, collapsed into it: search.duplicates; [] for none)
 - preview:  + snippet, preview (the chunk's first ~200 characters), context_header (the heading path
   above the chunk, "Guide > Install": Markdown/HTML/ODT/EPUB headings, DOCX heading styles, the PDF
   outline; null where the file has none or was indexed before 0015)
@@ -29,7 +30,8 @@ from kdbl_core.search.windows import HitFacts
 
 _IDS = ("chunk_id", "rank", "score")
 _METADATA = _IDS + ("chunk_uri", "source_id", "key", "uri", "title", "seq", "total_chunks", "page_no",
-                    "char_start", "char_end", "ts_start_ms", "ts_end_ms", "content_type", "mtime", "token_count")
+                    "char_start", "char_end", "ts_start_ms", "ts_end_ms", "content_type", "mtime", "token_count",
+                    "duplicates")
 _PREVIEW = _METADATA + ("snippet", "preview", "context_header")
 _FULL = _PREVIEW + ("text", "truncated", "url", "scores")
 MODE_FIELDS: dict[str, tuple[str, ...]] = {"ids_only": _IDS, "metadata": _METADATA, "preview": _PREVIEW,
@@ -88,6 +90,8 @@ def shape(hits: list[dict[str, Any]], chosen: tuple[str, ...],
                 e = hit.get("explain") or {}
                 row[name] = {"keyword": e.get("lexical_score"), "vector": e.get("vector_score"),
                              "fused": e.get("fused", hit["rank"])}
+            elif name == "duplicates":
+                row[name] = hit.get("duplicates") or []
             elif name == "total_chunks":
                 row[name] = fact.total_chunks if fact is not None else 0
             else:  # title, content_type, mtime, context_header, token_count

@@ -257,6 +257,8 @@ class ModeHit(BaseModel):
     token_count: int | None = Field(default=None, description=(
         "The matched chunk's text in the embedding model's tokens (an estimate where the indexer has no "
         "model): what reading it costs. Null for chunks indexed before token counts existed."))
+    duplicates: list[Duplicate] = Field(default=None, description=(
+        "Other places of this hit's text (copies), not listed as hits; [] for none."))
     snippet: str = None  # type: ignore[assignment]
     preview: str = Field(default=None, description="The chunk's first ~200 characters, plain text.")
     context_header: str | None = Field(default=None, description=(
