@@ -19,8 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 # two reports, three pages each; "ocelot" only on page 2 of alpha, "tapir" only on page 3 of beta
 PAGES = {
-    "alpha.pdf": ["Alpha report cover page", "The ocelot census counted nine animals", "Alpha closing notes"],
-    "beta.pdf": ["Beta report cover page", "Beta revenue table follows", "The tapir survey found three"],
+    "alpha.pdf": ["Alpha report cover page", "The ocelot census counted nine animals.", "Alpha closing notes"],
+    "beta.pdf": ["Beta report cover page", "Beta revenue table follows", "The tapir survey found three."],
 }
 QUESTIONS = [
     {"id": "a-1", "question": "How many animals did the ocelot census count?", "file": "alpha.pdf", "pages": [2],
@@ -90,3 +90,64 @@ def test_the_shipped_long_document_set_is_well_formed():
     assert len(questions) >= 100
     assert {q.file for q in questions} <= set(manifest)
     assert all(len(meta["sha256"]) == 64 for meta in manifest.values())
+
+
+def test_the_shipped_unanswerable_set_is_well_formed_and_asks_nothing_the_eval_asks():
+    from kdbl_control.eval_answers import load_unanswerable
+
+    folder = REPO / "docs" / "eval" / "longdocs"
+    declined = load_unanswerable(folder / "unanswerable.jsonl")
+    asked = {q.question for q in load_questions(folder / "questions.jsonl")}
+    assert len(declined) >= 50 and not {q for _, q in declined} & asked
+    assert len({qid for qid, _ in declined}) == len(declined)
+
+
+def test_answers_are_judged_on_questions_the_documents_answer_and_on_ones_they_do_not(owner_url, tmp_path):
+    docs, questions = _folder(tmp_path)
+    declined = tmp_path / "set" / "unanswerable.jsonl"
+    declined.write_text(json.dumps({"id": "n-1", "question": "What is the capital of Mongolia?"}) + "\n"
+                        + json.dumps({"id": "n-2", "question": "Who painted the Sistine Chapel ceiling?"}) + "\n")
+    result = run_docs_eval(owner_url, docs, questions, modes=["lexical"], unanswerable=declined,
+                           tenant=f"evaldocs-{uuid.uuid4().hex[:8]}")
+    answers = result["answers"]
+    assert (answers["answerable"], answers["unanswerable"], answers["search"]) == (3, 2, "lexical")
+    assert answers["found_unanswerable"] == 0.0  # no document mentions Mongolia or a chapel
+    # a-1 is answered from alpha's page 2 ("The ocelot census counted nine animals."); b-2 asks beta about the
+    # ocelot, which only alpha holds: answered, from the wrong file
+    assert answers["found_answerable"] >= 1 / 3 and answers["precision_found"] == 1.0
+    assert answers["cites_right_page"] == pytest.approx(1 / 3, abs=1e-4)
+    assert answers["first_cites_right_page"] == pytest.approx(1 / 3, abs=1e-4)
+    assert answers["sentences"] >= 1 and answers["p50_ms"] > 0 and not answers["errors"]
+    assert "unanswerable" in summarise(result)
+
+
+def test_an_unanswerable_id_the_questions_use_is_refused(owner_url, tmp_path):
+    docs, questions = _folder(tmp_path)
+    declined = tmp_path / "set" / "unanswerable.jsonl"
+    declined.write_text(json.dumps({"id": "a-1", "question": "What is the capital of Mongolia?"}) + "\n")
+    with pytest.raises(ConfigError, match="a-1"):
+        run_docs_eval(owner_url, docs, questions, modes=["lexical"], unanswerable=declined,
+                      tenant=f"evaldocs-{uuid.uuid4().hex[:8]}")
+
+
+def test_hybrid_is_measured_partly_embedded_and_every_vector_is_put_back(owner_url, tmp_path, embed_model_path):
+    import psycopg
+
+    from kdbl_core.db.urls import libpq
+
+    docs, questions = _folder(tmp_path)
+    tenant = f"evaldocs-{uuid.uuid4().hex[:8]}"
+    result = run_docs_eval(owner_url, docs, questions, modes=["lexical"], model_path=embed_model_path,
+                           embedded_shares=[0.5], tenant=tenant)
+    half = result["modes"]["hybrid@50%"]
+    assert half["chunks"] == result["chunks"] == 6 and half["embedded"] == 3
+    assert any("3 of 6 chunks searched have vectors" in r for r in half["degraded_reasons"])
+    # the partly embedded hybrid keeps BM25's places for what has no vector: as good as lexical here
+    assert half["all"]["doc_mrr"] == result["modes"]["lexical"]["all"]["doc_mrr"]
+    with psycopg.connect(libpq(owner_url)) as conn:
+        row = conn.execute("SELECT count(*) FILTER (WHERE embedding IS NOT NULL AND embedding_model NOT LIKE "
+                           "'hidden:%%'), count(*) FROM chunks c JOIN tenants t ON t.id = c.tenant_id "
+                           "WHERE t.name = %s", (tenant,)).fetchone()
+    assert row == (6, 6)
+    with pytest.raises(ConfigError, match="between 0 and 1"):
+        run_docs_eval(owner_url, docs, questions, modes=["lexical"], embedded_shares=[1.0], tenant=tenant)

@@ -315,6 +315,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "with --questions, the folder of documents they ask about")
     ev.add_argument("--questions", type=Path, help="JSON lines of {id, question, file, pages, kind} (e.g. "
                     "docs/eval/longdocs/questions.jsonl; a manifest.json beside it pins the documents)")
+    ev.add_argument("--embedded-share", type=float, action="append", metavar="S",
+                    help="with --questions: also run hybrid with only this share (0-1) of the chunks embedded, "
+                    "as while the worker is still embedding (repeatable)")
+    ev.add_argument("--unanswerable", type=Path, help="with --questions: JSON lines of {id, question} the documents "
+                    "do not answer (e.g. docs/eval/longdocs/unanswerable.jsonl); the answer tool is judged on both")
     ev.add_argument("--split", default="train", help="qrels/<split>.tsv to score against (default: train)")
     ev.add_argument("--mode", action="append", choices=["lexical", "semantic", "hybrid"],
                     help="repeatable; default: all three (semantic and hybrid need an embedding model)")

@@ -16,6 +16,13 @@ Measures, per mode, overall and per kind and per question group (the id's first 
   doc_hit@k    a hit among the first k is a chunk of the expected file (k = 1, 5, 10);
   page_hit@k   such a hit's page is one of the expected pages;
   doc_mrr, page_mrr   1 / the rank of the first such hit (0 when none in the limit).
+
+`--embedded-share S` (repeatable, 0 < S < 1) also runs hybrid as it is served while the worker is still
+embedding: only the first S of the tenant's chunks by id (the order the worker fills them) keep their
+vectors, the others' are set aside for the run (their embedding_model marked `hidden:`, which the vector
+arm and the embedded-share counters read as another model) and put back afterwards — also at the start of
+every run, should one have been interrupted. `--unanswerable FILE` also judges the `answer` tool
+(kdbl_control.eval_answers).
 """
 
 from __future__ import annotations
@@ -25,13 +32,14 @@ import hashlib
 import json
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kdbl_control import evaluate
+from kdbl_control import eval_answers, evaluate
 from kdbl_control.beir import ensure_indexed
 from kdbl_core.errors import ConfigError, KdblError
 from kdbl_core.settings import Settings, get_settings
@@ -167,11 +175,70 @@ async def _ask(owner_url: str, tenant_id: Any, tenant: str, questions: Sequence[
             "errors": errors}
 
 
+_HIDDEN = "hidden:"
+_RESTORE = ("UPDATE chunks SET embedding_model = substr(embedding_model, length(%(h)s) + 1) "
+            "WHERE tenant_id = %(t)s AND starts_with(embedding_model, %(h)s)")
+_HIDE = ("UPDATE chunks SET embedding_model = %(h)s || embedding_model "
+         "WHERE tenant_id = %(t)s AND embedding IS NOT NULL AND id > %(cut)s")
+_EMBEDDED = ("SELECT count(*) AS n, count(*) FILTER (WHERE embedding IS NOT NULL "
+             "AND NOT starts_with(embedding_model, %(h)s)) AS embedded FROM chunks WHERE tenant_id = %(t)s")
+
+
+def _restore_vectors(owner_url: str, tenant_id: Any) -> None:
+    import psycopg
+
+    from kdbl_core.db.urls import libpq
+
+    with psycopg.connect(libpq(owner_url), autocommit=True) as conn:
+        conn.execute(_RESTORE, {"t": tenant_id, "h": _HIDDEN})
+
+
+@contextmanager
+def partly_embedded(owner_url: str, tenant_id: Any, share: float) -> Iterator[dict[str, int]]:
+    """Only the first `share` of the tenant's chunks by id keep their vectors while inside (module
+    docstring); yields {"chunks", "embedded"}. The vectors are put back on the way out, whatever happens."""
+    import psycopg
+
+    from kdbl_core.db.urls import libpq
+
+    with psycopg.connect(libpq(owner_url), autocommit=True) as conn:
+        conn.execute(_RESTORE, {"t": tenant_id, "h": _HIDDEN})
+        [n, _] = conn.execute(_EMBEDDED, {"t": tenant_id, "h": _HIDDEN}).fetchone()
+        cut = conn.execute("SELECT id FROM chunks WHERE tenant_id = %s ORDER BY id OFFSET %s LIMIT 1",
+                           (tenant_id, max(0, int(share * n) - 1))).fetchone()
+        try:
+            if cut is not None:
+                conn.execute(_HIDE, {"t": tenant_id, "cut": cut[0], "h": _HIDDEN})
+            conn.execute("ANALYZE chunks")
+            [n, embedded] = conn.execute(_EMBEDDED, {"t": tenant_id, "h": _HIDDEN}).fetchone()
+            yield {"chunks": n, "embedded": embedded}
+        finally:
+            conn.execute(_RESTORE, {"t": tenant_id, "h": _HIDDEN})
+
+
+def _scored(questions: Sequence[Question], ran: dict[str, Any], mode: str) -> dict[str, Any]:
+    scored = _breakdown(questions, ran["hits"])
+    lat = ran["latencies"]
+    scored["latency_ms"] = ({"p50": round(evaluate.ir_metrics.percentile(lat, 50), 2),
+                             "p95": round(evaluate.ir_metrics.percentile(lat, 95), 2)} if lat else None)
+    if set(ran["served"]) - {mode}:
+        scored["served_as"] = ran["served"]
+    if ran["degraded_reasons"]:
+        scored["degraded_reasons"] = ran["degraded_reasons"][:3]
+    if ran["errors"]:
+        scored["errors"] = ran["errors"][:20]
+    scored["misses"] = [q.id for q in questions if not any(key == q.file for key, _ in ran["hits"].get(q.id, []))]
+    return scored
+
+
 def run_docs_eval(owner_url: str, folder: Path, questions_path: Path, *, modes: Sequence[str] = ("lexical",),
                   model_path: Path | None = None, limit: int = DEFAULT_LIMIT, tenant: str | None = None,
+                  embedded_shares: Sequence[float] = (), unanswerable: Path | None = None,
                   log: Log = evaluate._stderr) -> dict[str, Any]:
     """Index `folder` into a tenant of its own, ask every question once per mode, score; a JSON-able dict.
-    `tenant` defaults to one derived from the folder, so a re-run over the same database reuses the index."""
+    `tenant` defaults to one derived from the folder, so a re-run over the same database reuses the index.
+    `embedded_shares`: hybrid again with only that share of the chunks embedded (key "hybrid@10%");
+    `unanswerable`: the answer tool judged too (key "answers")."""
     folder, questions_path = folder.expanduser().resolve(), questions_path.expanduser().resolve()
     if not folder.is_dir():
         raise ConfigError(f"{folder} is not a folder of documents")
@@ -180,7 +247,11 @@ def run_docs_eval(owner_url: str, folder: Path, questions_path: Path, *, modes: 
         raise ConfigError(f"unknown mode(s) {unknown or '(none)'}; choose from {', '.join(evaluate.MODES)}")
     if not 1 <= limit <= 100:
         raise ConfigError(f"limit must lie in [1, 100] (search_content's maximum), got {limit}")
+    bad = [s for s in embedded_shares if not 0 < s < 1]
+    if bad:
+        raise ConfigError(f"--embedded-share must lie strictly between 0 and 1, got {bad[0]}")
     questions = load_questions(questions_path)
+    declined = eval_answers.load_unanswerable(unanswerable) if unanswerable is not None else []
     checked = check_documents(folder, questions, questions_path.parent / "manifest.json")
     settings = get_settings()
     machine = evaluate._machine()
@@ -189,8 +260,9 @@ def run_docs_eval(owner_url: str, folder: Path, questions_path: Path, *, modes: 
     started = time.monotonic()
     indexed = ensure_indexed(owner_url, folder, tenant, token_name=None)
     log(f"eval: {indexed['chunks']} chunks in {time.monotonic() - started:.0f} s ({indexed['crawl']})")
+    _restore_vectors(owner_url, indexed["tenant_id"])
     embedder, embedding = None, None
-    if model_path is not None and any(m in ("semantic", "hybrid") for m in modes):
+    if model_path is not None and (embedded_shares or declined or any(m in ("semantic", "hybrid") for m in modes)):
         from kdbl_core.embedder import Embedder
 
         embedder = Embedder(model_path, n_threads=settings.embed_threads, max_tokens=settings.embed_max_tokens,
@@ -204,23 +276,25 @@ def run_docs_eval(owner_url: str, folder: Path, questions_path: Path, *, modes: 
                 continue
             ran = asyncio.run(_ask(owner_url, indexed["tenant_id"], tenant, questions, mode, embedder, limit,
                                    settings, log))
-            scored = _breakdown(questions, ran["hits"])
-            lat = ran["latencies"]
-            scored["latency_ms"] = ({"p50": round(evaluate.ir_metrics.percentile(lat, 50), 2),
-                                     "p95": round(evaluate.ir_metrics.percentile(lat, 95), 2)} if lat else None)
-            if set(ran["served"]) - {mode}:
-                scored["served_as"] = ran["served"]
-                scored["degraded_reasons"] = ran["degraded_reasons"]
-            if ran["errors"]:
-                scored["errors"] = ran["errors"][:20]
-            scored["misses"] = [q.id for q in questions
-                                if not any(key == q.file for key, _ in ran["hits"].get(q.id, []))]
-            results[mode] = scored
+            results[mode] = _scored(questions, ran, mode)
+        for share in embedded_shares:
+            name = f"hybrid@{share:.0%}"
+            if embedder is None:
+                results[name] = {"unavailable": "no embedding model (give --model or build the default GGUF)"}
+                continue
+            with partly_embedded(owner_url, indexed["tenant_id"], share) as counts:
+                log(f"eval: hybrid with {counts['embedded']:,} of {counts['chunks']:,} chunks embedded")
+                ran = asyncio.run(_ask(owner_url, indexed["tenant_id"], tenant, questions, "hybrid", embedder,
+                                       limit, settings, log))
+            results[name] = {**_scored(questions, ran, "hybrid"), **counts}
+        answers = (eval_answers.run_answers(owner_url, indexed["tenant_id"], tenant, questions, declined, embedder,
+                                            settings, log) if unanswerable is not None else None)
     finally:
         if embedder is not None:
             embedder.close()
     return {"folder": str(folder), "questions_file": str(questions_path), "questions": len(questions),
             "files": indexed["crawl"].get("files"), "chunks": indexed["chunks"], "modes": results,
+            **({"answers": answers} if answers is not None else {}),
             "machine": machine, "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "settings": {"tenant": tenant, "limit": limit, "documents": checked, "crawl": indexed["crawl"],
                          "embedding": embedding, "ts_config": settings.text_search_config,
@@ -248,6 +322,16 @@ def summarise(result: dict[str, Any]) -> str:
                          + (f"{lat:>9.1f}" if part == "all" else ""))
         if data.get("served_as"):
             lines.append(f"  served as {data['served_as']}: {data.get('degraded_reasons')}")
+        elif data.get("degraded_reasons"):
+            lines.append(f"  degraded: {data['degraded_reasons'][0]}")
+    answers = result.get("answers")
+    if answers:
+        lines.append(f"answer ({answers['search']} search): found {answers['found_answerable']:.3f} of "
+                     f"{answers['answerable']} answerable, {answers['found_unanswerable']:.3f} of "
+                     f"{answers['unanswerable']} unanswerable; precision {answers['precision_found']:.3f}; cites the "
+                     f"right file {answers['cites_right_file']:.3f}, page {answers['cites_right_page']:.3f} "
+                     f"(first citation {answers['first_cites_right_page']:.3f}); {answers['sentences']} sentences, "
+                     f"{answers['chars']} characters an answer; p50 {answers['p50_ms']} ms")
     return "\n".join(lines)
 
 
@@ -262,7 +346,8 @@ def cli_eval_docs(args: Any, settings: Settings) -> int:
     modes = args.mode or ["lexical"]
     if model is not None and not Path(model).is_file():
         raise ConfigError(f"embedding model not found: {model}")
-    options = {"modes": modes, "model_path": model, "limit": args.limit or DEFAULT_LIMIT}
+    options = {"modes": modes, "model_path": model, "limit": args.limit or DEFAULT_LIMIT,
+               "embedded_shares": args.embedded_share or (), "unanswerable": args.unanswerable}
     if settings.database_url is not None and args.data_dir is None:
         result = run_docs_eval(settings.database_url.get_secret_value(), args.dataset, args.questions, **options)
     else:

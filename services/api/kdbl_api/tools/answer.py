@@ -23,7 +23,6 @@ order they are the answer; `progress` counts tokens, `total` is max_tokens), the
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from kdbl_api.audit import AuditFacts
@@ -102,16 +101,9 @@ async def _abstractive(ctx: ToolContext, args: AnswerArgs, sentences: list[groun
 
 async def answer(ctx: ToolContext, args: AnswerArgs) -> tuple[dict[str, Any], AuditFacts]:
     _validate(ctx, args)
-    request = pipeline.SearchRequest(query=args.question, mode="hybrid", limit=grounded.ANSWER_HITS,
-                                     filters=args.filters(), explain=True)  # explain: each hit's cosine
-    result = await pipeline.search(ctx.conn, request, settings=ctx.settings, embedder=ctx.services.embedder,
-                                   allowed_modes=ctx.policy.modes, timings=ctx.meta.took_ms)
-    lap = time.perf_counter()
-    found, lexemes = await grounded.passages(ctx.conn, result.hits, question=args.question,
-                                             ts_config=ctx.settings.text_search_config)
-    weights = await grounded.term_weights(ctx.conn, lexemes) if found else {}
-    sentences = grounded.score_sentences(found, lexemes, ctx.settings.text_search_config, weights)
-    ctx.meta.add("sentences", lap)
+    result, sentences = await grounded.ground(ctx.conn, args.question, settings=ctx.settings,
+                                              embedder=ctx.services.embedder, filters=args.filters(),
+                                              allowed_modes=ctx.policy.modes, timings=ctx.meta.took_ms)
     if not grounded.relevant(sentences):
         text, citations, reason, tokens = grounded.NOT_FOUND, [], "stop", 0
     elif args.answer_type == "extractive":

@@ -28,6 +28,7 @@ from pydantic import (
 
 from kdbl_core.content.uris import MAX_SEQ
 from kdbl_core.errors import InvalidArgument
+from kdbl_core.search.answer import DEFAULT_MAX_TOKENS
 from kdbl_core.search.lexical import Filters
 
 MAX_FILE_TEXT_CHUNKS = 5000
@@ -295,7 +296,7 @@ class AnswerArgs(SearchFilters):
         "extractive (default: no model, fast, every sentence quoted verbatim from a source with its exact "
         "range) or abstractive (a local chat model writes the answer from the numbered passages the search "
         "returned, citing them as [n]; only where the server has a chat model)."))
-    max_tokens: StrictInt = Field(default=512, ge=16, le=4096, description=(
+    max_tokens: StrictInt = Field(default=DEFAULT_MAX_TOKENS, ge=16, le=4096, description=(
         "Longest answer in tokens (16-4096; extractive estimates 4 characters a token)."))
     citations: StrictBool = Field(default=True, description="Cite the sources ([n] markers and `citations`).")
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,8 +50,11 @@ from psycopg.rows import dict_row
 
 from kdbl_core.content.records import Chunk
 from kdbl_core.db.async_pool import Connection
-from kdbl_core.search import lexical
+from kdbl_core.embedder import Embedder
+from kdbl_core.search import lexical, pipeline
+from kdbl_core.search.lexical import Filters
 from kdbl_core.search.snippets import lexeme_matches
+from kdbl_core.settings import Settings
 
 ANSWER_HITS = 8  # hits whose chunks are read: the top of the ranking holds the answer when there is one
 NOT_FOUND = "Not found in the sources."
@@ -65,6 +69,7 @@ RELATIVE_CUT = 0.5  # an answer's sentences score at least this share of its bes
 # the form of a question, not its subject, and no stop words to Postgres: they weigh nothing
 QUESTION_WORDS = frozenset({"mani", "much"})
 MAX_SENTENCES = 8
+DEFAULT_MAX_TOKENS = 512  # the answer tool's max_tokens when not given
 CHARS_PER_TOKEN = 4
 K1, B = 1.2, 0.75
 
@@ -162,6 +167,25 @@ class Sentence:
     score: float
     coverage: float
     passage_coverage: float = 1.0  # the share of the question's weight its passage (chunk) matches
+
+
+async def ground(conn: Connection, question: str, *, settings: Settings, embedder: Embedder | None,
+                 filters: Filters | None = None, allowed_modes: tuple[str, ...] | frozenset[str] = pipeline.MODES,
+                 timings: dict[str, float] | None = None) -> tuple[pipeline.SearchResult, list[Sentence]]:
+    """What both kinds of answer start from: one search (hybrid, degrading as search_content does; explain
+    gives each hit's cosine) for ANSWER_HITS hits, and their sentences scored, best first. `timings`
+    (the tool's took_ms) gets the search's parts and "sentences" (ms)."""
+    request = pipeline.SearchRequest(query=question, mode="hybrid", limit=ANSWER_HITS,
+                                     filters=filters or Filters(), explain=True)
+    result = await pipeline.search(conn, request, settings=settings, embedder=embedder,
+                                   allowed_modes=allowed_modes, timings=timings)
+    lap = time.perf_counter()
+    found, lexemes = await passages(conn, result.hits, question=question, ts_config=settings.text_search_config)
+    weights = await term_weights(conn, lexemes) if found else {}
+    sentences = score_sentences(found, lexemes, settings.text_search_config, weights)
+    if timings is not None:
+        timings["sentences"] = timings.get("sentences", 0.0) + (time.perf_counter() - lap) * 1000
+    return result, sentences
 
 
 async def passages(conn: Connection, hits: Sequence[dict[str, Any]], *, question: str,
