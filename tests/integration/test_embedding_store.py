@@ -32,3 +32,25 @@ def test_a_tenant_transaction_sees_only_its_tenants_chunks(owner_engine, worker_
         seen = {r.source_id for r in conn.execute("SELECT DISTINCT source_id FROM chunks")}
     assert seen == {one.source_id}
     assert two.source_id not in seen
+
+
+def test_what_is_embedded_is_the_chunks_header_then_its_text(owner_engine, worker_engine, tmp_path, unique):
+    corpus = make_corpus(owner_engine, worker_engine, tmp_path / "hdr",
+                         {"reports/3M_2018_10K.md": "# Liquidity\n\n## Cash flows\n\nCapital spending rose.",
+                          "12345.txt": "An abstract named by its id alone."}, tenant=f"hdr-{unique}")
+    with tenant_transaction(db_of(worker_engine), corpus.tenant_id) as conn:
+        bodies = dict(vectors.claim_pending(conn, "any-model", 10)).values()
+    # the name (folders after it), then the heading path (the title, "Liquidity", is in it: once), then the
+    # chunk's text; a name of digits alone says nothing: the text only
+    assert "3M_2018_10K / reports | Liquidity > Cash flows\n\n# Liquidity\n\n## Cash flows\n\nCapital spending rose." \
+        in bodies
+    assert "An abstract named by its id alone." in bodies
+
+
+def test_the_embedded_text_keeps_only_header_parts_with_a_letter():
+    from kdbl_core.content.analysis import embedding_text
+
+    assert embedding_text("a/b/Annual report.pdf", "0001018724-21-000004", "Notes > Leases", "Body.") == \
+        "Annual report / b / a | Notes > Leases\n\nBody."
+    assert embedding_text("2020/123.txt", None, None, "Body.") == "Body."
+    assert embedding_text("x.zip!/inner.md", "Packed manual", None, "Body.") == "inner / x.zip | Packed manual\n\nBody."

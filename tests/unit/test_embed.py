@@ -66,7 +66,7 @@ def source():
 def test_dim_and_model_id(embedder: Embedder, model_path: Path) -> None:
     assert embedder.dim == 384
     sha = bm.load_lock()["outputs"]["f16"]["sha256"]
-    assert embedder.model_id == f"{model_path.name}@{sha[:12]}"
+    assert embedder.model_id == f"{model_path.name}@{sha[:12]}+h1"
 
 
 def test_vectors_are_unit_norm(embedder: Embedder) -> None:

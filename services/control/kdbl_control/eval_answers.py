@@ -10,7 +10,8 @@ Mongolia?" over annual reports). Measures:
   cites_right_file, cites_right_page   an answerable question's answer cites the expected file / one of
                        the expected pages (any of its citations);
   first_cites_right_page               its first citation does;
-  sentences, chars     per answer given (mean); p50_ms per call.
+  sentences, chars     per answer given (mean); p50_ms per call;
+  answered_unanswerable                the ids of the unanswerable questions answered anyway.
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ def judge(answerable: Sequence[Any], unanswerable: Sequence[tuple[str, str]],
             "sentences": round(sum(len(a["cites"]) for a in given) / len(given), 2) if given else 0.0,
             "chars": round(sum(a["chars"] for a in given) / len(given), 1) if given else 0.0,
             "p50_ms": round(evaluate.ir_metrics.percentile(latencies, 50), 2) if latencies else None,
+            "answered_unanswerable": found_n,
             "errors": [f"{qid}: {a['error']}" for qid, a in answers.items() if "error" in a][:20]}
 
 

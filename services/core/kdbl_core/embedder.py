@@ -45,6 +45,10 @@ def _sha256(path: Path) -> str:
 
 
 DEFAULT_MODEL_FILE = "all-minilm-l6-v2.f16.gguf"
+# The format of the text the worker embeds for a chunk (kdbl_core.content.analysis.embedding_text), part
+# of every model id: h1 = the chunk's header line, a blank line, its text (before: the text alone).
+# Change it with that function: stored vectors of another format are then re-embedded.
+CHUNK_INPUT = "h1"
 _LOAD_LOCK = threading.Lock()
 
 
@@ -106,7 +110,7 @@ class Embedder:
         if not 2 <= max_tokens <= n_batch:
             raise ConfigError(f"max_tokens must lie in [2, n_batch={n_batch}], got {max_tokens}")
         self._path = path
-        self._model_id = f"{path.name}@{_sha256(path)[:12]}"
+        self._model_id = f"{path.name}@{_sha256(path)[:12]}+{CHUNK_INPUT}"
         self._max_tokens = max_tokens
         self._normalize = normalize
         self._lock = PriorityLock()
@@ -165,7 +169,9 @@ class Embedder:
 
     @property
     def model_id(self) -> str:
-        """File name and the first 12 hex digits of its sha256, e.g. ``x.gguf@0123456789ab``."""
+        """File name, the first 12 hex digits of its sha256 and the chunk input's format, e.g.
+        ``x.gguf@0123456789ab+h1``: what a stored vector was made with, so a new model or a new way of
+        building the embedded text (CHUNK_INPUT) makes the worker embed every chunk again."""
         return self._model_id
 
     @property

@@ -21,6 +21,13 @@ machine-written ("0001018724-21-000004", "Form 10-K for Alphabet INC filed 02/01
 is the next fiscal year's) — took the long-document eval's right-file-first from 0.497 to 0.609 (terms
 alone: 0.547), SciFact's nDCG@10 from 0.697 to 0.706; the header adds ~4.6% postings, the terms ~3.5%.
 
+The vector arm sees the header too: a chunk is embedded as `embedding_text` — the header's parts that
+hold a letter (name and folders, title, heading path) on one line, a blank line, the text — so "3M 2018
+10K" is part of what page 60's vector means. Measured on the long-document eval (docs/benchmarks.md):
+semantic right-file-first 0.366 -> 0.447, hybrid 0.571 -> 0.590, hybrid right-page-first 0.379 -> 0.404.
+A header of digits alone (SciFact's "<id>.txt") says nothing to a model and is left out. The embedding
+model id carries this format (kdbl_core.embedder.CHUNK_INPUT), so vectors made before are re-embedded.
+
 `INDEX_FORMAT` is the version of all this that a file's postings were written with (files.index_format):
 the crawl re-indexes a file whose format is older (kdbl_worker.pipeline), so a change here reaches files
 indexed before it at their source's next crawl. Bump it with any change to the terms or the header.
@@ -85,3 +92,19 @@ def heading_header(context_header: str | None) -> str | None:
     if not context_header:
         return None
     return _last_words(context_header, HEADING_WORDS)
+
+
+def embedding_text(key: str, title: str | None, context_header: str | None, text: str) -> str:
+    """What the worker embeds for a chunk: its header's parts that hold a letter and whose words a later
+    part does not all repeat, joined by " | ", a blank line, the text; the text alone when no part is left."""
+    parts = [part for part, _ in file_header(key, title)]
+    heading = heading_header(context_header)
+    if heading:
+        parts.append(heading)
+    kept: list[str] = []
+    for i, part in enumerate(parts):
+        words = {w.lower() for w in _WORD.findall(part)}
+        later = {w.lower() for p in parts[i + 1:] for w in _WORD.findall(p)}
+        if any(c.isalpha() for c in part) and not words <= later:  # a title the heading path repeats: once
+            kept.append(part)
+    return f"{' | '.join(kept)}\n\n{text}" if kept else text

@@ -15,12 +15,15 @@ from typing import Any
 import psycopg
 from pgvector import Vector
 
+from kdbl_core.content import analysis
+
 
 # Chunks of hybrid-enabled sources (and tenants) whose embedding is missing or from another model.
 # SKIP LOCKED: several workers embed disjoint batches.
 _PENDING = """
-SELECT c.id, c.text
+SELECT c.id, f.key, f.title, c.context_header, c.text
   FROM chunks c
+  JOIN files f ON f.id = c.file_id
   JOIN sources s ON s.id = c.source_id
   JOIN tenants t ON t.id = c.tenant_id
  WHERE c.tenant_id = kdbl_tenant() AND s.hybrid_enabled AND t.hybrid_enabled AND s.enabled
@@ -61,7 +64,10 @@ def tenants_with_hybrid(conn: Conn) -> list[uuid.UUID]:
 
 
 def claim_pending(conn: Conn, model_id: str, limit: int) -> list[tuple[int, str]]:
-    return [(r[0], r[1]) for r in conn.execute(_PENDING, {"model": model_id, "limit": limit})]
+    """Up to `limit` chunks without a vector of `model_id`, locked, each with what to embed for it
+    (analysis.embedding_text: its header, then its text)."""
+    return [(r[0], analysis.embedding_text(r[1], r[2], r[3], r[4]))
+            for r in conn.execute(_PENDING, {"model": model_id, "limit": limit})]
 
 
 def store(conn: Conn, model_id: str, rows: Sequence[tuple[int, Sequence[float]]]) -> None:
