@@ -46,7 +46,6 @@ SELECT c.id, {NORMALISED_KEY.format(c="c")} AS text_key, c.page_no
   FROM chunks c
  WHERE c.id = ANY(CAST(%(ids)s AS bigint[]))
 """
-SIMILAR = 0.01  # cosines to the query this close may be one text's (case and spacing change them a little)
 MAX_DEPTH = 1000  # fetching deeper than this for copies stops: the page is served short (`capped`)
 
 
@@ -87,26 +86,25 @@ def tied(scores: Mapping[int, float]) -> list[list[int]]:
 
 
 async def refine(conn: Connection, keys: dict[int, TextKey], scores: Mapping[int, float],
-                 similarities: Mapping[int, float] | None = None, among: Collection[int] | None = None) -> int:
+                 among: Collection[int] | None = None) -> int:
     """Give the normalised key to the chunks of `scores` (every candidate's BM25 score, 0 for none) tied
     with another whose raw key differs or is unknown (one statement; none when no such tie). Chunks that
-    hold no query term (score 0: the vector arm's) all tie and are left to their raw keys. With the
-    candidates' cosines (hybrid), a tie counts only between chunks whose cosines agree to SIMILAR: two
-    texts that differ in case or spacing alone embed alike, while different texts of one length that
-    match the same query terms (common among hybrid's ~150 candidates: ~80% of the eval's searches had
-    one) rarely do. `among`: only the ties of these chunks (the hits chosen so far)."""
+    hold no query term (score 0: the vector arm's) all tie and are left to their raw keys. `among`: only
+    the ties of these chunks (the hits chosen so far). The cosines cannot narrow the ties: each chunk
+    embeds its own file's header (kdbl_core.content.analysis.embedding_text), so copies in two files
+    differ by up to ~0.08 in cosine to a query (measured on test_duplicates' copies)."""
     wanted: list[int] = []
     for group in tied({cid: score for cid, score in scores.items() if score > 0}):
         if among is not None and not any(c in among for c in group):
             continue
         if all(c in keys and keys[c].key.startswith("n:") for c in group):
             continue  # refined already
-        if similarities is not None:
-            group = [c for c in group if c not in similarities or any(
-                d != c and (d not in similarities or abs(similarities[c] - similarities[d]) <= SIMILAR)
-                for d in group)]
         if len({keys[c].key if c in keys else c for c in group}) > 1:
             wanted.extend(group)
+    # byte copies keep one key: a chunk refined takes every chunk with its raw key along (their cosines
+    # may differ: each embeds its own file's header, kdbl_core.content.analysis.embedding_text)
+    raw = {keys[c].key for c in wanted if c in keys and keys[c].key.startswith("r:")}
+    wanted.extend(c for c, k in keys.items() if k.key in raw and c not in wanted)
     keys.update(await text_keys(conn, wanted))
     return len(wanted)
 
@@ -138,8 +136,8 @@ def collapse(ranked: Sequence[T], keys: Mapping[int, TextKey], *, chunk: Callabl
 
 async def collapse_ranked(conn: Connection, ranked: Sequence[T], keys: dict[int, TextKey],
                           scores: Mapping[int, float] | None, *, chunk: Callable[[T], ChunkHit], limit: int,
-                          admit: Callable[[], Callable[[ChunkHit], bool]] | None = None,
-                          similarities: Mapping[int, float] | None = None) -> tuple[list[Group[T]], int]:
+                          admit: Callable[[], Callable[[ChunkHit], bool]] | None = None
+                          ) -> tuple[list[Group[T]], int]:
     """collapse() with the raw `keys` known, then, given every candidate's BM25 `scores` (None: raw keys
     only), refine() the ties of the hits it chose and collapse again, until no chosen hit's ties are left:
     on the eval, no statement for most searches, one for the others. `admit` makes a fresh admission
@@ -151,7 +149,7 @@ async def collapse_ranked(conn: Connection, ranked: Sequence[T], keys: dict[int,
         if scores is None or not chosen:
             return groups, folded
         given = await refine(conn, keys, {chunk(x).chunk_id: scores.get(chunk(x).chunk_id, 0.0) for x in ranked},
-                             similarities, among=chosen)
+                             among=chosen)
         refined |= chosen
         if not given:
             return groups, folded

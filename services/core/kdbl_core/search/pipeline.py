@@ -225,7 +225,6 @@ async def _with_vectors(conn: Connection, request: SearchRequest, mode: str, set
         fused = hybrid.fuse(lex, vec, k=settings.hybrid_rrf_k, vector_weight=settings.hybrid_vector_weight,
                             pinned_chunks=pinned)
         bm25: dict[int, float] | None = None  # every candidate's BM25 score, when the rerank looked them all up
-        cosines: dict[int, float] | None = None
         if mode == "hybrid":
             ids = [f.hit.chunk_id for f in fused]
             lex_scores = {h.chunk_id: h.score for h in lex}
@@ -245,12 +244,12 @@ async def _with_vectors(conn: Connection, request: SearchRequest, mode: str, set
             unembedded = len(ids) - len(vec_scores)
             if unembedded:
                 fused = hybrid.keep_keyword_slots(fused, lex_scores, vec_scores.keys())
-            bm25, cosines = (lex_scores if rescored else None), vec_scores
+            bm25 = lex_scores if rescored else None
         # one hit per text: the raw keys, and where every candidate has its BM25 score, the normalised keys
         # of the chosen hits' ties
         groups, folded = await duplicates.collapse_ranked(
             conn, fused, keys, bm25, chunk=lambda f: f.hit, limit=wanted,
-            admit=lambda: hybrid.diverse(settings.hybrid_max_per_file), similarities=cosines)
+            admit=lambda: hybrid.diverse(settings.hybrid_max_per_file))
         again = duplicates.deeper(depth, max(len(lex), len(vec)), wanted, len(groups), folded)
         if again is None:
             break
