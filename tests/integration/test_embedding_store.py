@@ -1,4 +1,4 @@
-"""The worker writes chunk vectors through the psycopg pool's pgvector adapter: binary, bit-exact."""
+"""The worker writes chunk vectors through the psycopg pool's pgvector adapter (binary), stored as halfvec."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from kdbl_core.access.principal import tenant_transaction
 from kdbl_core.content import vectors
 
 
-def test_a_stored_vector_reads_back_bit_for_bit_as_float32(owner_engine, worker_engine, tmp_path, unique):
+def test_a_stored_vector_reads_back_as_its_half_precision_value(owner_engine, worker_engine, tmp_path, unique):
     corpus = make_corpus(owner_engine, worker_engine, tmp_path / "vec", {"a.md": "alpha text"},
                          tenant=f"vec-{unique}")
     pool = db_of(worker_engine)
-    # Nine significant digits: float32 needs them all; the old text form (7 digits) rounded them away.
-    values = np.array([0.1234567891, -0.9876543219, 1e-8 / 3, 0.5], dtype=np.float32)
+    # Sent in binary as float32, stored as halfvec (migration 0020): each component rounded to the nearest
+    # float16 once, by the server, and read back exactly as that (a subnormal one included)
+    values = np.array([0.1234567891, -0.9876543219, 1e-6 / 3, 0.5], dtype=np.float32)
     with tenant_transaction(pool, corpus.tenant_id) as conn:
         [(chunk_id, _)] = vectors.claim_pending(conn, "exact-4d", 10)
         vectors.store(conn, "exact-4d", [(chunk_id, values.tolist())])
@@ -22,7 +23,7 @@ def test_a_stored_vector_reads_back_bit_for_bit_as_float32(owner_engine, worker_
         row = conn.execute("SELECT embedding, embedding_model FROM chunks WHERE id = %s", (chunk_id,)).fetchone()
         assert vectors.claim_pending(conn, "exact-4d", 10) == []  # stored under this model: not pending
     assert row.embedding_model == "exact-4d"
-    assert row.embedding.to_numpy().tobytes() == values.tobytes()
+    assert row.embedding.to_numpy().tobytes() == values.astype(np.float16).tobytes()
 
 
 def test_a_tenant_transaction_sees_only_its_tenants_chunks(owner_engine, worker_engine, tmp_path, unique):

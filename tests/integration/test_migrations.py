@@ -79,3 +79,56 @@ def test_per_source_statistics_are_backfilled_and_summed_back_on_downgrade(pg_di
         assert {(row[1], row[2]) for row in tenant_wide if row[1] == "alpha"} == {("alpha", 6)}
         migrate.upgrade(url)
         assert _stats(url, per_source=True)[0] == per_source
+
+
+def _vectors(url: str) -> tuple[str, list[tuple[int, list[float]]], list[str]]:
+    """(the column's type, every (chunk id, vector), the HNSW indexes' definitions)."""
+    with sync_pool(url, size=1) as pool, pool.connection() as conn:
+        [kind] = conn.execute("SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                              "WHERE attrelid = 'chunks'::regclass AND attname = 'embedding'").fetchone()
+        rows = [(r[0], [float(x) for x in r[1].to_list()])
+                for r in conn.execute("SELECT id, embedding FROM chunks WHERE embedding IS NOT NULL ORDER BY id")]
+        indexes = [r[0] for r in conn.execute("SELECT indexdef FROM pg_indexes WHERE tablename = 'chunks' "
+                                              "AND indexname LIKE 'chunks_embedding_%%_hnsw'")]
+    return kind, rows, indexes
+
+
+def test_vectors_become_halfvec_in_place_and_back_with_their_hnsw_index(pg_dir) -> None:
+    import numpy as np
+
+    from kdbl_control import admin
+    from kdbl_core.access.principal import tenant_transaction
+    from kdbl_core.content import store, vectors
+    from kdbl_core.content.records import Chunk, FileMeta
+
+    rng = np.random.default_rng(20)
+    with EmbeddedDatabase(pg_dir) as db:
+        url = db.owner_url
+        migrate.downgrade(url, "0019")
+        with sync_pool(url) as owner:
+            tenant = admin.create_tenant(owner, "vec")
+            source = admin.add_source(owner, "vec", protocol="fs", config={"root": str(pg_dir)}, name="one")
+            for i in range(4):
+                body = f"vector text number {i}"
+                with tenant_transaction(owner, tenant.id) as conn:
+                    store.write_file(conn, tenant_id=tenant.id, source_id=source.id, meta=FileMeta(key=f"{i}.txt"),
+                                     status="ok", status_reason=None, title=None, text_chars=len(body),
+                                     ts_config="english", chunks=[Chunk(0, body, 0, len(body))])
+            with tenant_transaction(owner, tenant.id) as conn:
+                pending = vectors.claim_pending(conn, "m", 10)
+                vectors.store(conn, "m", [(cid, rng.standard_normal(8).astype(np.float32).tolist())
+                                          for cid, _ in pending])
+            with owner.connection() as conn:
+                vectors.ensure_vector_index(conn, 8)
+        kind, before, indexes = _vectors(url)
+        assert kind == "vector" and len(before) == 4 and "vector_cosine_ops" in indexes[0]
+        migrate.upgrade(url)  # 0020: converted in place, nothing re-embedded, the index rebuilt on halfvec
+        kind, after, indexes = _vectors(url)
+        assert kind == "halfvec" and len(indexes) == 1 and "halfvec_cosine_ops" in indexes[0]
+        assert [cid for cid, _ in after] == [cid for cid, _ in before]
+        for (_, old), (_, new) in zip(before, after, strict=True):
+            assert new == np.array(old, dtype=np.float32).astype(np.float16).astype(float).tolist()
+        migrate.downgrade(url, "0019")
+        kind, back, indexes = _vectors(url)
+        assert kind == "vector" and back == after and "vector_cosine_ops" in indexes[0]
+        migrate.upgrade(url)

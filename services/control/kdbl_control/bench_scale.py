@@ -66,7 +66,7 @@ WITH f AS (
     INSERT INTO chunks (tenant_id, source_id, file_id, seq, text, char_start, char_end, token_count,
                         embedding, embedding_model)
     SELECT %(tenant)s, %(source)s, b.file_id, b.seq, b.body, 0, length(b.body), coalesce(dl.dl, 0),
-           (SELECT l2_normalize(array_agg(random()::real - 0.5)::vector)
+           (SELECT l2_normalize(array_agg(random()::real - 0.5)::vector)::halfvec
               FROM generate_series(1, %(dim)s) WHERE b.seq >= 0),
            %(model)s
       FROM body b LEFT JOIN dl ON dl.file_id = b.file_id AND dl.seq = b.seq

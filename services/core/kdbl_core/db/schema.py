@@ -9,14 +9,14 @@ cannot drift. Nothing at run time imports this module: the services speak SQL th
 
 Not declared: the per-dimension HNSW indexes `chunks_embedding_<dim>_hnsw`, created at run time by
 `kdbl_ensure_vector_index(dim)` when the first embeddings of a dimension arrive (expression indexes
-over `embedding::vector(dim)`; `IGNORED_INDEXES` below names the pattern).
+over `embedding::halfvec(dim)`; `IGNORED_INDEXES` below names the pattern).
 """
 
 from __future__ import annotations
 
 import re
 
-from pgvector.sqlalchemy import Vector
+from pgvector.sqlalchemy import HALFVEC
 from sqlalchemy import (
     BigInteger, Boolean, CheckConstraint, Column, Double, ForeignKey, Identity, Index, Integer, LargeBinary,
     MetaData, PrimaryKeyConstraint, REAL, SmallInteger, Table, Text, UniqueConstraint, text,
@@ -139,7 +139,7 @@ chunks = Table(
     Column("ts_start_ms", BigInteger),
     Column("ts_end_ms", BigInteger),
     _count("token_count", Integer),
-    Column("embedding", Vector()),  # any dimension; one HNSW index per dimension (module docstring)
+    Column("embedding", HALFVEC()),  # any dimension, half precision (0020); one HNSW index per dimension
     Column("embedding_model", Text),
     Column("context_header", Text),  # heading path above the chunk (0015)
     Column("text_tokens", Integer),  # the text's length in the embedding model's tokens (0015)

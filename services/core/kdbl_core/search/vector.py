@@ -3,7 +3,9 @@
 Runs in the caller's RLS transaction, so only visible chunks come back. Filters and RLS drop rows after
 the index produced them; pgvector's iterative index scan keeps reading the graph until `limit` rows
 survive (relaxed order; the outer query re-sorts by exact distance). Only vectors of the current model
-are compared, and only for sources (and tenants) with hybrid enabled.
+are compared, and only for sources (and tenants) with hybrid enabled. Vectors are stored as `halfvec`
+(migration 0020): the query vector is cast to `halfvec(D)`, as the HNSW index's expression needs, and the
+rerank's exact cosines are computed the same way, so both agree to the last bit.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from pgvector import Vector
 from kdbl_core.db.async_pool import Connection
 from kdbl_core.search.duplicates import TEXT_KEY, TextKey
 from kdbl_core.search.lexical import ChunkHit, Filters, filters_sql, hits, source_filter_sql
+
+MAX_DIM = 4000  # halfvec's HNSW limit (migration 0020)
 
 # Chunks and chunks with a vector of the model, over the searched sources the caller sees whole (the
 # per-source counters, kdbl_core.content.vectors; a source seen through per-file grants is not counted).
@@ -29,7 +33,7 @@ SELECT coalesce(sum(st.chunks) FILTER (WHERE st.model = ''), 0)::bigint AS total
 def build_query(dim: int, filters: Filters, *, text_keys: bool = False) -> tuple[str, dict]:
     """The arm's statement; `text_keys`: each hit's text key and page too (duplicates.TEXT_KEY), computed
     for the `limit` rows only (a probe of each by id after the LIMIT)."""
-    if not 0 < dim <= 16000:
+    if not 0 < dim <= MAX_DIM:
         raise ValueError("bad embedding dimension")
     params: dict = {}
     extra = filters_sql(filters, params, "c")
@@ -40,12 +44,12 @@ def build_query(dim: int, filters: Filters, *, text_keys: bool = False) -> tuple
     sql = f"""
 WITH nn AS (
     SELECT c.id AS chunk_id, c.file_id, c.source_id, c.seq,
-           c.embedding::vector({dim}) <=> CAST(%(q)s AS vector({dim})) AS distance
+           c.embedding::halfvec({dim}) <=> CAST(%(q)s AS halfvec({dim})) AS distance
       FROM chunks c
      WHERE c.tenant_id = kdbl_tenant() AND vector_dims(c.embedding) = {dim} AND c.embedding_model = %(model)s
        AND c.source_id IN (SELECT s.id FROM sources s JOIN tenants t ON t.id = s.tenant_id
                             WHERE s.hybrid_enabled AND t.hybrid_enabled){extra}
-     ORDER BY c.embedding::vector({dim}) <=> CAST(%(q)s AS vector({dim}))
+     ORDER BY c.embedding::halfvec({dim}) <=> CAST(%(q)s AS halfvec({dim}))
      LIMIT %(limit)s
 )
 SELECT nn.chunk_id, nn.file_id, nn.source_id, f.key, nn.seq, 1 - nn.distance AS score{keyed[0]}
@@ -80,12 +84,12 @@ async def similarities(conn: Connection, query_vector: Sequence[float], model_id
     if not chunk_ids:
         return {}
     dim = len(query_vector)
-    if not 0 < dim <= 16000:
+    if not 0 < dim <= MAX_DIM:
         raise ValueError("bad embedding dimension")
     keyed = f", {TEXT_KEY.format(c='c')} AS text_key, c.page_no" if keys is not None else ""
     cur = await conn.execute(f"""
         SELECT c.id, CASE WHEN c.embedding_model = %(model)s AND vector_dims(c.embedding) = {dim}
-                          THEN 1 - (c.embedding::vector({dim}) <=> CAST(%(q)s AS vector({dim}))) END AS score{keyed}
+                          THEN 1 - (c.embedding::halfvec({dim}) <=> CAST(%(q)s AS halfvec({dim}))) END AS score{keyed}
           FROM chunks c
          WHERE c.id = ANY(CAST(%(ids)s AS bigint[])){"" if keys is not None else " AND c.embedding_model = %(model)s"}
     """, {"q": Vector(query_vector), "ids": chunk_ids, "model": model_id})
