@@ -16,6 +16,7 @@ Mongolia?" over annual reports). Measures:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Sequence
@@ -107,8 +108,6 @@ def judge(answerable: Sequence[Any], unanswerable: Sequence[tuple[str, str]],
 def run_answers(owner_url: str, tenant_id: Any, tenant: str, answerable: Sequence[Any],
                 unanswerable: Sequence[tuple[str, str]], embedder: Any, settings: Settings,
                 log: evaluate.Log) -> dict[str, Any]:
-    import asyncio
-
     asked = [(q.id, q.question) for q in answerable] + list(unanswerable)
     clash = {qid for qid, _ in unanswerable} & {q.id for q in answerable}
     if clash:

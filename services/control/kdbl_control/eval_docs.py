@@ -184,21 +184,12 @@ _EMBEDDED = ("SELECT count(*) AS n, count(*) FILTER (WHERE embedding IS NOT NULL
              "AND NOT starts_with(embedding_model, %(h)s)) AS embedded FROM chunks WHERE tenant_id = %(t)s")
 
 
-def _restore_vectors(owner_url: str, tenant_id: Any) -> None:
-    import psycopg
-
-    from kdbl_core.db.urls import libpq
-
-    with psycopg.connect(libpq(owner_url), autocommit=True) as conn:
-        conn.execute(_RESTORE, {"t": tenant_id, "h": _HIDDEN})
-
-
 @contextmanager
 def partly_embedded(owner_url: str, tenant_id: Any) -> Iterator[Callable[[float], dict[str, int]]]:
     """Inside, `keep(share)` leaves only the first `share` of the tenant's chunks by id with their vectors
     (module docstring) and returns {"chunks", "embedded"}; call it with falling shares, since a vector set
     aside stays aside (each such row update also updates the HNSW index: ~20 ms a row here). Every vector
-    is put back on the way out, whatever happens."""
+    is put back on entry (a killed run's) and on the way out, whatever happens."""
     import psycopg
 
     from kdbl_core.db.urls import libpq
@@ -265,7 +256,8 @@ def run_docs_eval(owner_url: str, folder: Path, questions_path: Path, *, modes: 
     started = time.monotonic()
     indexed = ensure_indexed(owner_url, folder, tenant, token_name=None)
     log(f"eval: {indexed['chunks']} chunks in {time.monotonic() - started:.0f} s ({indexed['crawl']})")
-    _restore_vectors(owner_url, indexed["tenant_id"])
+    with partly_embedded(owner_url, indexed["tenant_id"]):
+        pass  # vectors a killed run set aside are put back before any mode runs
     embedder, embedding = None, None
     if model_path is not None and (embedded_shares or declined or any(m in ("semantic", "hybrid") for m in modes)):
         from kdbl_core.embedder import Embedder
