@@ -18,6 +18,7 @@ import uvicorn
 from kdbl_control import admin
 from kdbl_core.db.connect import Pool, sync_pool
 from kdbl_core.settings import Settings
+from kdbl_worker.bench_samples import pdf_file
 from kdbl_worker.pipeline import CrawlStats, Indexer, load_sources
 
 
@@ -30,6 +31,13 @@ class Corpus:
 
 
 _POOLS: dict[str, Pool] = {}
+
+
+# Every (term, chunk) posting, from the terms on each chunk's row (migration 0021), under the reader's
+# row-level security on chunks: with the kdbl_bm25 extension a writer packs its lists and writes no postings
+# rows, and a build deletes those it packs, so tests read the whole truth here.
+POSTINGS = ("(SELECT c.tenant_id, t.term, c.id AS chunk_id, c.source_id, c.file_id, t.tf, c.token_count AS dl "
+            "FROM chunks c CROSS JOIN LATERAL unnest(string_to_array(c.terms, ' '), c.tfs) AS t(term, tf))")
 
 
 def db_of(engine) -> Pool:
@@ -245,21 +253,6 @@ def make_pdf(pages: list[bytes], *, encrypt: bool = False, info: bytes = b"") ->
         objects.append(b"<< %s >>" % info)
         trailer_extra += b" /Info %d 0 R" % len(objects)
     return pdf_file(objects, trailer_extra)
-
-
-def pdf_file(objects: list[bytes], trailer_extra: bytes = b"") -> bytes:
-    """Numbered objects (1 = the catalog) serialised as a PDF 1.4 file with its xref table and trailer."""
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R%s >>\n" % (len(objects) + 1, trailer_extra)
-    out += b"startxref\n%d\n%%%%EOF\n" % xref
-    return bytes(out)
 
 
 def pdf_text_page(text: str) -> bytes:

@@ -7,10 +7,11 @@ import random
 from collections import Counter
 
 import pytest
-from helpers import crawl, grants_world, make_corpus
+from helpers import POSTINGS, crawl, grants_world, make_corpus
 from sqlalchemy import text
 
 from kdbl_core.access.principal import Principal, rls_transaction
+from kdbl_core.content import store
 from kdbl_core.search import bm25_topk, lexical
 
 DOCS = {
@@ -33,7 +34,7 @@ async def _search(api_pool, corpus, query, **kw):
         hits = await bm25_topk.search(conn, query, lexical.Filters(**kw), limit=10, ts_config="english")
         terms = {}
         for row in await (await conn.execute(
-                "SELECT f.key, p.term, p.tf, p.dl FROM postings p JOIN files f ON f.id = p.file_id")).fetchall():
+                f"SELECT f.key, p.term, p.tf, p.dl FROM {POSTINGS} p JOIN files f ON f.id = p.file_id")).fetchall():
             terms.setdefault(row.key, {})[row.term] = (row.tf, row.dl)
         qterms = await lexical.query_terms(conn, query, "english")
     return hits, terms, qterms
@@ -91,8 +92,8 @@ async def test_statistics_stay_exact_through_edits_and_deletes(owner_engine, wor
     stats = crawl(worker_engine, corpus)
     assert (stats.indexed, stats.deleted) == (2, 1)
     with owner_engine.connect() as conn:
-        drift = conn.execute(text("""
-            WITH truth AS (SELECT term, count(*) AS df FROM postings WHERE tenant_id = :t GROUP BY term),
+        drift = conn.execute(text(f"""
+            WITH truth AS (SELECT term, count(*) AS df FROM {POSTINGS} p WHERE tenant_id = :t GROUP BY term),
                  kept AS (SELECT term, sum(df) AS df FROM term_stats WHERE tenant_id = :t GROUP BY term)
             SELECT count(*) FROM truth FULL JOIN kept USING (term)
              WHERE coalesce(truth.df, 0) <> coalesce(kept.df, 0)"""), {"t": corpus.tenant_id}).scalar()
@@ -120,6 +121,13 @@ async def test_maxscore_returns_the_exhaustive_top_k_while_skipping_common_terms
                                                                                  tmp_path, unique, api_pool,
                                                                                  monkeypatch):
     monkeypatch.setattr(bm25_topk, "SMALL_POSTINGS", 0)  # this corpus is small: MaxScore all the same
+
+    async def no_extension(conn) -> bool:
+        return False
+
+    # MaxScore serves databases without kdbl_bm25, whose writers write postings rows and never pack
+    monkeypatch.setattr(bm25_topk.bm25_native, "available", no_extension)
+    monkeypatch.setattr(store, "writes_packed", lambda conn: False)
     files, vocab = _zipf_corpus(7)
     corpus = make_corpus(owner_engine, worker_engine, tmp_path / f"ms-{unique}", files, tenant=f"ms-{unique}")
     principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
@@ -172,8 +180,8 @@ async def test_score_bounds_stay_valid_through_edits_and_deletes(owner_engine, w
     root = tmp_path / f"bd-{unique}"
     corpus = make_corpus(owner_engine, worker_engine, root, files, tenant=f"bd-{unique}")
     with owner_engine.connect() as conn:  # terms whose largest tf only the chunks about to change hold
-        replaced = set(conn.execute(text("""
-            SELECT p.term FROM postings p JOIN files f ON f.id = p.file_id WHERE p.tenant_id = :t
+        replaced = set(conn.execute(text(f"""
+            SELECT p.term FROM {POSTINGS} p JOIN files f ON f.id = p.file_id WHERE p.tenant_id = :t
              GROUP BY p.term HAVING max(p.tf) FILTER (WHERE f.key IN ('d000.txt', 'd001.txt', 'd002.txt'))
                                     > coalesce(max(p.tf) FILTER (WHERE f.key NOT IN ('d000.txt', 'd001.txt',
                                                                                     'd002.txt')), 0)"""),
@@ -183,8 +191,8 @@ async def test_score_bounds_stay_valid_through_edits_and_deletes(owner_engine, w
     (root / "d002.txt").unlink()
     crawl(worker_engine, corpus)
     with owner_engine.connect() as conn:
-        loose = conn.execute(text("""
-            WITH truth AS (SELECT term, max(tf) AS tf FROM postings WHERE tenant_id = :t GROUP BY term),
+        loose = conn.execute(text(f"""
+            WITH truth AS (SELECT term, max(tf) AS tf FROM {POSTINGS} p WHERE tenant_id = :t GROUP BY term),
                  kept AS (SELECT term, max(tf_max) AS tf FROM term_stats WHERE tenant_id = :t GROUP BY term)
             SELECT count(*) FILTER (WHERE kept.tf IS NULL OR kept.tf < truth.tf),
                    array_remove(array_agg(CASE WHEN kept.tf > truth.tf THEN term END), NULL)

@@ -46,7 +46,7 @@ SELECT r.rolname, p.proname
 """
 K_LAKE_ROLES_MAY = [("kdbl_admin", "kdbl_bm25_pack"), ("kdbl_admin", "kdbl_bm25_topk"),
                     ("kdbl_admin", "kdbl_bm25_unpack"), ("kdbl_api", "kdbl_bm25_topk"),
-                    ("kdbl_worker", "kdbl_bm25_pack")]
+                    ("kdbl_api", "kdbl_bm25_unpack"), ("kdbl_worker", "kdbl_bm25_pack")]
 
 
 def _url(owner_url: str, database: str, user: str | None = None) -> str:

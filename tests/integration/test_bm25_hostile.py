@@ -154,7 +154,7 @@ def test_each_role_may_call_only_what_it_uses(conn):
          ORDER BY 1, 2""").fetchall()
     assert rows == [("kdbl_admin", "kdbl_bm25_pack"), ("kdbl_admin", "kdbl_bm25_topk"),
                     ("kdbl_admin", "kdbl_bm25_unpack"), ("kdbl_api", "kdbl_bm25_topk"),
-                    ("kdbl_worker", "kdbl_bm25_pack")]
+                    ("kdbl_api", "kdbl_bm25_unpack"), ("kdbl_worker", "kdbl_bm25_pack")]
 
 
 def test_the_aggregates_are_parallel_safe_as_their_support_functions(conn):

@@ -53,6 +53,34 @@ async def _agree(api_pool, principal: Principal, queries: list[str], filters=lex
     return compared
 
 
+async def _rankings(api_pool, principal: Principal, queries: list[str]) -> list[list[tuple[int, float]]]:
+    out = []
+    for query in queries:
+        async with rls_transaction(api_pool, principal) as conn:
+            hits = await bm25_topk.search(conn, query, lexical.Filters(), limit=21, ts_config="english")
+        out.append([(h.chunk_id, round(h.score, 9)) for h in hits])
+    return out
+
+
+def _postings_of_chunks(owner_engine, tenant_id, after: int = 0) -> int:
+    """The postings the chunks after id `after` hold: the terms on their rows (migration 0021)."""
+    with owner_engine.connect() as conn:
+        return conn.execute(text("SELECT coalesce(sum(cardinality(tfs)), 0) FROM chunks "
+                                 "WHERE tenant_id = :t AND id > :a"), {"t": tenant_id, "a": after}).scalar()
+
+
+def _written_lists(owner_engine, tenant_id) -> int:
+    """The postings in the writers' own generations (gen < 0: kdbl_core.content.store's packed write)."""
+    with owner_engine.connect() as conn:
+        return conn.execute(text("SELECT coalesce(sum(n), 0) FROM bm25_lists WHERE tenant_id = :t AND gen < 0"),
+                            {"t": tenant_id}).scalar()
+
+
+def _postings_rows(owner_engine, tenant_id) -> int:
+    with owner_engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM postings WHERE tenant_id = :t"), {"t": tenant_id}).scalar()
+
+
 def _build(owner_url: str, tenant_id, kind="full") -> dict:
     with psycopg.connect(conninfo(owner_url)) as conn:
         return bm25_lists.build(conn, tenant_id, kind)
@@ -79,15 +107,21 @@ async def test_native_equals_exhaustive_before_and_after_a_build_and_through_wri
     corpus = make_corpus(owner_engine, worker_engine, root, _zipf_files(7, 240, VOCAB), tenant=f"nat-{unique}")
     principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
     queries = _queries(11, 30)
-    assert await _agree(api_pool, principal, queries) > 300  # no lists yet: every posting read as written
+    assert await _agree(api_pool, principal, queries) > 300  # no build yet: the lists each writer packed
+    as_written = await _rankings(api_pool, principal, queries)
+    postings = _postings_of_chunks(owner_engine, corpus.tenant_id)
+    # with the extension, each file's writer packed its own postings (no postings rows at all)
+    assert _written_lists(owner_engine, corpus.tenant_id) == postings > 5000
+    assert _postings_rows(owner_engine, corpus.tenant_id) == 0
 
     built = _build(owner_url, corpus.tenant_id)
     with owner_engine.connect() as conn:
-        postings = conn.execute(text("SELECT count(*) FROM postings WHERE tenant_id = :t"),
-                                {"t": corpus.tenant_id}).scalar()
         upto = conn.execute(text("SELECT max(id) FROM chunks WHERE tenant_id = :t"), {"t": corpus.tenant_id}).scalar()
     assert built["postings"] == postings and built["upto"] == upto and built["lists"] > 250
     assert built["bytes"] < 8 * postings  # packed: a few bytes a posting
+    # the writers' generations are folded into the build's, which ranks exactly as they did
+    assert _written_lists(owner_engine, corpus.tenant_id) == 0
+    assert await _rankings(api_pool, principal, queries) == as_written
     assert await _agree(api_pool, principal, queries) > 300
 
     # since the build: files re-indexed (their old chunks dead, new ones after upto), deleted and added
@@ -186,7 +220,7 @@ def test_a_crawl_run_packs_the_lists_when_enough_changed_since_the_last_build(
     monkeypatch.setattr(bm25_lists, "REBUILD_MIN", 10**9)  # below the threshold: no build, searches still exact
     root = tmp_path / f"nb-{unique}"
     corpus = make_corpus(owner_engine, worker_engine, root, _zipf_files(9, 30, VOCAB), tenant=f"nb-{unique}")
-    assert _built(owner_engine, corpus.tenant_id) is None
+    assert _built(owner_engine, corpus.tenant_id) == (0, 0)  # the writers' mark: nothing built yet
     monkeypatch.setattr(bm25_lists, "REBUILD_MIN", 20)
     for n in range(25):  # 25 of 30 files re-indexed: 25 dead chunks and 25 new ones since no build
         (root / f"d{n:03}.txt").write_text(f"w{n}x w0x w1x")
@@ -195,8 +229,8 @@ def test_a_crawl_run_packs_the_lists_when_enough_changed_since_the_last_build(
     with owner_engine.connect() as conn:
         assert upto == conn.execute(text("SELECT max(id) FROM chunks WHERE tenant_id = :t"),
                                     {"t": corpus.tenant_id}).scalar()
-        assert postings == conn.execute(text("SELECT count(*) FROM postings WHERE tenant_id = :t"),
-                                        {"t": corpus.tenant_id}).scalar()
+    assert postings == _postings_of_chunks(owner_engine, corpus.tenant_id) > 100  # every chunk's terms packed
+    assert _postings_rows(owner_engine, corpus.tenant_id) == 0  # and their rows deleted
     (root / "d029.txt").write_text("w3x")  # one file: far below 10% of what was built, no new build
     crawl(worker_engine, corpus)
     assert _built(owner_engine, corpus.tenant_id)[0] == upto
@@ -221,10 +255,9 @@ async def test_an_added_generation_packs_only_what_was_written_since_and_searche
     with owner_engine.connect() as conn:
         by_gen = dict(conn.execute(text("SELECT gen, sum(n) FROM bm25_lists WHERE tenant_id = :t GROUP BY gen"),
                                    {"t": corpus.tenant_id}).all())
-        since = conn.execute(text("SELECT count(*) FROM postings WHERE tenant_id = :t AND chunk_id > :a"),
-                             {"t": corpus.tenant_id, "a": first["upto"]}).scalar()
         dead = conn.execute(text("SELECT count(*) FROM bm25_dead WHERE tenant_id = :t"), {"t": corpus.tenant_id}).scalar()
-    assert by_gen[1] == since  # only the chunks written since, and every one of them
+    assert by_gen[1] == _postings_of_chunks(owner_engine, corpus.tenant_id, first["upto"])  # only those written since
+    assert _postings_rows(owner_engine, corpus.tenant_id) == 0
     assert dead == 16  # the old chunks stay in generation 0: left out until a full build
     assert await _agree(api_pool, principal, queries) > 200
     (root / "d040.txt").write_text("w2x w3x")

@@ -13,7 +13,7 @@ import uuid
 from collections import Counter
 
 import pytest
-from helpers import db_of, make_corpus
+from helpers import POSTINGS, db_of, make_corpus
 from sqlalchemy import text
 
 from kdbl_control import admin
@@ -54,7 +54,7 @@ async def _view(api_pool, tenant_id: uuid.UUID, tenant: str, query: str = QUERY)
         rare = await lexical.rare_terms(conn, await lexical.query_terms(conn, "zebra zx-81", "english"))
         postings: dict[str, dict[str, tuple[int, int]]] = {}
         for row in await (await conn.execute(
-                "SELECT f.key, p.term, p.tf, p.dl FROM postings p JOIN files f ON f.id = p.file_id")).fetchall():
+                f"SELECT f.key, p.term, p.tf, p.dl FROM {POSTINGS} p JOIN files f ON f.id = p.file_id")).fetchall():
             postings.setdefault(row.key, {})[row.term] = (row.tf, row.dl)
         qterms = await lexical.query_terms(conn, query, "english")
     by_id = {h.chunk_id: h.key for h in hits}

@@ -23,7 +23,7 @@ from urllib.parse import quote, urlparse
 
 import httpx
 import pytest
-from helpers import Corpus, db_of, make_corpus, make_pdf, pdf_text_page, running_api, running_fetch
+from helpers import POSTINGS, Corpus, db_of, make_corpus, make_pdf, pdf_text_page, running_api, running_fetch
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -114,7 +114,7 @@ def _assert_statistics_exact(owner_engine, corpus: Corpus) -> None:
         params = {"s": corpus.source_id}
         df = set(conn.execute(text("SELECT term, sum(df) FROM term_stats WHERE source_id = :s GROUP BY term "
                                    "HAVING sum(df) <> 0"), params))
-        truth = set(conn.execute(text("SELECT term, count(*) FROM postings WHERE source_id = :s "
+        truth = set(conn.execute(text(f"SELECT term, count(*) FROM {POSTINGS} WHERE source_id = :s "
                                       "GROUP BY term"), params))
         counters = conn.execute(text("SELECT coalesce(sum(n_chunks), 0), coalesce(sum(total_len), 0) "
                                      "FROM corpus_stats WHERE source_id = :s"), params).one()
@@ -253,7 +253,7 @@ def test_a_file_granted_one_by_one_grants_its_members_and_nothing_else(
             conn.execute(text("SELECT set_config('kdbl.tenant_id', :tenant, true), "
                               "set_config('kdbl.subjects', :subjects, true)"), principal_params(who))
             keys = set(conn.execute(text("SELECT key FROM files")).scalars())
-            postings = conn.execute(text("SELECT count(*) FROM postings WHERE term = 'echidna'")).scalar()
+            postings = conn.execute(text(f"SELECT count(*) FROM {POSTINGS} WHERE term = 'echidna'")).scalar()
         return keys, postings
 
     assert visible("user:gina") == ({"mail.eml", "mail.eml!/attachments/report.pdf",

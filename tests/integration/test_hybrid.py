@@ -107,7 +107,9 @@ async def test_capacity_and_list_sources_report_embedding_progress(world):
         sources = (await client.call_tool("list_sources", {})).structured_content["sources"]
     by_name = {s["name"]: s["embedding"] for s in sources}
     assert by_name["kb"]["embedded"] == by_name["kb"]["total"] > 0 and by_name["kb"]["active"]
-    assert by_name["no-hybrid"] == {"embedded": 0, "total": by_name["no-hybrid"]["total"], "active": False}
+    assert by_name["kb"]["eta_s"] == 0.0  # nothing of it is left to embed
+    assert by_name["no-hybrid"] == {"embedded": 0, "total": by_name["no-hybrid"]["total"], "active": False,
+                                    "chunks_per_s": None, "eta_s": None}
 
 
 async def test_without_an_embedder_hybrid_degrades_transparently(owner_url, world):

@@ -7,7 +7,7 @@ indexed with an older analysis are indexed again by the next crawl; snippets mar
 from __future__ import annotations
 
 import pytest
-from helpers import crawl, make_corpus
+from helpers import POSTINGS, crawl, make_corpus
 from sqlalchemy import text
 
 from kdbl_core.access.principal import Principal, rls_transaction
@@ -98,7 +98,7 @@ def test_the_header_is_a_few_words_weighted_per_field_in_the_terms_and_the_lengt
     files = {"deep/er/notes.md": f"# {title}\n\nQuince jam recipe."}
     corpus = make_corpus(owner_engine, worker_engine, tmp_path / f"hdr-{unique}", files, tenant=f"hdr-{unique}")
     with owner_engine.connect() as conn:
-        rows = dict(conn.execute(text("SELECT p.term, p.tf FROM postings p WHERE p.source_id = :s"),
+        rows = dict(conn.execute(text(f"SELECT p.term, p.tf FROM {POSTINGS} p WHERE p.source_id = :s"),
                                  {"s": corpus.source_id}).all())
         dl = conn.execute(text("SELECT token_count FROM chunks WHERE source_id = :s"), {"s": corpus.source_id}).scalar()
     assert rows["quinc"] == 1  # body only

@@ -50,12 +50,13 @@ def _stats(url: str, per_source: bool) -> tuple[set, set]:
     return terms, corpus
 
 
-def test_per_source_statistics_are_backfilled_and_summed_back_on_downgrade(pg_dir) -> None:
+def test_per_source_statistics_are_backfilled_and_summed_back_on_downgrade(pg_dir, monkeypatch) -> None:
     from kdbl_control import admin
     from kdbl_core.access.principal import tenant_transaction
     from kdbl_core.content import store
     from kdbl_core.content.records import Chunk, FileMeta
 
+    monkeypatch.setattr(store, "writes_packed", lambda conn: False)  # postings rows: _stats's truth
     with EmbeddedDatabase(pg_dir) as db:
         url = db.owner_url
         with sync_pool(url) as owner:
@@ -104,8 +105,7 @@ def test_vectors_become_halfvec_in_place_and_back_with_their_hnsw_index(pg_dir) 
     rng = np.random.default_rng(20)
     with EmbeddedDatabase(pg_dir) as db:
         url = db.owner_url
-        migrate.downgrade(url, "0019")
-        with sync_pool(url) as owner:
+        with sync_pool(url) as owner:  # written at head (today's write path), then taken back to 0019
             tenant = admin.create_tenant(owner, "vec")
             source = admin.add_source(owner, "vec", protocol="fs", config={"root": str(pg_dir)}, name="one")
             for i in range(4):
@@ -120,6 +120,7 @@ def test_vectors_become_halfvec_in_place_and_back_with_their_hnsw_index(pg_dir) 
                                           for cid, _ in pending])
             with owner.connection() as conn:
                 vectors.ensure_vector_index(conn, 8)
+        migrate.downgrade(url, "0019")
         kind, before, indexes = _vectors(url)
         assert kind == "vector" and len(before) == 4 and "vector_cosine_ops" in indexes[0]
         migrate.upgrade(url)  # 0020: converted in place, nothing re-embedded, the index rebuilt on halfvec
@@ -132,3 +133,68 @@ def test_vectors_become_halfvec_in_place_and_back_with_their_hnsw_index(pg_dir) 
         kind, back, indexes = _vectors(url)
         assert kind == "vector" and back == after and "vector_cosine_ops" in indexes[0]
         migrate.upgrade(url)
+
+
+def _keyword_records(url: str) -> tuple[set, set]:
+    """(every postings row, every chunk's (id, terms, tfs)) where the columns exist."""
+    with sync_pool(url, size=1) as pool, pool.connection() as db:
+        conn = db.cursor(row_factory=tuple_row)
+        rows = set(conn.execute("SELECT chunk_id, term, tf, dl, source_id, file_id FROM postings"))
+        has_terms = conn.execute("SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'chunks'::regclass "
+                                 "AND attname = 'terms' AND NOT attisdropped)").fetchone()[0]
+        vectors = conn.execute("SELECT id, terms, tfs FROM chunks").fetchall() if has_terms else []
+    return rows, {(i, tuple(t.split(" ") if t else ()), tuple(f or ())) for i, t, f in vectors}
+
+
+def test_chunk_terms_are_filled_from_the_postings_and_give_them_back_on_downgrade(pg_dir, monkeypatch) -> None:
+    import psycopg
+
+    from kdbl_control import admin
+    from kdbl_core.access.principal import tenant_transaction
+    from kdbl_core.content import bm25_lists, store
+    from kdbl_core.content.records import Chunk, FileMeta
+    from kdbl_core.db.connect import conninfo
+
+    def write(owner, tenant, source, files) -> None:
+        for i in files:
+            body = f"alpha beta beta number {i} " + "gamma " * (i % 5)
+            with tenant_transaction(owner, tenant.id) as conn:
+                store.write_file(conn, tenant_id=tenant.id, source_id=source.id, meta=FileMeta(key=f"{i}.txt"),
+                                 status="ok", status_reason=None, title=None, text_chars=len(body),
+                                 ts_config="english", chunks=[Chunk(0, body, 0, len(body)),
+                                                              Chunk(1, "", len(body), len(body))])
+
+    with EmbeddedDatabase(pg_dir) as db:
+        url = db.owner_url
+        with sync_pool(url) as owner:  # written as a database without the extension writes: postings rows
+            tenant = admin.create_tenant(owner, "terms")
+            source = admin.add_source(owner, "terms", protocol="fs", config={"root": str(pg_dir)}, name="one")
+            with monkeypatch.context() as m:
+                m.setattr(store, "writes_packed", lambda conn: False)
+                write(owner, tenant, source, range(40))
+        rows, written = _keyword_records(url)
+        # the write path's vector is the postings' (term, tf), sorted; a chunk without text has none
+        by_chunk: dict[int, list] = {}
+        for chunk_id, term, tf, *_ in sorted(rows):
+            by_chunk.setdefault(chunk_id, []).append((term, tf))
+        assert {(i, tuple(t for t, _ in v), tuple(f for _, f in v)) for i, v in by_chunk.items()} == \
+            {w for w in written if w[1]} and sum(1 for w in written if not w[1]) == 40
+        with psycopg.connect(conninfo(url)) as conn:
+            built = bm25_lists.build(conn, tenant.id)
+        assert built["postings_rows_pruned"] == len(rows) and _keyword_records(url)[0] == set()
+        with sync_pool(url) as owner:  # and some written since, packed by their writers (no rows)
+            write(owner, tenant, source, range(40, 45))
+        _, written = _keyword_records(url)
+        with sync_pool(url, size=1) as pool, pool.connection() as conn:
+            assert conn.execute("SELECT count(*) FROM bm25_lists WHERE gen < 0").fetchone()[0] > 0
+            every = {tuple(r) for r in conn.execute(
+                "SELECT c.id, t.term, t.tf, c.token_count, c.source_id, c.file_id FROM chunks c "
+                "CROSS JOIN LATERAL unnest(string_to_array(c.terms, ' '), c.tfs) AS t(term, tf)")}
+        assert rows < every and _keyword_records(url)[0] == set()
+        migrate.downgrade(url, "0020")  # every postings row back, from the chunks' terms
+        restored, _ = _keyword_records(url)
+        assert restored == every
+        with sync_pool(url, size=1) as pool, pool.connection() as conn:
+            assert conn.execute("SELECT count(*) FROM bm25_lists WHERE gen < 0").fetchone()[0] == 0
+        migrate.upgrade(url)  # and the terms filled again from those rows
+        assert _keyword_records(url) == (every, written)

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from helpers import crawl, db_of, make_corpus, wait_until
+from helpers import POSTINGS, crawl, db_of, make_corpus, wait_until
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
@@ -112,8 +112,8 @@ def assert_indexed_exactly_once(owner_engine, source_id, n_files: int) -> None:
 def assert_statistics_exact(owner_engine, tenant: uuid.UUID) -> None:
     """df per term, N and total length recomputed from postings/chunks equal the sharded counters."""
     with owner_engine.connect() as conn:
-        drift = conn.execute(text("""
-            WITH truth AS (SELECT term, count(*) AS df FROM postings WHERE tenant_id = :t GROUP BY term),
+        drift = conn.execute(text(f"""
+            WITH truth AS (SELECT term, count(*) AS df FROM {POSTINGS} p WHERE tenant_id = :t GROUP BY term),
                  kept AS (SELECT term, sum(df) AS df FROM term_stats WHERE tenant_id = :t GROUP BY term)
             SELECT count(*) FROM truth FULL JOIN kept USING (term)
              WHERE coalesce(truth.df, 0) <> coalesce(kept.df, 0)"""), {"t": tenant}).scalar()
@@ -252,7 +252,7 @@ def test_a_pipelined_file_write_commits_only_with_its_lease(owner_engine, worker
     with owner_engine.connect() as conn:
         row = conn.execute(text("SELECT index_runs, chunk_count FROM files WHERE source_id = :s"),
                            {"s": empty_source.id}).one()
-        terms = conn.execute(text("SELECT string_agg(term, ',' ORDER BY term) FROM postings "
+        terms = conn.execute(text(f"SELECT string_agg(term, ',' ORDER BY term) FROM {POSTINGS} p "
                                   "WHERE source_id = :s"), {"s": empty_source.id}).scalar()
     # each chunk: its word and its file's name ("f0": f0, f, 0; kdbl_core.content.analysis)
     assert tuple(row) == (2, 2) and terms == "0,0,delta,epsilon,f,f,f0,f0"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from helpers import db_of
+from helpers import POSTINGS, db_of
 from kdbl_core.access import tokens
 from kdbl_core.access.principal import tenant_transaction
 from kdbl_core.content import store
@@ -185,7 +185,7 @@ async def test_deleting_a_source_removes_its_files_and_chunks_in_resumable_batch
     assert _source_row(owner_engine, t, "bulk") is None
     assert _count(owner_engine, "SELECT count(*) FROM files WHERE source_id = :s", s=bulk["id"]) == 0
     assert _count(owner_engine, "SELECT count(*) FROM chunks WHERE source_id = :s", s=bulk["id"]) == 0
-    assert _count(owner_engine, "SELECT count(*) FROM postings WHERE source_id = :s", s=bulk["id"]) == 0
+    assert _count(owner_engine, f"SELECT count(*) FROM {POSTINGS} WHERE source_id = :s", s=bulk["id"]) == 0
     # Batches of 2 files, one batch per pass: the finalizer reported progress between passes.
     left = [h.get("status", {}).get("message") for h in operator.history("Source", "bulk", "kdbl")]
     assert "deleting source data: 3 files left" in left and "deleting source data: 1 files left" in left

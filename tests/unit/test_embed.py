@@ -250,3 +250,17 @@ def test_gguf_matches_numpy_reference(embedder: Embedder, source) -> None:
         cos = float(vec @ ref)
         print(f"cosine(llama.cpp f16, numpy f64) = {cos:.6f}  {sentence!r}")
         assert cos >= 0.999, (sentence, cos)
+
+
+def test_gpu_layers_on_a_cpu_build_warn_and_embed_on_the_cpu(model_path: Path, embedder: Embedder,
+                                                              caplog) -> None:
+    from kdbl_core import embedder as embedder_module
+
+    assert not embedder_module.gpu_offload_supported()  # this machine's build (CI's too) is the CPU one
+    with caplog.at_level("WARNING", logger="kdbl_core.embedder"):
+        gpu = Embedder(model_path, gpu_layers=-1)
+    try:
+        assert gpu.gpu_layers == 0 and "no GPU backend" in caplog.text
+        assert gpu.embed(["a GPU node"])[0] == pytest.approx(embedder.embed(["a GPU node"])[0], abs=1e-6)
+    finally:
+        gpu.close()

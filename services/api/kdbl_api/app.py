@@ -67,12 +67,6 @@ GZIP_MIN_BYTES = 4096
 GZIP_LEVEL = 4
 
 # hybrid-enabled sources of the caller's tenant (RLS: only those the principal sees)
-_HYBRID_SOURCES = """
-SELECT s.id FROM sources s JOIN tenants t ON t.id = s.tenant_id
- WHERE s.tenant_id = kdbl_tenant() AND s.hybrid_enabled AND t.hybrid_enabled
-"""
-
-
 def unavailable(request: Request, exc: Exception) -> Response:
     """A TemporaryError that escaped a handler (the database is down: 503 + Retry-After), rendered from
     its class: JSON-RPC shaped on /mcp, plain JSON elsewhere."""
@@ -98,7 +92,8 @@ def load_embedder(settings: Settings) -> Embedder | None:
     if not settings.embed_model_path:
         return None
     return Embedder(settings.embed_model_path, n_threads=settings.embed_threads,
-                    max_tokens=settings.embed_max_tokens, query_cache_size=settings.query_cache_size)
+                    max_tokens=settings.embed_max_tokens, query_cache_size=settings.query_cache_size,
+                    gpu_layers=settings.embed_gpu_layers)
 
 
 def load_chat_model(settings: Settings) -> ChatModel | None:
@@ -188,10 +183,7 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
         obs = state.observability
         embedder = state.services.embedder if state.services else None
         async with rls_transaction(pool, principal) as conn:
-            ids = [row.id for row in await (await conn.execute(_HYBRID_SOURCES)).fetchall()]
-            per_source = await vectors.source_progress(conn, ids, embedder.model_id if embedder else None)
-        progress = {"hybrid_chunks": sum(p["total"] for p in per_source.values()),
-                    "embedded_chunks": sum(p["embedded"] for p in per_source.values()) if embedder else 0}
+            progress = await vectors.backlog(conn, embedder.model_id if embedder else None)
         hybrid = {"available": embedder is not None, "latency": obs.mode_latency("hybrid"),
                   "embedding_progress": progress,
                   "cost": "query embedding (~4 ms CPU, cached) + BM25 + HNSW scan + fusion"}

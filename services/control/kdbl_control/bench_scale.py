@@ -61,22 +61,22 @@ WITH f AS (
     SELECT b.file_id, b.seq, t.term, t.tf  -- the write path's analysis (kdbl_core.content.analysis), no header
       FROM body b CROSS JOIN LATERAL kdbl_terms('english', b.body) AS t
 ), dl AS (
-    SELECT file_id, seq, sum(tf)::int AS dl FROM lex GROUP BY file_id, seq
+    SELECT file_id, seq, sum(tf)::int AS dl, string_agg(term, ' ' ORDER BY term) AS terms,
+           array_agg(CAST(least(tf, 32767) AS smallint) ORDER BY term) AS tfs  -- analysis.TERMS_JOINED's
+      FROM lex GROUP BY file_id, seq
 ), ch AS (
     INSERT INTO chunks (tenant_id, source_id, file_id, seq, text, char_start, char_end, token_count,
-                        embedding, embedding_model)
+                        embedding, embedding_model, terms, tfs)
     SELECT %(tenant)s, %(source)s, b.file_id, b.seq, b.body, 0, length(b.body), coalesce(dl.dl, 0),
            (SELECT l2_normalize(array_agg(random()::real - 0.5)::vector)::halfvec
               FROM generate_series(1, %(dim)s) WHERE b.seq >= 0),
-           %(model)s
+           %(model)s, dl.terms, dl.tfs
       FROM body b LEFT JOIN dl ON dl.file_id = b.file_id AND dl.seq = b.seq
     RETURNING id, file_id, seq, token_count
-), ins AS (
-    INSERT INTO postings (tenant_id, term, chunk_id, source_id, file_id, tf, dl)
-    SELECT %(tenant)s, lex.term, ch.id, %(source)s, ch.file_id, least(lex.tf, 32767), ch.token_count
+), ins AS MATERIALIZED (
+    SELECT lex.term, ch.id, ch.file_id, CAST(least(lex.tf, 32767) AS integer) AS tf, ch.token_count
       FROM lex JOIN ch ON ch.file_id = lex.file_id AND ch.seq = lex.seq
-    RETURNING term, tf
-), df AS (
+){keyword}, df AS (
     INSERT INTO term_stats (tenant_id, term, source_id, shard, df, tf_max)
     SELECT %(tenant)s, term, %(source)s, 0, count(*), max(tf) FROM ins GROUP BY term ORDER BY term
     ON CONFLICT (tenant_id, term, source_id, shard) DO UPDATE SET
@@ -90,6 +90,20 @@ WITH f AS (
 )
 SELECT count(*) AS postings FROM ins
 """
+# The keyword index as the write path keeps it (kdbl_core.content.store): postings rows without the
+# kdbl_bm25 extension, with it the batch's own generation of packed lists.
+_ROWS = """, rows AS (
+    INSERT INTO postings (tenant_id, term, chunk_id, source_id, file_id, tf, dl)
+    SELECT %(tenant)s, term, id, %(source)s, file_id, tf, token_count FROM ins
+)"""
+_PACKED = """, built AS (
+    INSERT INTO bm25_built (tenant_id) VALUES (%(tenant)s) ON CONFLICT (tenant_id) DO NOTHING
+), lists AS (
+    INSERT INTO bm25_lists (tenant_id, term, source_id, gen, n, list)
+    SELECT %(tenant)s, term, %(source)s, -(SELECT min(id) FROM ch), count(*),
+           kdbl_bm25_pack(id, tf, token_count ORDER BY id)
+      FROM ins GROUP BY term
+)"""
 
 
 def token_distribution(dataset: Path, max_docs: int = 20_000) -> tuple[list[str], list[int]]:
@@ -128,6 +142,8 @@ def grow(owner_url: str, tenant_id: Any, source_id: Any, target_chunks: int, *, 
             conn.execute(f"DROP INDEX IF EXISTS chunks_embedding_{int(dim)}_hnsw")
         conn.commit()
         next_file = have // CHUNKS_PER_FILE
+        packed = bm25_lists.extension_installed(conn)
+        conn.commit()
         while have < target_chunks:
             files = min(BATCH_CHUNKS, target_chunks - have) // CHUNKS_PER_FILE
             buffer = io.StringIO("".join(_stage_rows(rng, words, cumulative, next_file, files)))
@@ -135,7 +151,7 @@ def grow(owner_url: str, tenant_id: Any, source_id: Any, target_chunks: int, *, 
                          "(file_no bigint, seq int, body text) ON COMMIT DELETE ROWS")
             with conn.cursor() as cur, cur.copy("COPY kdbl_bench_stage FROM STDIN") as copy:
                 copy.write(buffer.getvalue())
-            [written] = conn.execute(_INSERT_BATCH, {
+            [written] = conn.execute(_INSERT_BATCH.format(keyword=_PACKED if packed else _ROWS), {
                 "tenant": tenant_id, "source": source_id, "first_file": next_file,
                 "last_file": next_file + files - 1, "per_file": CHUNKS_PER_FILE, "dim": dim,
                 "model": model_id}).fetchone()
@@ -152,17 +168,15 @@ def grow(owner_url: str, tenant_id: Any, source_id: Any, target_chunks: int, *, 
 
 
 def maintain(owner_url: str, dim: int, log: Any, tenant_id: Any = None) -> dict[str, float]:
-    """Build the HNSW index for `dim` in one pass, vacuum and pack the tenant's keyword lists (when the
-    database has the kdbl_bm25 extension), as after a large initial crawl."""
+    """Build the HNSW index for `dim` in one pass, pack the tenant's keyword lists (when the database has
+    the kdbl_bm25 extension: the packed postings' rows are deleted) and vacuum, as after a large initial crawl."""
     with psycopg.connect(conninfo(owner_url), autocommit=True) as conn:  # VACUUM runs outside transactions
         conn.execute("SET maintenance_work_mem = '4GB'")
         start = time.perf_counter()
-        conn.execute("SELECT kdbl_ensure_vector_index(%(d)s)", {"d": dim})
+        if dim:  # 0: a lexical-only run, no vectors
+            conn.execute("SELECT kdbl_ensure_vector_index(%(d)s)", {"d": dim})
+            log(f"scale: HNSW index built in {time.perf_counter() - start:.1f} s")
         hnsw = time.perf_counter() - start
-        log(f"scale: HNSW index built in {hnsw:.1f} s")
-        start = time.perf_counter()
-        conn.execute("VACUUM (ANALYZE) postings, chunks, files, term_stats")
-        vacuum = time.perf_counter() - start
         packed: dict[str, Any] = {}
         if tenant_id is not None:  # after a large crawl, as the worker and db compact do
             log("scale: packing the keyword lists")
@@ -170,8 +184,11 @@ def maintain(owner_url: str, dim: int, log: Any, tenant_id: Any = None) -> dict[
             if "skipped" in packed:
                 log(f"scale: keyword lists not packed: {packed['skipped']}")
             else:
-                log(f"scale: keyword lists packed in {packed['seconds']:.1f} s ({packed['bytes'] / 2**20:,.0f} MB)")
-                conn.execute("VACUUM (ANALYZE) bm25_lists, bm25_built, bm25_dead")
+                log(f"scale: keyword lists packed in {packed['seconds']:.1f} s ({packed['bytes'] / 2**20:,.0f} MB, "
+                    f"{packed['postings_rows_pruned']:,} postings rows deleted)")
+        start = time.perf_counter()
+        conn.execute("VACUUM (ANALYZE) postings, chunks, files, term_stats, bm25_lists, bm25_built, bm25_dead")
+        vacuum = time.perf_counter() - start
         [size] = conn.execute("SELECT pg_database_size(current_database())").fetchone()
         # What a server that has been running holds in its buffers (the embedded server reloads them after
         # a restart with autoprewarm): the HNSW graph and the packed lists, so one pass of 200 queries does
@@ -229,10 +246,13 @@ def storage(owner_url: str) -> dict[str, Any]:
 
 
 def run_scale_bench(owner_url: str, dataset: Path, work_dir: Path, *, sizes: list[int], model_path: Path,
-                    n_queries: int, clients: int, seconds: float, log: Any) -> dict[str, Any]:
+                    n_queries: int, clients: int, seconds: float, log: Any,
+                    lexical_only: bool = False) -> dict[str, Any]:
+    """`lexical_only`: chunks without vectors, no HNSW, lexical search alone (the 10M run)."""
     embedder = Embedder(model_path, n_threads=2)
-    dim, model_id = embedder.dim, embedder.model_id
+    dim, model_id = (0, None) if lexical_only else (embedder.dim, embedder.model_id)
     del embedder
+    modes = ("lexical",) if lexical_only else ("lexical", "hybrid")
     with sync_pool(owner_url, size=1) as owner:
         tenant = admin.create_tenant(owner, TENANT, exist_ok=True)
         root = work_dir / "synthetic-root"  # never crawled: the rows are written directly
@@ -259,7 +279,7 @@ def run_scale_bench(owner_url: str, dataset: Path, work_dir: Path, *, sizes: lis
             step: dict[str, Any] = {"chunks": size, "load": load, "maintenance": upkeep,
                                     "storage": storage(owner_url)}
             _wait_for_autoprewarm(owner_url, log)
-            for mode in ("lexical", "hybrid"):
+            for mode in modes:
                 if warmup:  # a running server's state: its first calls (connections, plans) not counted
                     asyncio.run(one_client(url, token, warmup, mode))
                 step[mode] = asyncio.run(one_client(url, token, queries, mode))
@@ -322,18 +342,18 @@ def summarise(result: dict[str, Any]) -> str:
     """Issue 19's table (HTTP latency of the served method, the keyword arm's SQL served and exhaustive,
     their top-10 agreement, hybrid, database size), then ingestion per growth step and storage."""
     steps = result["steps"]
-    lines = [(f"synthetic chunks of {result['tokens_per_chunk']} tokens, {result['dimensions']}-d random "
-              f"vectors, {result['queries']} queries, 1 client; lexical and hybrid through HTTP, keyword SQL "
-              f"in one RLS transaction"),
-             "| chunks | lexical p50 / p95 ms (served) | keyword SQL served (method) | MaxScore SQL "
+    vectors = f"{result['dimensions']}-d random vectors" if result["dimensions"] else "no vectors (lexical only)"
+    lines = [(f"synthetic chunks of {result['tokens_per_chunk']} tokens, {vectors}, {result['queries']} queries, "
+              f"1 client; lexical and hybrid through HTTP, keyword SQL in one RLS transaction"),
+             "| chunks | lexical p50 / p95 ms (served) | keyword SQL served (method) "
              "| exhaustive p50 / p95 ms | top-10 identical / overlap@10 | hybrid p50 / p95 ms | database MB |",
-             "|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|"]
     for s in steps:
         arm, mb = s["keyword_arm"], s["maintenance"]["database_mb"]
         agree = f"{arm['agreement']['identical_share']:.1%} / {arm['agreement']['mean_overlap_at_10']:.3f}"
-        maxscore = _pair(arm["maxscore_sql"]) if "maxscore_sql" in arm else "(served)"
         lines.append(f"| {s['chunks']:,} | {_pair(s['lexical'])} | {_pair(arm['served_sql'])} ({arm['method']}) "
-                     f"| {maxscore} | {_pair(arm['exhaustive_sql'])} | {agree} | {_pair(s['hybrid'])} | {mb:,} |")
+                     f"| {_pair(arm['exhaustive_sql'])} | {agree} | {_pair(s['hybrid']) if 'hybrid' in s else '-'} "
+                     f"| {mb:,} |")
     lines += ["", f"{'ingestion':>10} {'chunks/s':>10} {'postings/s':>12} {'postings':>12} "
               f"{'HNSW build s':>13} {'vacuum s':>9} {'lists build s':>14}"]
     for s in steps:

@@ -103,9 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     mig = db.add_parser("migrate", help="apply migrations (owner URL); let runtime roles log in")
     mig.add_argument("--api-password-env", default="KDBL_API_DB_PASSWORD")
     mig.add_argument("--worker-password-env", default="KDBL_WORKER_DB_PASSWORD")
-    db.add_parser("compact", help="rebuild the keyword index's B-trees after a large crawl (REINDEX "
-                  "CONCURRENTLY: searches and crawls go on; at 1M chunks -33%% of postings_pkey) and pack every "
-                  "tenant's keyword lists again (kdbl_bm25 extension)")
+    db.add_parser("compact", help="after a large crawl or an upgrade: pack every tenant's keyword lists "
+                  "again (kdbl_bm25 extension; the packed postings rows are deleted), VACUUM the keyword tables "
+                  "and rebuild their B-trees (REINDEX CONCURRENTLY: searches and crawls go on)")
 
     tenant = sub.add_parser("tenant").add_subparsers(dest="action", required=True)
     tc = tenant.add_parser("create")
@@ -273,6 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--seconds", type=float, default=10.0)
     sc.add_argument("--model", type=Path, help="GGUF embedding model (default: the cached one)")
     sc.add_argument("--work-dir", type=Path, help="where the embedded database goes (default: /tmp/kdbl-scale)")
+    sc.add_argument("--lexical-only", action="store_true",
+                    help="chunks without vectors, no HNSW, lexical search alone (e.g. the 10M run)")
     ve = bsub.add_parser("vectors", help="the vector arm on a bench scale tenant (--data-dir): HNSW size, "
                          "ef_search vs recall, iterative scans under RLS, halfvec / binary quantisation")
     ve.add_argument("--dataset", type=Path, default=bs.get_default("dataset"),
@@ -413,8 +415,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             def say(line: str) -> None:
                 print(line, file=sys.stderr, flush=True)
 
+            lists = bm25_lists.build_all(url, log=say)  # first: it deletes the postings rows it packs
             report = compact(url, log=say)
-            lists = bm25_lists.build_all(url, log=say)
             print(json.dumps({"indexes": report, "keyword_lists": lists}, default=str))
             return 0
         if args.command == "db":
@@ -487,7 +489,8 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
         with EmbeddedDatabase(args.data_dir or work / "db") as db:
             result = bench_scale.run_scale_bench(
                 db.owner_url, args.dataset, work, sizes=sizes, model_path=model, n_queries=args.queries,
-                clients=args.clients, seconds=args.seconds, log=lambda line: print(line, file=sys.stderr))
+                clients=args.clients, seconds=args.seconds, log=lambda line: print(line, file=sys.stderr),
+                lexical_only=args.lexical_only)
         print(json.dumps(result, indent=2, default=str) if args.json else bench_scale.summarise(result))
         return 0
     options = {"clients": args.clients, "seconds": args.seconds, "n_queries": args.queries, "mode": args.mode,

@@ -29,6 +29,8 @@ import signal
 import socket
 import sys
 import threading
+import time
+from typing import Any
 from pathlib import Path
 
 import uvicorn
@@ -37,6 +39,7 @@ from pydantic import SecretStr
 from kdbl_control import admin, compose
 from kdbl_control.progress import crawl_with_progress
 from kdbl_core.access import tokens
+from kdbl_core.access.principal import tenant_transaction
 from kdbl_core.db.connect import Pool, sync_pool
 from kdbl_core.db.embedded_postgres import EmbeddedDatabase
 from kdbl_core.db.urls import for_role
@@ -293,6 +296,45 @@ def _source_name(owner: Pool, folder: Path) -> str:
     return candidate
 
 
+class EmbeddingProgress:
+    """Tells the terminal how the background embedding goes, every `every_s` seconds: chunks embedded of
+    those pending when it began, the rate, the time left."""
+
+    def __init__(self, pool: Pool, model_id: str, every_s: float = 10.0, tenant: str = DEMO_TENANT) -> None:
+        with pool.connection() as conn:
+            row = conn.execute("SELECT id FROM tenants WHERE name = %s", (tenant,)).fetchone()
+        self.pending = 0
+        if row is not None:
+            with tenant_transaction(pool, row[0]) as conn:
+                self.pending = pending_chunks(conn, model_id)
+        self.every_s, self.started = every_s, time.monotonic()
+        self.next = self.started + every_s
+
+    def __call__(self, done: int) -> None:
+        now = time.monotonic()
+        if now < self.next or not self.pending:
+            return
+        self.next = now + self.every_s
+        print(f"kdbl: {embedding_line(done, self.pending, done / (now - self.started))}", file=sys.stderr,
+              flush=True)
+
+
+def pending_chunks(conn: Any, model_id: str) -> int:
+    """Chunks of the transaction's tenant in hybrid sources without a vector of `model_id`."""
+    return conn.execute("SELECT count(*) FROM chunks c JOIN sources s ON s.id = c.source_id "
+                        "WHERE s.hybrid_enabled AND s.enabled AND c.embedding_model IS DISTINCT FROM %(m)s",
+                        {"m": model_id}).fetchone()[0]
+
+
+def embedding_line(done: int, pending: int, rate: float) -> str:
+    """'embedding for hybrid search: 1,234 of 10,000 chunks (12%), 21.0 chunks/s, about 7 min left'."""
+    left = max(pending - done, 0) / rate if rate > 0 else None
+    eta = ("time left unknown" if left is None else "about " + (
+        f"{left:.0f} s" if left < 90 else f"{left / 60:.0f} min" if left < 5400 else f"{left / 3600:.1f} h") + " left")
+    return (f"embedding for hybrid search: {done:,} of {pending:,} chunks ({100 * done / max(pending, 1):.0f}%), "
+            f"{rate:.1f} chunks/s, {eta}")
+
+
 def _background(indexer: compose.Indexer, worker: Pool, worker_pool: Pool, embedder: Embedder | None,
                 stop: threading.Event) -> None:
     """Crawl every source (lexical first: search works meanwhile), embed what it wrote, then pick up
@@ -317,7 +359,7 @@ def _background(indexer: compose.Indexer, worker: Pool, worker_pool: Pool, embed
             try:
                 # small batches: a stop (and a query, which goes first anyway) waits at most one of them
                 count = compose.embed_pending(worker_pool, embedder, batch=min(settings.embed_batch, 8),
-                                              stop=stop)
+                                              stop=stop, progress=EmbeddingProgress(worker_pool, embedder.model_id))
                 if count:
                     print(f"kdbl: embedded {count} chunks for hybrid search", file=sys.stderr)
             except Exception as exc:  # noqa: BLE001 - keep serving lexically

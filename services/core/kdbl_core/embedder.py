@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import inspect
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -34,6 +35,15 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     _IMPORT_ERROR: ImportError | None = exc
 else:
     _IMPORT_ERROR = None
+
+
+log = logging.getLogger(__name__)
+
+
+def gpu_offload_supported() -> bool:
+    """Whether this llama-cpp-python was built with a GPU backend (CUDA, Vulkan, Metal...)."""
+    probe = getattr(llama_cpp, "llama_supports_gpu_offload", None)
+    return bool(probe and probe())
 
 
 def _sha256(path: Path) -> str:
@@ -97,6 +107,7 @@ class Embedder:
         max_tokens: int = 256,
         normalize: bool = True,
         query_cache_size: int = 1024,
+        gpu_layers: int = 0,
     ) -> None:
         if llama_cpp is None:
             raise ConfigError(f"llama-cpp-python is not installed: {_IMPORT_ERROR}")
@@ -130,6 +141,14 @@ class Embedder:
         }
         if "flash_attn" in inspect.signature(llama_cpp.Llama.__init__).parameters:
             kwargs["flash_attn"] = True
+        self.gpu_layers = 0
+        if gpu_layers:
+            if gpu_offload_supported():
+                kwargs["n_gpu_layers"] = self.gpu_layers = gpu_layers
+            else:
+                log.warning("KDBL_EMBED_GPU_LAYERS is set but this llama-cpp-python has no GPU backend: "
+                            "the embedding model runs on the CPU (install a CUDA build of llama-cpp-python)",
+                            extra={"gpu_layers": gpu_layers})
         try:
             # verbose=False makes llama-cpp-python point fds 1 and 2 at /dev/null while it loads (dup2).
             # Two loads at once in one process can leave them there for good: load one at a time.

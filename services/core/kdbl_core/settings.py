@@ -227,6 +227,10 @@ class Settings(BaseSettings):
         "Where airgap/model/build_model.py caches the default model; `up`, eval and bench use the "
         "default model from there when KDBL_EMBED_MODEL_PATH is unset."))
     embed_threads: int = Field(default=2, ge=1, le=64)
+    embed_gpu_layers: int = Field(default=0, ge=-1, le=1000, description=(
+        "Layers of the embedding model llama.cpp offloads to a GPU (-1: all; 0: CPU only). For GPU nodes "
+        "(the chart's worker.gpu); needs a llama-cpp-python built with a GPU backend, else a warning says "
+        "the model runs on the CPU."))
     embed_batch: int = Field(default=32, ge=1, le=512, description="Chunks per embedding batch (worker).")
     embed_max_tokens: int = Field(default=256, ge=16, le=8192)
     query_cache_size: int = Field(default=1024, ge=0)

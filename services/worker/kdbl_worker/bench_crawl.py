@@ -18,7 +18,9 @@ small corpora.
 `--big-text-mb N` also indexes one generated plain-text file of N MB (prose-like sentences of made-up
 words, paragraphs; seeded) as its own run, "big text": MB/s and chunks/s of one large file, written in
 one transaction. Run it with a small-file folder so the same run gives the machine's reference rate
-(the machine may be shared). A 5 MB text file used to hang the crawl (issue 12).
+(the machine may be shared). A 5 MB text file used to hang the crawl (issue 12). `--report-pages N`
+likewise indexes one generated N-page report PDF (kdbl_worker.bench_samples: prose, headings, tables),
+"report PDF". Every run reports pages/s: the pages that gave text (each file's last page with a chunk).
 
 Uses the embedded PostgreSQL in a temporary folder (or `--data-dir`), or `--database-url` (an owner
 URL; the worker role must be able to log in without a password, as in the embedded default).
@@ -41,6 +43,7 @@ import uuid
 from pathlib import Path
 
 from kdbl_core.settings import child_env
+from kdbl_worker import bench_samples
 
 CATEGORIES = {
     "text/Markdown": ["*.txt", "*.md", "*.markdown", "*.rst", "*.text"],
@@ -48,6 +51,7 @@ CATEGORIES = {
     "Office": ["*.docx", "*.pptx", "*.xlsx", "*.xlsm", "*.odt"],
 }
 BIG_TEXT = "big text"
+REPORT = "report PDF"
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -157,7 +161,7 @@ def run_one(owner_url: str, folders: list[Path], category: str, workers: int, ar
 
     owner = sync_pool(owner_url, size=2, name="kdbl-bench-crawl")
     tenant = f"bench-{uuid.uuid4().hex[:8]}"
-    patterns = ["*.txt"] if category == BIG_TEXT else CATEGORIES[category]
+    patterns = {BIG_TEXT: ["*.txt"], REPORT: ["*.pdf"]}.get(category) or CATEGORIES[category]
     # the tenant and its fs sources in SQL of its own: a worker tool imports no other service (the
     # import-linter contracts in pyproject.toml), and a bench folder needs none of kdbl-control's checks
     with owner.connection() as conn:
@@ -217,6 +221,10 @@ def run_one(owner_url: str, folders: list[Path], category: str, workers: int, ar
         runs = conn.execute(
             "SELECT count(*) FROM files f WHERE f.tenant_id = (SELECT id FROM tenants WHERE name = %(t)s) "
             "AND f.index_runs <> 1", {"t": tenant}).fetchone()[0]
+        pages = conn.execute(
+            "SELECT coalesce(sum(p), 0) FROM (SELECT max(c.page_no) AS p FROM chunks c "
+            "WHERE c.tenant_id = (SELECT id FROM tenants WHERE name = %(t)s) GROUP BY c.file_id) x",
+            {"t": tenant}).fetchone()[0]
     owner.close()
     seconds = (row.t1 - row.t0).total_seconds() if row.t0 and row.t1 else float("nan")
     files, size = int(row.files or 0), int(row.bytes or 0)
@@ -226,6 +234,7 @@ def run_one(owner_url: str, folders: list[Path], category: str, workers: int, ar
         "files_per_s": round(files / seconds, 1) if files else None,
         "mb_per_s": round(size / 1e6 / seconds, 2) if files else None,
         "chunks_per_s": round(int(row.chunks or 0) / seconds) if files else None,
+        "pages": int(pages), "pages_per_s": round(int(pages) / seconds, 1) if pages else None,
         "peak_rss_mb_per_worker": round(max(peak_tree) / 2**20, 1),
         "peak_rss_mb_all_workers": round(sum(peak_tree) / 2**20, 1),
         "worker_cpu_ms_per_file": round(sum(last_cpu) / files * 1000, 2) if files else None,
@@ -249,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--copies", type=int, default=1, help="index N copies of the folders (default 1)")
     parser.add_argument("--big-text-mb", type=float, default=0,
                         help="also index one generated plain-text file of this many MB (own run)")
+    parser.add_argument("--report-pages", type=int, default=0,
+                        help="also index one generated report PDF of this many pages (own run)")
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -265,11 +276,16 @@ def main(argv: list[str] | None = None) -> int:
         big_dir = Path(tempfile.mkdtemp(prefix="kdbl-bench-big-"))
         write_big_text(big_dir / "big.txt", args.big_text_mb)
         runs.append((BIG_TEXT, [big_dir]))
+    report_dir = None
+    if args.report_pages > 0:
+        report_dir = Path(tempfile.mkdtemp(prefix="kdbl-bench-report-"))
+        bench_samples.write_report_pdf(report_dir / "report.pdf", args.report_pages)
+        runs.append((REPORT, [report_dir]))
     results = []
 
     def bench(owner_url: str, pgdata: Path | None) -> None:
         for category, run_folders in runs:
-            for n in counts if category != BIG_TEXT else counts[:1]:
+            for n in counts if category not in (BIG_TEXT, REPORT) else counts[:1]:
                 result = run_one(owner_url, run_folders, category, n, args, pgdata)
                 results.append(result)
                 if not args.json:
@@ -278,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     if not args.json:
         print(f"{os.cpu_count()} cores, load average {load:.2f}; folders: {', '.join(map(str, folders))}")
-        print(f"{'category':<14}{'workers':>8}{'files':>7}{'files/s':>9}{'MB/s':>8}{'chunks/s':>9}{'RSS/worker':>11}"
+        print(f"{'category':<14}{'workers':>8}{'files':>7}{'files/s':>9}{'MB/s':>8}{'chunks/s':>9}{'pages/s':>9}"
+              f"{'RSS/worker':>11}"
               f"{'RSS all':>9}{'cpu ms/f':>10}{'pg ms/f':>9}")
     if args.database_url:
         bench(args.database_url, None)
@@ -294,8 +311,9 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(work, ignore_errors=True)
             if copies_dir is not None:
                 shutil.rmtree(copies_dir, ignore_errors=True)
-            if big_dir is not None:
-                shutil.rmtree(big_dir, ignore_errors=True)
+            for folder in (big_dir, report_dir):
+                if folder is not None:
+                    shutil.rmtree(folder, ignore_errors=True)
     if args.json:
         print(json.dumps({"cores": os.cpu_count(), "load_average": load, "results": results}, indent=2))
     return 0
@@ -306,7 +324,7 @@ def _line(r: dict) -> str:
         return f"{'-' if value is None else value:>{width}}"
 
     return (f"{r['category']:<14}{r['workers']:>8}{r['files']:>7}"
-            f"{f(r['files_per_s'], 9)}{f(r['mb_per_s'], 8)}{f(r['chunks_per_s'], 9)}"
+            f"{f(r['files_per_s'], 9)}{f(r['mb_per_s'], 8)}{f(r['chunks_per_s'], 9)}{f(r['pages_per_s'], 9)}"
             f"{r['peak_rss_mb_per_worker']:>10}M{r['peak_rss_mb_all_workers']:>8}M"
             f"{f(r['worker_cpu_ms_per_file'], 10)}{f(r['postgres_cpu_ms_per_file'], 9)}")
 

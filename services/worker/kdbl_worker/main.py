@@ -97,7 +97,7 @@ def _embed_loop(settings: Settings, stop: threading.Event) -> None:
     """Embed pending chunks of hybrid-enabled sources; poll every EMBED_POLL_SECONDS when idle."""
     pool = sync_pool(settings.require_database_url(), size=1, name="kdbl-embed")
     embedder = Embedder(settings.embed_model_path, n_threads=settings.embed_threads,
-                        max_tokens=settings.embed_max_tokens)
+                        max_tokens=settings.embed_max_tokens, gpu_layers=settings.embed_gpu_layers)
     try:
         while not stop.is_set():
             try:

@@ -49,6 +49,7 @@ from kdbl_worker import jobs, schedule
 log = logging.getLogger(__name__)
 
 DISK_FULL = "53100"  # SQLSTATE disk_full: "could not extend file ...: No space left on device"
+LISTS_CHECK_S = 30.0  # how often a long crawl run builds the lists of what it wrote when due (bm25_lists.due)
 
 
 class DatabaseFull(TemporaryError):
@@ -202,6 +203,8 @@ class QueueRunner:
         self.activity: Activity = getattr(work, "activity", None) or Activity()
         self._next_schedule = 0.0
         self._next_sweep = 0.0
+        self._next_lists = time.monotonic() + LISTS_CHECK_S
+        self._writing: set[uuid.UUID] = set()  # tenants with items claimed since the last lists check
         self._bad_schedules: set[tuple[uuid.UUID, str]] = set()
 
     # -- one round --------------------------------------------------------------------------------
@@ -244,12 +247,24 @@ class QueueRunner:
                                      tenants=opts.tenants, max_breaks=opts.max_breaks)
         if items:
             self.activity.progressed()
+            self._writing.update(item.tenant_id for item in items)
         return items
 
     def _more(self) -> list[jobs.ItemClaim]:
-        """The next batch, while the last one is still in progress (runs finished meanwhile are closed)."""
+        """The next batch, while the last one is still in progress (runs finished meanwhile are closed).
+        Every LISTS_CHECK_S the lists of the tenants written meanwhile are built when due, so a long run's
+        writers' generations (kdbl_core.content.store) stay a bounded delta, not one per file to the end."""
         self._finalize()
         self._tick()
+        if time.monotonic() >= self._next_lists:
+            self._next_lists = time.monotonic() + LISTS_CHECK_S
+            writing, self._writing = self._writing, set()
+            for tenant_id in sorted(writing):
+                try:
+                    self.build_lists(tenant_id)
+                except Exception as exc:  # noqa: BLE001 - the crawl goes on; the run's end tries again
+                    log.warning("packing the keyword lists failed", extra={"tenant_id": str(tenant_id),
+                                                                          "error": repr(exc)[:300]})
         return self._claim_items()
 
     def _claim_job(self) -> jobs.JobClaim | None:

@@ -61,7 +61,9 @@ _EXAMPLES = 5  # members with problems of their own named one by one in their co
 
 
 def default_processes() -> int:
-    return max(1, min(4, (os.cpu_count() or 2) // 2))
+    """One extractor child per core (at most 8): extraction is the crawl's CPU work, PostgreSQL's share
+    is mostly its own analysis of the text; each child keeps its own memory cap and time limit."""
+    return max(1, min(8, os.cpu_count() or 1))
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,9 +8,12 @@ vector came from another model (e.g. a new model with another dimension) is re-e
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 from kdbl_core.access.principal import tenant_transaction
 from kdbl_core.content import vectors
@@ -33,9 +36,15 @@ def _ensure_index(pool: Pool, dim: int) -> None:
         _indexed_dims.add(key)
 
 
+HOLDER = f"{socket.gethostname()}:{os.getpid()}"  # this process, in embedding_rate
+
+
 def embed_pending(pool: Pool, embedder: Embedder, *, tenant_id: uuid.UUID | None = None, batch: int = 32,
-                  stop: threading.Event | None = None, max_batches: int | None = None) -> int:
-    """Embed pending chunks until none are left (or `stop` is set). Returns how many were embedded."""
+                  stop: threading.Event | None = None, max_batches: int | None = None,
+                  progress: Callable[[int], None] | None = None) -> int:
+    """Embed pending chunks until none are left (or `stop` is set). Returns how many were embedded.
+    Each batch's rate goes to embedding_rate (the ETA of list_sources, /capacity and `up`); `progress`
+    is told the running count after each batch."""
     _ensure_index(pool, embedder.dim)
     if tenant_id:
         tenants = [tenant_id]
@@ -52,8 +61,11 @@ def embed_pending(pool: Pool, embedder: Embedder, *, tenant_id: uuid.UUID | None
                     break
                 batch_vectors = embedder.embed([body for _, body in pending])
                 vectors.store(conn, embedder.model_id, [(cid, vec) for (cid, _), vec in zip(pending, batch_vectors)])
+                vectors.record_rate(conn, embedder.model_id, HOLDER, len(pending), time.perf_counter() - started)
             done += len(pending)
             batches += 1
+            if progress is not None:
+                progress(done)
             log.debug("embedded batch", extra={"tenant_id": str(tenant), "chunks": len(pending),
                                               "seconds": round(time.perf_counter() - started, 3)})
     if done:

@@ -21,19 +21,26 @@ async def list_sources(ctx: ToolContext, args: ListSourcesArgs) -> tuple[dict[st
     rows = await reads.list_sources(ctx.conn, after=after, limit=args.limit + 1)
     page, more = rows[:args.limit], len(rows) > args.limit
     embedder = ctx.services.embedder
-    progress = await vectors.source_progress(ctx.conn, [r["id"] for r in page],
-                                                embedder.model_id if embedder else None)
+    model_id = embedder.model_id if embedder else None
+    progress = await vectors.source_progress(ctx.conn, [r["id"] for r in page], model_id)
+    backlog = await vectors.backlog(ctx.conn, model_id) if page else {}
     next_cursor = None
     if more:
         last = page[-1]
         next_cursor = ctx.services.cursors.encode(ctx.principal, "sources", {"name": last["name"],
                                                                              "id": str(last["id"])})
+
+    def embedding(r: dict[str, Any]) -> dict[str, Any]:
+        counts = progress.get(r["id"], {"embedded": 0, "total": 0})
+        active = bool(embedder and r["hybrid_enabled"])
+        eta = None if not active else 0.0 if counts["embedded"] >= counts["total"] else backlog.get("eta_s")
+        return {**counts, "active": active, "chunks_per_s": backlog.get("chunks_per_s") if active else None,
+                "eta_s": eta}
+
     return ListSourcesResult(sources=[{
         "source_id": str(r["id"]), "name": r["name"], "protocol": r["protocol"], "enabled": r["enabled"],
         "hybrid_enabled": r["hybrid_enabled"], "last_indexed_at": r["last_indexed_at"],
-        "file_count": r["file_count"],
-        "embedding": {**progress.get(r["id"], {"embedded": 0, "total": 0}),
-                      "active": bool(embedder and r["hybrid_enabled"])},
+        "file_count": r["file_count"], "embedding": embedding(r),
     } for r in page], next_cursor=next_cursor).model_dump(mode="json"), AuditFacts(
         source_ids=[str(r["id"]) for r in page], row_count=len(page))
 

@@ -415,6 +415,12 @@ class EmbeddingProgress(BaseModel):
     embedded: int = Field(description="Chunks embedded with the API's current model.")
     total: int
     active: bool = Field(description="Hybrid is on for this source and an embedder is deployed.")
+    chunks_per_s: float | None = Field(default=None, description=(
+        "How fast the tenant's embedders wrote vectors over the last two minutes (all its sources); null "
+        "when none is running."))
+    eta_s: float | None = Field(default=None, description=(
+        "Seconds until every chunk of the tenant's hybrid sources, this one's included, is embedded at "
+        "that rate: 0 when none is pending, null when no embedder is running."))
 
 
 class SourceOut(BaseModel):

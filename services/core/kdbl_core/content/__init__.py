@@ -1,2 +1,3 @@
-"""Content: the one file and chunk record, the write path (files, chunks, postings, BM25 statistics),
+"""Content: the one file and chunk record, the write path (files, chunks with their terms, the keyword
+index's packed lists or postings rows, BM25 statistics), the lists' builds,
 the API's reads, chunk vectors and kdbl:// URIs."""

@@ -1,12 +1,16 @@
-"""Building a tenant's packed BM25 posting lists (migration 0017, the kdbl_bm25 extension).
+"""Building a tenant's packed BM25 posting lists (migrations 0017 and 0021, the kdbl_bm25 extension).
 
-A tenant's lists come in *generations*, each a disjoint range of chunk ids: one row per (term, source,
-generation) packs that range's postings (`kdbl_bm25_pack`, ~3.3 bytes a posting). A *full* build packs
-every posting with chunk id <= `upto` into generation 0, replacing all lists; an *added* generation packs
-only the chunks written since the last build, (previous upto, upto], and leaves the rest alone. The
-keyword arm (kdbl_core.search.bm25_native) reads every generation's list of each query term, the postings
-written since (`chunk_id > upto`) and leaves out the chunks deleted since the last full build
-(`bm25_dead`), so a search is exact whatever the lists' age; building only makes it read less.
+The lists are the keyword index (issue 29). A tenant's lists come in *generations*: one row per (term,
+source, generation) packs that generation's postings (`kdbl_bm25_pack`, ~3.3 bytes a posting). Writers
+pack their own chunks as a small generation numbered -(first chunk id) (kdbl_core.content.store); a
+build packs from the terms on the chunks' rows (`chunks.terms`, `chunks.tfs`, migration 0021). A *full*
+build packs every chunk with id <= `upto` into generation 0, replacing all lists; an *added* generation
+packs only the chunks written since the last build, (previous upto, upto]. Either deletes the writers'
+generations it covers and the postings rows of the chunks it packed (rows that databases without the
+extension, or before migration 0021, wrote). The keyword arm (kdbl_core.search.bm25_native) reads every
+generation's list of each query term, any postings rows written since (`chunk_id > upto`) and leaves out
+the chunks deleted since the last full build (`bm25_dead`), so a search is exact whatever the lists' age;
+building only makes it read fewer, larger lists.
 
 Why `upto` is safe: every statement that inserts chunks holds advisory lock LOCK_KEY (shared, by a
 trigger, to the end of its transaction). The build takes it exclusively, which waits for those
@@ -16,12 +20,13 @@ back; later writers get larger ids. Writers wait only for that instant, not for 
 after the snapshot are recorded by the trigger (the bm25_built row exists before the snapshot) and stay
 in bm25_dead, which a full build clears only as far as its snapshot sees.
 
-When (`due`, after each crawl run in the worker): an added generation once ADD_SHARE of the chunks (at
-least REBUILD_MIN) were written or deleted since the last build — at 1M chunks, 10,000 chunks' postings,
-packed in seconds, so searches never read many postings rows; a full build instead when there is no
-generation yet, when MAX_GENERATIONS exist, or when the deletions since the last full build reach
-FULL_DEAD_SHARE (they are read and left out on every search until then). A full build of 1M chunks (69M
-postings) took 52 s. `kdbl-control db compact` and `bench scale` build in full.
+When (`due`, after each crawl run in the worker and every 30 s during a long one): an added generation
+once ADD_SHARE of the chunks (at least REBUILD_MIN) were written or deleted since the last build — at
+1M chunks, 10,000 chunks' postings, packed in seconds, so searches never read many small generations —
+or when postings rows of packed chunks are left (after migration 0021); a full build instead when there
+is no generation yet, when MAX_GENERATIONS exist, or when the deletions since the last full build reach
+FULL_DEAD_SHARE (they are read and left out on every search until then). A full build of 100k chunks
+(7.2M postings) took 10 s. `kdbl-control db compact` and `bench scale` build in full.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from typing import Any, Literal
 
 import psycopg
 
+from kdbl_core.content import analysis
 from kdbl_core.db.connect import conninfo
 
 LOCK_KEY = 7738418277376668213  # 'kdblbm25': the chunk writers' lock (sql/0017_bm25_lists.sql)
@@ -45,14 +51,18 @@ Kind = Literal["full", "add"]
 
 _TENANT = ("SELECT set_config('kdbl.tenant_id', %(t)s, false) AS tenant, "
            "set_config('kdbl.subjects', '', false) AS subjects, hashtextextended('kdbl_bm25_build:' || %(t)s, 0) AS key")
-_PACK = """
+_PACK = f"""
 INSERT INTO bm25_lists (tenant_id, term, source_id, gen, n, list)
-SELECT p.tenant_id, p.term, p.source_id, %(gen)s, count(*),
-       kdbl_bm25_pack(p.chunk_id, p.tf, p.dl ORDER BY p.chunk_id)
-  FROM postings p
- WHERE p.tenant_id = %(t)s AND p.chunk_id > %(after)s AND p.chunk_id <= %(upto)s
- GROUP BY p.tenant_id, p.term, p.source_id
+SELECT c.tenant_id, t.term, c.source_id, %(gen)s, count(*),
+       kdbl_bm25_pack(c.id, CAST(t.tf AS integer), c.token_count ORDER BY c.id)
+  FROM chunks c CROSS JOIN LATERAL {analysis.chunk_terms("c")}
+ WHERE c.tenant_id = %(t)s AND c.id > %(after)s AND c.id <= %(upto)s
+ GROUP BY c.tenant_id, t.term, c.source_id
 """
+# The postings rows of the packed chunks, and the writers' own generations of them (gen = -(first chunk
+# id), kdbl_core.content.store): the build's generation holds them now.
+_PRUNE = "DELETE FROM postings WHERE tenant_id = %(t)s AND chunk_id <= %(upto)s"
+_FOLD = "DELETE FROM bm25_lists WHERE tenant_id = %(t)s AND gen < 0 AND gen >= -%(upto)s"
 _MARK = """
 UPDATE bm25_built b SET upto = %(upto)s, gens = %(gens)s, chunks = s.chunks, dead = d.dead, lists = l.lists,
        postings = l.postings, bytes = l.bytes, seconds = %(seconds)s, built_at = now()
@@ -65,7 +75,8 @@ RETURNING b.upto, b.gens, b.chunks, b.lists, b.postings, b.bytes
 """
 _DUE = """
 SELECT b.upto, b.gens, b.chunks, b.dead, s.chunks AS now_chunks,
-       (SELECT count(*) FROM bm25_dead d WHERE d.tenant_id = %(t)s) AS now_dead
+       (SELECT count(*) FROM bm25_dead d WHERE d.tenant_id = %(t)s) AS now_dead,
+       EXISTS (SELECT 1 FROM postings p WHERE p.tenant_id = %(t)s AND p.chunk_id <= b.upto) AS unpruned
   FROM (SELECT CAST(coalesce(sum(n_chunks), 0) AS bigint) AS chunks FROM corpus_stats WHERE tenant_id = %(t)s) s
   LEFT JOIN bm25_built b ON b.tenant_id = %(t)s
 """
@@ -87,12 +98,12 @@ def due(conn: psycopg.Connection, tenant_id: uuid.UUID) -> Kind | None:
         row = conn.execute(_DUE, {"t": tenant_id}).fetchone()
     if row is None:
         return None
-    upto, gens, built_chunks, built_dead, now_chunks, now_dead = row
+    upto, gens, built_chunks, built_dead, now_chunks, now_dead, unpruned = row
     gens, built_chunks, built_dead = gens or 0, built_chunks or 0, built_dead or 0
     # a re-indexed chunk: one dead, one new; the chunk count alone would not move
     changed = abs(now_chunks - built_chunks) + 2 * max(now_dead - built_dead, 0)
-    if changed < max(REBUILD_MIN, ADD_SHARE * built_chunks):
-        return None
+    if changed < max(REBUILD_MIN, ADD_SHARE * built_chunks) and not unpruned:
+        return None  # (unpruned: postings rows of packed chunks, as migration 0021 leaves them)
     if not upto or gens == 0 or gens >= MAX_GENERATIONS or now_dead >= FULL_DEAD_SHARE * max(now_chunks, 1):
         return "full"
     return "add"
@@ -136,6 +147,8 @@ def build(conn: psycopg.Connection, tenant_id: uuid.UUID, kind: Kind = "full") -
                     conn.execute("DELETE FROM bm25_lists WHERE tenant_id = %(t)s", {"t": tenant_id})
                     conn.execute(_PACK, {"t": tenant_id, "gen": 0, "after": 0, "upto": upto})
                     conn.execute("DELETE FROM bm25_dead WHERE tenant_id = %(t)s", {"t": tenant_id})
+                pruned = conn.execute(_PRUNE, {"t": tenant_id, "upto": upto}).rowcount
+                conn.execute(_FOLD, {"t": tenant_id, "upto": upto})
                 row = conn.execute(_MARK, {"t": tenant_id, "upto": upto, "gens": gens,
                                            "seconds": round(time.perf_counter() - started, 3)}).fetchone()
         finally:
@@ -148,7 +161,8 @@ def build(conn: psycopg.Connection, tenant_id: uuid.UUID, kind: Kind = "full") -
                      "set_config('kdbl.subjects', '', false) AS subjects", {"k": tenant_key})
     upto, gens, chunks, lists, postings, size = row
     return {"kind": kind, "upto": upto, "generations": gens, "chunks": chunks, "lists": lists,
-            "postings": postings, "bytes": size, "seconds": round(time.perf_counter() - started, 2)}
+            "postings": postings, "bytes": size, "postings_rows_pruned": pruned,
+            "seconds": round(time.perf_counter() - started, 2)}
 
 
 def build_all(owner_url: str, *, log: Callable[[str], None], every_s: float = 10.0) -> list[dict[str, Any]]:

@@ -8,11 +8,17 @@ per source (term_stats, corpus_stats: migration 0007) so the query side can sum 
 principal sees (kdbl_core.search.lexical).
 A file is written in one transaction: its old chunks, postings and statistics go out and the new
 ones come in together, so a crash at any moment leaves either the old file or the new one.
+
+The keyword index (issue 29): each chunk row carries its terms (`chunks.terms`, `chunks.tfs`); with the
+kdbl_bm25 extension the statement packs the file's postings as its own small generation of lists
+(`writes_packed`), without it it writes postings rows. A drop subtracts document frequencies from the
+deleted chunks' own terms, whichever form their postings took.
 """
 
 from __future__ import annotations
 
 import selectors
+import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -22,7 +28,7 @@ import psycopg
 from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
-from kdbl_core.content import analysis
+from kdbl_core.content import analysis, bm25_lists
 from kdbl_core.content.records import Chunk, FileMeta
 from kdbl_core.errors import Conflict
 
@@ -64,12 +70,14 @@ class FileState:
 # they contributed to their source are subtracted (term order: two writers never deadlock on term_stats rows).
 _DROP_TEMPLATE = f"""
 WITH old AS ({{old}}),
-gone_chunks AS (DELETE FROM chunks WHERE file_id IN (SELECT id FROM old) RETURNING source_id, token_count),
-gone AS (DELETE FROM postings WHERE file_id IN (SELECT id FROM old) RETURNING source_id, term),
-df AS (
+gone_chunks AS (DELETE FROM chunks WHERE file_id IN (SELECT id FROM old) RETURNING source_id, token_count, terms, tfs),
+gone AS (DELETE FROM postings WHERE file_id IN (SELECT id FROM old)),  -- those written since the last build
+df AS (  -- each chunk's terms (its row's vector, migration 0021): one document frequency each
     INSERT INTO term_stats (tenant_id, term, source_id, shard, df)
-    SELECT %(tenant_id)s, term, source_id, {_SHARD}, -count(*) FROM gone GROUP BY term, source_id
-     ORDER BY term, source_id
+    SELECT %(tenant_id)s, t.term, g.source_id, {_SHARD}, -count(*)
+      FROM gone_chunks g CROSS JOIN LATERAL {analysis.chunk_terms("g")}
+     GROUP BY t.term, g.source_id
+     ORDER BY t.term, g.source_id
     ON CONFLICT (tenant_id, term, source_id, shard) DO UPDATE SET df = term_stats.df + EXCLUDED.df
 ), cs AS (
     INSERT INTO corpus_stats (tenant_id, source_id, shard, n_chunks, total_len)
@@ -161,23 +169,21 @@ WITH {{file}}, input AS (
 ), terms AS (  -- body and header: a hash join on the header's few rows, not an aggregate over all rows
     SELECT coalesce(l.seq, h.seq) AS seq, coalesce(l.term, h.term) AS term, coalesce(l.tf, 0) + coalesce(h.tf, 0) AS tf
       FROM lex l FULL JOIN hdr h ON h.seq = l.seq AND h.term = l.term
-), dl AS (  -- the chunk's length: body and header, the header with its weights (BM25F)
-    SELECT seq, sum(tf)::int AS dl FROM terms GROUP BY seq
+), dl AS (  -- the chunk's length (body and header, the header with its weights: BM25F) and its terms
+    SELECT seq, sum(tf)::int AS dl, {analysis.TERMS_JOINED.format(term="term")} AS terms,
+           {analysis.TFS_JOINED.format(term="term", tf="tf")} AS tfs
+      FROM terms GROUP BY seq
 ), ch AS (
     INSERT INTO chunks (tenant_id, source_id, file_id, seq, text, page_no, char_start, char_end,
-                        ts_start_ms, ts_end_ms, token_count, context_header, text_tokens)
+                        ts_start_ms, ts_end_ms, token_count, context_header, text_tokens, terms, tfs)
     SELECT %(tenant_id)s, %(source_id)s, f.id, i.seq, i.body, i.page_no, i.char_start, i.char_end,
-           i.ts_start_ms, i.ts_end_ms, coalesce(dl.dl, 0), i.context_header, i.text_tokens
+           i.ts_start_ms, i.ts_end_ms, coalesce(dl.dl, 0), i.context_header, i.text_tokens, dl.terms, dl.tfs
       FROM f CROSS JOIN input i LEFT JOIN dl ON dl.seq = i.seq
     RETURNING id, seq, file_id, token_count
-), ins AS (
-    INSERT INTO postings (tenant_id, term, chunk_id, source_id, file_id, tf, dl)
-    SELECT %(tenant_id)s, terms.term, ch.id, %(source_id)s, ch.file_id, least(terms.tf, 32767), ch.token_count
-      FROM terms JOIN ch ON ch.seq = terms.seq
-    RETURNING term, tf
-), df AS (
+){{keyword}}, df AS (
     INSERT INTO term_stats (tenant_id, term, source_id, shard, df, tf_max)
-    SELECT %(tenant_id)s, term, %(source_id)s, {_SHARD}, count(*), max(tf) FROM ins GROUP BY term ORDER BY term
+    SELECT %(tenant_id)s, terms.term, %(source_id)s, {_SHARD}, count(*), max(least(terms.tf, 32767))
+      FROM terms JOIN ch ON ch.seq = terms.seq GROUP BY terms.term ORDER BY terms.term
     ON CONFLICT (tenant_id, term, source_id, shard) DO UPDATE SET
         df = term_stats.df + EXCLUDED.df, tf_max = greatest(term_stats.tf_max, EXCLUDED.tf_max)
 ), cs AS (
@@ -197,12 +203,52 @@ _ARRAY_INPUT = """SELECT * FROM unnest(CAST(%(seqs)s AS int[]), CAST(%(bodies)s 
                          CAST(%(headings)s AS text[]))
                 AS u(seq, body, page_no, char_start, char_end, ts_start_ms, ts_end_ms, context_header, text_tokens,
                      heading)"""
-_WRITE = _WRITE_TEMPLATE.format(file=_FILE_UPSERT, input=_ARRAY_INPUT, check="")
-# For a pipeline (the COMMIT is already on its way): a file that still has content aborts the transaction.
-_WRITE_CHECKED = _WRITE_TEMPLATE.format(
-    file=_FILE_UPSERT, input=_ARRAY_INPUT,
-    check=",\n       kdbl_check((SELECT n FROM old) = 0, 'KL002', 'the file still has indexed content')")
-_WRITE_MEMBER = _WRITE_TEMPLATE.format(file=_MEMBER_INSERT, input=_ARRAY_INPUT, check="")
+# The keyword index of the chunks written: one postings row per (term, chunk) where the database has no
+# kdbl_bm25 extension; with it, the statement's own generation of packed lists (one row per term, numbered
+# -(its first chunk id): kdbl_core.content.bm25_lists folds it into a build's generation), and the tenant's
+# bm25_built row, so that deleting these chunks records them in bm25_dead (migration 0017's trigger).
+_POSTINGS_ROWS = """, ins AS (
+    INSERT INTO postings (tenant_id, term, chunk_id, source_id, file_id, tf, dl)
+    SELECT %(tenant_id)s, terms.term, ch.id, %(source_id)s, ch.file_id, least(terms.tf, 32767), ch.token_count
+      FROM terms JOIN ch ON ch.seq = terms.seq
+)"""
+_PACKED_LISTS = """, built AS (
+    INSERT INTO bm25_built (tenant_id) SELECT %(tenant_id)s WHERE EXISTS (SELECT 1 FROM ch)
+    ON CONFLICT (tenant_id) DO NOTHING
+), ins AS (
+    INSERT INTO bm25_lists (tenant_id, term, source_id, gen, n, list)
+    SELECT %(tenant_id)s, terms.term, %(source_id)s, -(SELECT min(id) FROM ch), count(*),
+           kdbl_bm25_pack(ch.id, CAST(least(terms.tf, 32767) AS integer), ch.token_count ORDER BY ch.id)
+      FROM terms JOIN ch ON ch.seq = terms.seq
+     GROUP BY terms.term
+)"""
+_CHECK = ",\n       kdbl_check((SELECT n FROM old) = 0, 'KL002', 'the file still has indexed content')"
+
+
+def _write_statement(file: str, check: str, packed: bool) -> str:
+    return _WRITE_TEMPLATE.format(file=file, input=_ARRAY_INPUT, check=check,
+                                  keyword=_PACKED_LISTS if packed else _POSTINGS_ROWS)
+
+
+# [packed]: the statements of each keyword-index form. _WRITE_CHECKED is for a pipeline (the COMMIT is
+# already on its way): a file that still has content aborts the transaction.
+_WRITE = {p: _write_statement(_FILE_UPSERT, "", p) for p in (False, True)}
+_WRITE_CHECKED = {p: _write_statement(_FILE_UPSERT, _CHECK, p) for p in (False, True)}
+_WRITE_MEMBER = {p: _write_statement(_MEMBER_INSERT, "", p) for p in (False, True)}
+_PACKED_TTL_S = 300.0
+_packed: dict[str, tuple[float, bool]] = {}
+
+
+def writes_packed(conn: Connection) -> bool:
+    """Whether this database has the kdbl_bm25 extension for this role (bm25_lists.extension_installed),
+    checked once per server and database every 5 minutes: then writers pack their own lists."""
+    key = f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}/{conn.info.user}"
+    now = time.monotonic()
+    cached = _packed.get(key)
+    if cached is None or now - cached[0] >= _PACKED_TTL_S:
+        cached = (now, bm25_lists.extension_installed(conn))
+        _packed[key] = cached
+    return cached[1]
 
 
 HAS_CONTENT = "KL002"
@@ -265,6 +311,23 @@ class FileWriter:
                 conn.autocommit = False  # back to the pool as it came
             self.pool.putconn(conn)
 
+    def _connection(self) -> psycopg.Connection:
+        if self._conn is None:
+            self._conn = self.pool.getconn()
+            self._conn.autocommit = True
+            if self.on_checkout is not None:
+                self.on_checkout(self._conn)
+        return self._conn
+
+    def packed(self) -> bool:
+        """writes_packed() for this writer's connection."""
+        try:
+            return writes_packed(self._connection())
+        except BaseException:
+            if self._conn is not None and (self._conn.closed or self._conn.broken):
+                self.close()
+            raise
+
     def run(self, statements: Sequence[Statement]) -> None:
         """Run statements and COMMIT as one transaction in ONE round trip (psycopg pipeline mode).
 
@@ -275,12 +338,7 @@ class FileWriter:
         of a message is still unsent. A statement that fails (kdbl_check included) aborts the
         transaction: the server skips the rest, COMMIT included, and the transaction is rolled back.
         """
-        if self._conn is None:
-            self._conn = self.pool.getconn()
-            self._conn.autocommit = True
-            if self.on_checkout is not None:
-                self.on_checkout(self._conn)
-        raw = self._conn
+        raw = self._connection()
         try:
             # plain tuples: the pool's named-tuple rows refuse _FILE_TX's three set_config columns
             with raw.pipeline(), raw.cursor(row_factory=tuple_row) as cur:
@@ -338,13 +396,14 @@ class FileWriter:
         params = _file_params(tenant_id, source_id, meta, status, status_reason, title, chunks, text_chars,
                               ts_config, authors, labels, own_labels)
         setup = (_FILE_TX, {"tenant": str(tenant_id), "sync": "on" if durable else "off"})
-        kin = _member_statements(tenant_id, source_id, meta.key, members, ts_config)
+        packed = self.packed()
+        kin = _member_statements(tenant_id, source_id, meta.key, members, ts_config, packed)
         container = container or bool(members)
         for drop in ((True,) if replace else (False, True)):
             old = [(_DROP_BY_KEY, params)] if drop else []
             if drop and container:
                 old += [(_DROP_MEMBERS, params), (_DELETE_MEMBERS, params)]
-            statements = [setup, *old, (_WRITE_CHECKED, params), *kin, *then]
+            statements = [setup, *old, (_WRITE_CHECKED[packed], params), *kin, *then]
             try:
                 self.run(statements)
                 return
@@ -380,13 +439,13 @@ def _file_params(tenant_id: uuid.UUID, source_id: uuid.UUID, meta: FileMeta, sta
 
 
 def _member_statements(tenant_id: uuid.UUID, source_id: uuid.UUID, parent_key: str,
-                       members: Sequence[MemberFile], ts_config: str) -> list[Statement]:
+                       members: Sequence[MemberFile], ts_config: str, packed: bool) -> list[Statement]:
     out = []
     for m in members:
         params = _file_params(tenant_id, source_id, m.meta, m.status, m.status_reason, m.title, m.chunks,
                               m.text_chars, ts_config, m.authors, m.labels, m.own_labels)
         params["parent_key"] = parent_key
-        out.append((_WRITE_MEMBER, params))
+        out.append((_WRITE_MEMBER[packed], params))
     return out
 
 
@@ -437,13 +496,14 @@ def write_file(
     if replace and (container or members):
         conn.execute(_DROP_MEMBERS, params)
         conn.execute(_DELETE_MEMBERS, params)
-    row = conn.execute(_WRITE, params).fetchone()
+    packed = writes_packed(conn)
+    row = conn.execute(_WRITE[packed], params).fetchone()
     if row.file_id is None:  # it had content after all: drop it, then write
         conn.execute(_DROP_BY_KEY, params)
         conn.execute(_DROP_MEMBERS, params)
         conn.execute(_DELETE_MEMBERS, params)
-        row = conn.execute(_WRITE, params).fetchone()
-    for stmt, member_params in _member_statements(tenant_id, source_id, meta.key, members, ts_config):
+        row = conn.execute(_WRITE[packed], params).fetchone()
+    for stmt, member_params in _member_statements(tenant_id, source_id, meta.key, members, ts_config, packed):
         conn.execute(stmt, member_params)
     return row.file_id
 

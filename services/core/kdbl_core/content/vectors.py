@@ -56,7 +56,72 @@ SELECT c.source_id, count(*), count(*) FILTER (WHERE c.embedding_model = %(model
  GROUP BY c.source_id
 """
 
+# Each embedding process's rate (migration 0022): an exponential average over its batches, reset when
+# the row is older than RATE_FRESH_S (the process paused); rows of a day ago are removed by the next writer.
+RATE_FRESH_S = 120
+RATE_WEIGHT = 0.2  # a new batch's share of the average
+_RECORD_RATE = f"""
+WITH gone AS (
+    DELETE FROM embedding_rate WHERE tenant_id = kdbl_tenant() AND updated_at < now() - interval '1 day'
+)
+INSERT INTO embedding_rate AS r (tenant_id, model, holder, chunks_per_s)
+VALUES (kdbl_tenant(), %(model)s, %(holder)s, %(rate)s)
+ON CONFLICT (tenant_id, model, holder) DO UPDATE SET
+    chunks_per_s = CASE WHEN r.updated_at > now() - interval '{RATE_FRESH_S} seconds'
+                        THEN (1 - {RATE_WEIGHT}) * r.chunks_per_s + {RATE_WEIGHT} * EXCLUDED.chunks_per_s
+                        ELSE EXCLUDED.chunks_per_s END,
+    updated_at = now()
+"""
+# The summed rate of the tenant's live embedders of `model`.
+_RATE = f"""
+SELECT (SELECT coalesce(sum(chunks_per_s), 0) FROM embedding_rate
+         WHERE tenant_id = kdbl_tenant() AND model = %(model)s
+           AND updated_at > now() - interval '{RATE_FRESH_S} seconds') AS rate
+"""
+
 Conn = psycopg.Connection[Any]
+
+
+def record_rate(conn: Conn, model_id: str, holder: str, chunks: int, seconds: float) -> None:
+    """After a batch: fold its rate into this process's row (tenant: the transaction's, kdbl_tenant())."""
+    if chunks and seconds > 0:
+        conn.execute(_RECORD_RATE, {"model": model_id, "holder": holder, "rate": chunks / seconds})
+
+
+async def embedding_rate(conn: psycopg.AsyncConnection[Any], model_id: str | None) -> float | None:
+    """Chunks a second the tenant's embedders wrote recently (summed over processes); None when none
+    embedded in the last RATE_FRESH_S seconds or no model is deployed."""
+    if not model_id:
+        return None
+    cur = await conn.execute(_RATE, {"model": model_id})
+    rate = float((await cur.fetchone())[0])
+    return rate or None
+
+
+def eta_s(pending: int, rate: float | None) -> float | None:
+    """Seconds until `pending` chunks are embedded at `rate` (0 when none are pending; None: no rate)."""
+    if pending <= 0:
+        return 0.0
+    return round(pending / rate, 1) if rate else None
+
+
+# The sources whose chunks the embedders fill (claim_pending's), of the caller's tenant.
+HYBRID_SOURCES = """
+SELECT s.id FROM sources s JOIN tenants t ON t.id = s.tenant_id
+ WHERE s.tenant_id = kdbl_tenant() AND s.hybrid_enabled AND t.hybrid_enabled AND s.enabled
+"""
+
+
+async def backlog(conn: psycopg.AsyncConnection[Any], model_id: str | None) -> dict[str, Any]:
+    """The tenant's embedding progress as the caller sees it: chunks of hybrid sources, those embedded
+    with `model_id`, the recent rate and the ETA of the rest (None without a rate or a model)."""
+    ids = [row[0] for row in await (await conn.execute(HYBRID_SOURCES)).fetchall()]
+    per_source = await source_progress(conn, ids, model_id)
+    total = sum(p["total"] for p in per_source.values())
+    embedded = sum(p["embedded"] for p in per_source.values()) if model_id else 0
+    rate = await embedding_rate(conn, model_id)
+    return {"hybrid_chunks": total, "embedded_chunks": embedded, "chunks_per_s": round(rate, 2) if rate else None,
+            "eta_s": eta_s(total - embedded, rate) if model_id else None}
 
 
 def tenants_with_hybrid(conn: Conn) -> list[uuid.UUID]:

@@ -1,5 +1,12 @@
 """Rebuilding the keyword index's B-trees after a large crawl (`kdbl-control db compact`).
 
+Since migration 0021 (issue 29) the packed lists are the keyword index and postings rows only the delta
+of databases without kdbl_bm25 or of chunks written before an upgrade: `db compact` packs every tenant's
+lists first (kdbl_core.content.bm25_lists.build_all, which deletes the packed postings rows), then
+VACUUMs postings and the lists (their dead rows' space is reused; an emptied postings heap is truncated)
+and rebuilds the B-trees below, which VACUUM never shrinks: after the upgrade of a 100k-chunk database
+postings_pkey kept 9.7 KB a chunk of empty pages until rebuilt.
+
 Postings arrive in term order within a file but in random order across the whole key space, so the
 primary key's pages split half-and-half and settle ~2/3 full. Measured at 1M synthetic chunks (69M
 postings, docs/benchmarks.md): `REINDEX` took postings_pkey from 9,028 to 6,071 MB (-33%; the database
@@ -23,7 +30,8 @@ import psycopg
 
 from kdbl_core.db.connect import conninfo
 
-INDEXES = ("postings_pkey", "postings_file_idx")
+INDEXES = ("postings_pkey", "postings_file_idx", "bm25_lists_pkey")
+VACUUMED = "postings, bm25_lists, bm25_dead, chunks"
 _PROGRESS = """
 SELECT phase, blocks_done, blocks_total, tuples_done, tuples_total
   FROM pg_stat_progress_create_index WHERE pid = %(pid)s
@@ -45,10 +53,13 @@ def _watch(url: str, pid: int, name: str, done: threading.Event, log: Callable[[
 
 
 def compact(owner_url: str, *, log: Callable[[str], None], every_s: float = 5.0) -> list[dict[str, Any]]:
-    """REINDEX CONCURRENTLY each of INDEXES; their sizes before and after and the seconds taken."""
+    """VACUUM (ANALYZE) the keyword tables, then REINDEX CONCURRENTLY each of INDEXES; their sizes before
+    and after and the seconds taken."""
     report = []
     with psycopg.connect(conninfo(owner_url), autocommit=True) as conn:  # CONCURRENTLY: no transaction
         pid = conn.info.backend_pid
+        log(f"compact: VACUUM (ANALYZE) {VACUUMED}")
+        conn.execute(f"VACUUM (ANALYZE) {VACUUMED}")
         for name in INDEXES:
             [before] = conn.execute(_SIZE, {"name": name}).fetchone()
             log(f"compact: rebuilding {name} ({before / 2**20:,.0f} MB)")

@@ -143,6 +143,8 @@ chunks = Table(
     Column("embedding_model", Text),
     Column("context_header", Text),  # heading path above the chunk (0015)
     Column("text_tokens", Integer),  # the text's length in the embedding model's tokens (0015)
+    Column("terms", Text),  # the chunk's terms, sorted, space-joined (0021): the keyword index's record
+    Column("tfs", ARRAY(SmallInteger)),  # their tf, in the same order
     UniqueConstraint("file_id", "seq", name="chunks_file_id_seq_key"),
     Index("chunks_embedding_pending_idx", "tenant_id", "source_id", "id",
           postgresql_where=text("embedding IS NULL")),
@@ -192,7 +194,7 @@ bm25_lists = Table(
     _fk("tenant_id", "tenants.id"),
     Column("term", Text, nullable=False),
     _fk("source_id", "sources.id"),
-    Column("gen", Integer, nullable=False),
+    Column("gen", BigInteger, nullable=False),  # < 0: a writer's own generation, -(its first chunk id) (0021)
     Column("n", Integer, nullable=False),
     Column("list", LargeBinary, nullable=False),
     PrimaryKeyConstraint("tenant_id", "term", "source_id", "gen", name="bm25_lists_pkey"),
@@ -229,6 +231,16 @@ source_stats = Table(
     _count("files"),
     _count("chunks"),
     PrimaryKeyConstraint("source_id", "model", "shard", name="source_stats_pkey"),
+)
+
+embedding_rate = Table(  # each embedding process's recent rate per tenant and model (migration 0022)
+    "embedding_rate", metadata,
+    _fk("tenant_id", "tenants.id"),
+    Column("model", Text, nullable=False),
+    Column("holder", Text, nullable=False),
+    Column("chunks_per_s", Double, nullable=False),
+    Column("updated_at", TIMESTAMP(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("tenant_id", "model", "holder", name="embedding_rate_pkey"),
 )
 
 grants = Table(

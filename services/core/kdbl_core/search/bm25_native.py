@@ -7,14 +7,15 @@ entry), built by kdbl_core.content.bm25_lists up to a chunk id `upto`. A query r
 - the packed lists of the sources the principal sees whole, every generation (row-level security on
   bm25_lists, and the source filters, in SQL);
 - every visible posting written after the last build (`chunk_id > upto`: a range of the postings
-  primary key per term) and those of files granted one by one (never in a list the principal sees);
+  primary key per term; a build deletes the rows it packs, so postings hold only these) and, for files
+  granted one by one (never in a list the principal sees), the terms on their chunks' rows;
 - the chunks deleted since the last full build (`bm25_dead`, kept by a trigger on chunks), left out.
 
 kdbl_bm25_topk sums each chunk's BM25 over all of it with the same float8 operations as the SQL query
 (lexical.BM25_SQL) and returns the k best, ties by chunk id: the exhaustive top k, read from compact
 lists. Statistics (idf, average length) are those of what the principal sees, as everywhere
 (lexical._STATS). File-level filters (path, type, authors, labels, dates) are not in the lists: those
-searches use the SQL top-k (bm25_topk).
+searches sum the unpacked lists of the filtered chunks in SQL (lexical.LISTED_POSTINGS, bm25_topk).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import time
 
 import psycopg
 
+from kdbl_core.content import analysis
 from kdbl_core.db.async_pool import Connection
 from kdbl_core.search import lexical
 from kdbl_core.search.lexical import B, K1, ChunkHit, Filters
@@ -58,12 +60,12 @@ _SQL = """
               SELECT p.chunk_id, p.tf, p.dl FROM postings p
                WHERE p.tenant_id = kdbl_tenant() AND p.term = w.term
                  AND p.chunk_id > (SELECT built.upto FROM built){extra}
+                 AND (NOT EXISTS (SELECT 1 FROM gf) OR p.file_id NOT IN (SELECT gf.id FROM gf))
               OFFSET 0) p
-        UNION ALL  -- files granted one by one, in sources the principal does not see whole
-        SELECT NULL, p.chunk_id, p.tf, p.dl, w.idf_k1
-          FROM postings p JOIN w ON w.term = p.term
-         WHERE p.tenant_id = kdbl_tenant() AND p.chunk_id <= (SELECT built.upto FROM built)
-           AND p.file_id IN (SELECT gf.id FROM gf) AND EXISTS (SELECT 1 FROM gf){extra}
+        UNION ALL  -- files granted one by one, in sources the principal does not see whole (their rows' terms)
+        SELECT NULL, c.id, CAST(t.tf AS integer), c.token_count, w.idf_k1
+          FROM chunks c CROSS JOIN LATERAL {chunk_terms} JOIN w ON w.term = t.term
+         WHERE c.file_id IN (SELECT gf.id FROM gf) AND EXISTS (SELECT 1 FROM gf){extra_c}
       ) x
 ), top AS (
     SELECT CAST(r.r[2 * i - 1] AS bigint) AS chunk_id, r.r[2 * i] AS score
@@ -78,6 +80,7 @@ def build_query(filters: Filters, *, given_terms: bool = False) -> tuple[str, di
         raise ValueError("file-level filters are not in the packed lists: use bm25_topk's SQL top-k")
     params: dict = {}
     extra = lexical.filters_sql(filters, params, "p")
+    extra_c = lexical.filters_sql(filters, params, "c")
     exclude = ""
     if filters.exclude_file_id is not None:  # find_similar's subject: its chunks, in lists or not
         exclude = " UNION ALL SELECT c.id FROM chunks c WHERE c.file_id = %(exclude_file_id)s"
@@ -85,7 +88,8 @@ def build_query(filters: Filters, *, given_terms: bool = False) -> tuple[str, di
     sql = terms + _SQL.format(
         exclude_comment=", and the excluded file's chunks" if exclude else "",
         list_filter_d=lexical.source_filter_sql(filters, params, "d"), exclude=exclude,
-        list_filter_l=lexical.source_filter_sql(filters, params, "l"), k1_1_b=_K1_1_B, extra=extra)
+        list_filter_l=lexical.source_filter_sql(filters, params, "l"), k1_1_b=_K1_1_B, extra=extra, extra_c=extra_c,
+        chunk_terms=analysis.chunk_terms("c"))
     sql += lexical.HITS_OF_TOP + f" ORDER BY {lexical.rank_order('top.score', 'top.chunk_id')}\n"
     return sql, params
 

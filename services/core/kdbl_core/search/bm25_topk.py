@@ -203,23 +203,23 @@ async def _search(conn: Connection, plan_params: dict, filters: Filters, *, limi
     return lexical.hits(found)
 
 
-async def _native(conn: Connection, filters: Filters, native: bool) -> bool:
-    return native and not filters.touches_files and await bm25_native.available(conn)
-
-
 async def search(conn: Connection, query: str, filters: Filters, *, limit: int, ts_config: str,
                  exhaustive: bool = False, native: bool = True, stats: dict | None = None) -> list[ChunkHit]:
-    """Top `limit` chunks by BM25 among rows the current RLS principal may see: the exhaustive top k,
-    from the packed lists (bm25_native) when the database has the kdbl_bm25 extension and `native`,
-    else read with MaxScore (module docstring); `exhaustive` reads every posting (evaluation's reference).
-    A query with quoted phrases ranks only the chunks that hold them (kdbl_core.search.phrases)."""
+    """Top `limit` chunks by BM25 among rows the current RLS principal may see, always the exhaustive top k.
+    With the kdbl_bm25 extension the postings are in packed lists (the rows are the delta since a build):
+    the C top-k reads them (bm25_native) when `native` and no file-level filter is given, else SQL sums
+    the unpacked lists (lexical.LISTED_POSTINGS). Without it, every posting is a row and MaxScore reads
+    them (module docstring). `exhaustive` reads every posting (evaluation's reference). A query with
+    quoted phrases ranks only the chunks that hold them (kdbl_core.search.phrases)."""
+    lists = await bm25_native.available(conn)
     found = phrases.parse(query)
     if found:
-        return await phrases.search(conn, query, found, filters, limit=limit, ts_config=ts_config, stats=stats)
-    if exhaustive:
-        return await lexical.exhaustive_search(conn, query, filters, limit=limit, ts_config=ts_config)
+        return await phrases.search(conn, query, found, filters, limit=limit, ts_config=ts_config, lists=lists,
+                                    stats=stats)
+    if exhaustive or (lists and (filters.touches_files or not native)):
+        return await lexical.exhaustive_search(conn, query, filters, limit=limit, ts_config=ts_config, lists=lists)
     term_params = {"cfg": ts_config, "query": query}
-    if await _native(conn, filters, native):
+    if lists:
         if stats is not None:
             stats["native"] = True
         return await bm25_native.search(conn, term_params, filters, limit=limit, given_terms=False)
@@ -229,8 +229,9 @@ async def search(conn: Connection, query: str, filters: Filters, *, limit: int, 
 async def search_terms(conn: Connection, terms: list[str], filters: Filters, *, limit: int,
                        exhaustive: bool = False, native: bool = True) -> list[ChunkHit]:
     """search() for terms given as indexed (find_similar's more-like-this), each weighted once."""
-    if exhaustive:
-        return await lexical.exhaustive_search_terms(conn, terms, filters, limit=limit)
-    if await _native(conn, filters, native):
+    lists = await bm25_native.available(conn)
+    if exhaustive or (lists and (filters.touches_files or not native)):
+        return await lexical.exhaustive_search_terms(conn, terms, filters, limit=limit, lists=lists)
+    if lists:
         return await bm25_native.search(conn, {"terms": terms}, filters, limit=limit, given_terms=True)
     return await _search(conn, {"terms": terms}, filters, limit=limit, given_terms=True)

@@ -9,8 +9,13 @@ moves a score (issue 13: tenant-wide df let a user count the hidden chunks holdi
 kept per source (term_stats, corpus_stats, sharded) and row-level security returns only the rows of
 sources the principal sees whole, which the query sums: a few rows per (source, term), never a scan.
 Files granted one by one (in a source the principal does not see whole) add their exact counts: df
-from their postings of the query's terms, N and length from their chunks — work proportional to those
+from the terms on their chunks' rows, N and length from their chunks — work proportional to those
 files, done only for principals that hold such grants (an uncorrelated EXISTS skips it otherwise).
+
+Where the postings come from (issue 29): with the kdbl_bm25 extension, from the packed lists (writers
+pack their own, builds merge them; bm25_native sums them in C, LISTED_POSTINGS unpacks them for SQL);
+without it, from the postings rows, which are then the whole index (bm25_topk's MaxScore reads them).
+A given chunk's terms are on its row (`chunks.terms`, `chunks.tfs`; analysis.chunk_terms).
 """
 
 from __future__ import annotations
@@ -115,6 +120,20 @@ def source_filter_sql(filters: Filters, params: dict, alias: str) -> str:
     return extra
 
 
+def chunk_filters_sql(filters: Filters, params: dict, alias: str) -> str:
+    """` AND ...` restricting rows of `alias` by their `chunk_id` alone (rows of a packed list know no
+    file): the excluded file's chunks out, the file-level filters as the set of their files' chunks."""
+    extra = ""
+    if filters.exclude_file_id is not None:
+        extra += (f" AND {alias}.chunk_id NOT IN (SELECT x.id FROM chunks x "
+                  f"WHERE x.file_id = %(exclude_file_id)s)")
+        params["exclude_file_id"] = filters.exclude_file_id
+    if filters.touches_files:
+        extra += (f" AND {alias}.chunk_id IN (SELECT x.id FROM chunks x WHERE x.file_id IN (SELECT f.id FROM files f "
+                  f"WHERE f.tenant_id = kdbl_tenant() AND {file_filter_sql(filters, params)}))")
+    return extra
+
+
 def filters_sql(filters: Filters, params: dict, alias: str) -> str:
     """` AND ...` restricting rows of `alias` (postings or chunks: both carry source_id and file_id)."""
     extra = ""
@@ -129,8 +148,9 @@ def filters_sql(filters: Filters, params: dict, alias: str) -> str:
 
 
 # Statistics of what the principal sees (see the module docstring), for the terms of CTE `q`.
-# `gf`: files granted one by one in sources not seen whole; their counts come from postings and chunks.
-_STATS = """
+# `gf`: files granted one by one in sources not seen whole; their counts come from their chunks (the terms on
+# each chunk's row, migration 0021: never in a list the principal sees).
+_STATS = f"""
 gf AS MATERIALIZED (  -- from the grants (few, usually none): a generic plan scanned all files (6.5 ms at 100k chunks)
     SELECT f.id, f.chunk_count FROM kdbl_granted_files() AS g(id)
      CROSS JOIN LATERAL (SELECT f.id, f.chunk_count, f.source_id FROM files f
@@ -154,9 +174,8 @@ gf AS MATERIALIZED (  -- from the grants (few, usually none): a generic plan sca
         SELECT s.term, s.df, s.tf_max FROM term_stats s
          WHERE s.tenant_id = kdbl_tenant() AND s.term IN (SELECT term FROM q)
         UNION ALL
-        SELECT p.term, 1, p.tf FROM postings p
-         WHERE p.tenant_id = kdbl_tenant() AND p.term IN (SELECT term FROM q)
-           AND p.file_id IN (SELECT id FROM gf) AND EXISTS (SELECT 1 FROM gf)
+        SELECT t.term, 1, t.tf FROM chunks c CROSS JOIN LATERAL {analysis.chunk_terms("c")}
+         WHERE c.file_id IN (SELECT id FROM gf) AND EXISTS (SELECT 1 FROM gf) AND t.term IN (SELECT term FROM q)
     ) d GROUP BY term HAVING sum(df) > 0
 )"""
 
@@ -232,19 +251,68 @@ HITS_OF_TOP = """SELECT top.chunk_id, c.file_id, c.source_id, f.key, c.seq, top.
 """
 
 
-def build_query(filters: Filters, *, given_terms: bool = False, at_most: bool = False) -> tuple[str, dict]:
+# Every posting of the query's terms the principal sees, where a build packed them (the kdbl_bm25
+# extension): each visible packed list unpacked, less the chunks deleted since (bm25_dead, an anti-join);
+# the postings rows written since the build (`chunk_id > upto`); the chunks of files granted one by one
+# (whose lists the principal does not see), from their rows' terms. The exact reference and the file-filtered searches read this.
+# `{terms}`: the CTE of the terms to read (w: the query's).
+LISTED_POSTINGS = """
+, built AS MATERIALIZED (
+    SELECT coalesce((SELECT b.upto FROM bm25_built b WHERE b.tenant_id = kdbl_tenant()), 0) AS upto
+), vp AS (
+    SELECT u.chunk_id, l.term, u.tf, u.dl
+      FROM {terms} w CROSS JOIN LATERAL (
+          SELECT l.term, l.list FROM bm25_lists l
+           WHERE l.tenant_id = kdbl_tenant() AND l.term = w.term{list_filter}
+          OFFSET 0) l
+     CROSS JOIN LATERAL kdbl_bm25_unpack(l.list) AS u
+     WHERE NOT EXISTS (SELECT 1 FROM bm25_dead d WHERE d.tenant_id = kdbl_tenant() AND d.chunk_id = u.chunk_id)
+    UNION ALL  -- written since the build
+    SELECT p.chunk_id, p.term, p.tf, p.dl
+      FROM {terms} w CROSS JOIN LATERAL (
+          SELECT p.chunk_id, p.term, p.tf, p.dl FROM postings p
+           WHERE p.tenant_id = kdbl_tenant() AND p.term = w.term
+             AND p.chunk_id > (SELECT built.upto FROM built){postings_filter}
+             AND (NOT EXISTS (SELECT 1 FROM gf) OR p.file_id NOT IN (SELECT gf.id FROM gf))
+          OFFSET 0) p
+    UNION ALL  -- files granted one by one, in sources the principal does not see whole
+    SELECT c.id, t.term, t.tf, c.token_count
+      FROM chunks c CROSS JOIN LATERAL {chunk_terms}
+     WHERE c.file_id IN (SELECT gf.id FROM gf) AND EXISTS (SELECT 1 FROM gf)
+       AND t.term IN (SELECT w.term FROM {terms} w){chunk_filter}
+)"""
+
+
+def postings_relation(filters: Filters, params: dict, *, lists: bool, terms: str = "w") -> tuple[str, str, str]:
+    """(CTEs to add, relation `p`, ` AND ...` on p): the visible postings of the terms of CTE `terms`
+    under `filters`, with rows (chunk_id, term, tf, dl). `lists`: LISTED_POSTINGS (the database has the
+    kdbl_bm25 extension), else the postings rows."""
+    if lists:
+        ctes = LISTED_POSTINGS.format(terms=terms, chunk_terms=analysis.chunk_terms("c"),
+                                      list_filter=source_filter_sql(filters, params, "l"),
+                                      postings_filter=source_filter_sql(filters, params, "p"),
+                                      chunk_filter=source_filter_sql(filters, params, "c"))
+        return ctes, "vp p", chunk_filters_sql(filters, params, "p")
+    of_terms = "" if terms == "w" else f" AND p.term IN (SELECT term FROM {terms})"  # w: the caller joins it
+    return "", "postings p", f" AND p.tenant_id = kdbl_tenant(){of_terms}{filters_sql(filters, params, 'p')}"
+
+
+def build_query(filters: Filters, *, given_terms: bool = False, at_most: bool = False,
+                lists: bool = False) -> tuple[str, dict]:
     """Exhaustive BM25 top-N: every posting of every query term the principal sees, summed per chunk.
-    The reference bm25_topk's MaxScore must equal (and `KDBL_BM25_EXHAUSTIVE=true` serves). `at_most`:
-    only when the terms hold at most %(at_most)s postings in all; otherwise one row of NULLs."""
+    The reference the top-k methods must equal (and `KDBL_BM25_EXHAUSTIVE=true` serves). `lists`: the
+    postings are those of LISTED_POSTINGS (a database with the kdbl_bm25 extension, whose builds pack
+    postings into lists), else the postings rows (all of them: nothing is ever packed). `at_most`: only
+    when the terms hold at most %(at_most)s postings in all; otherwise one row of NULLs."""
     params: dict = {}
-    extra = filters_sql(filters, params, "p")
     terms = TERMS.replace(QUERY_LEXEMES, GIVEN_TERMS, 1) if given_terms else TERMS
     guard = " AND (SELECT sum(df) FROM w) <= %(at_most)s" if at_most else ""
-    sql = terms + f"""
+    ctes, relation, extra = postings_relation(filters, params, lists=lists)
+    sql = terms + ctes + f"""
 , top AS (
     SELECT p.chunk_id, sum({BM25_SQL}) AS score
-      FROM postings p JOIN w ON w.term = p.term
-     WHERE p.tenant_id = kdbl_tenant(){guard}{extra}
+      FROM {relation} JOIN w ON w.term = p.term
+     WHERE true{guard}{extra}
      GROUP BY p.chunk_id
      ORDER BY {rank_order(f"sum({BM25_SQL})", "p.chunk_id")}
      LIMIT %(limit)s
@@ -258,18 +326,19 @@ def build_query(filters: Filters, *, given_terms: bool = False, at_most: bool = 
 
 
 async def exhaustive_search(conn: Connection, query: str, filters: Filters, *, limit: int,
-                            ts_config: str) -> list[ChunkHit]:
-    """Top `limit` chunks by BM25 among rows the current RLS principal may see, every posting read."""
-    sql, params = build_query(filters)
+                            ts_config: str, lists: bool) -> list[ChunkHit]:
+    """Top `limit` chunks by BM25 among rows the current RLS principal may see, every posting read
+    (`lists`: build_query's)."""
+    sql, params = build_query(filters, lists=lists)
     params.update({"cfg": ts_config, "query": query, "limit": limit})
     rows = await fetch_generic(conn, sql, params)
     return hits(rows)
 
 
 async def exhaustive_search_terms(conn: Connection, terms: list[str], filters: Filters, *,
-                                  limit: int) -> list[ChunkHit]:
+                                  limit: int, lists: bool) -> list[ChunkHit]:
     """exhaustive_search() for terms given as indexed (lexemes: distinctive_terms() picks them)."""
-    sql, params = build_query(filters, given_terms=True)
+    sql, params = build_query(filters, given_terms=True, lists=lists)
     params.update({"terms": terms, "limit": limit})
     rows = await fetch_generic(conn, sql, params)
     return hits(rows)
@@ -285,14 +354,15 @@ SELECT st.term FROM st JOIN dfs d ON d.term = st.term CROSS JOIN corpus nc
  LIMIT %(k)s
 """
 _TEXT_TF = f"SELECT term, CAST(tf AS float8) AS tf FROM {analysis.TERMS.format(text='%(text)s')}"
-_CHUNKS_TF = ("SELECT p.term, CAST(sum(p.tf) AS float8) AS tf FROM postings p "
-              "WHERE p.tenant_id = kdbl_tenant() AND p.chunk_id = ANY (CAST(%(chunks)s AS bigint[])) GROUP BY p.term")
+_CHUNKS_TF = ("SELECT t.term, CAST(sum(t.tf) AS float8) AS tf FROM chunks c "
+              f"CROSS JOIN LATERAL {analysis.chunk_terms('c')} "
+              "WHERE c.id = ANY (CAST(%(chunks)s AS bigint[])) GROUP BY t.term")
 
 
 async def distinctive_terms(conn: Connection, *, text: str | None = None, chunk_ids: list[int] | None = None,
                             ts_config: str, k: int = 25) -> list[str]:
-    """The `k` terms that best characterise a text (analysed as queries are) or stored chunks (their
-    postings), by tf x idf over what the principal sees. Stored chunks' own terms count once in df, so
+    """The `k` terms that best characterise a text (analysed as queries are) or stored chunks (the terms
+    on their rows), by tf x idf over what the principal sees. Stored chunks' own terms count once in df, so
     they need df >= 2 to reach another chunk."""
     if text is not None:
         sql, params = _DISTINCTIVE.format(subject=_TEXT_TF), {"cfg": ts_config, "text": text, "min_df": 1}
@@ -302,10 +372,12 @@ async def distinctive_terms(conn: Connection, *, text: str | None = None, chunk_
     return [r[0] for r in await fetch_generic(conn, sql, params)]
 
 
+# The postings of given chunks, from the terms on their rows (dl: their length, as in every posting).
+CHUNK_POSTINGS = ("(SELECT c.id AS chunk_id, t.term, t.tf, c.token_count AS dl FROM chunks c "
+                  f"CROSS JOIN LATERAL {analysis.chunk_terms('c')} WHERE c.id = ANY({{ids}}))")
 _SCORES_FOR = TERMS + f"""
 SELECT p.chunk_id, sum({BM25_SQL}) AS score
-  FROM postings p JOIN w ON w.term = p.term
- WHERE p.tenant_id = kdbl_tenant() AND p.chunk_id = ANY(CAST(%(ids)s AS bigint[]))
+  FROM {CHUNK_POSTINGS.format(ids="CAST(%(ids)s AS bigint[])")} p JOIN w ON w.term = p.term
  GROUP BY p.chunk_id
 """
 
@@ -338,16 +410,16 @@ async def rare_terms(conn: Connection, terms: list[str], max_df: int = 3) -> lis
 
 _PINNED = f"""
 WITH q AS (SELECT DISTINCT unnest(CAST(%(terms)s AS text[])) AS term), {_STATS.strip()}
-SELECT DISTINCT p.chunk_id FROM postings p
- WHERE p.tenant_id = kdbl_tenant() AND p.chunk_id = ANY(CAST(%(c)s AS bigint[]))
-   AND p.term IN (SELECT term FROM dfs WHERE df BETWEEN 1 AND %(max_df)s)
+SELECT c.id FROM chunks c
+ WHERE c.id = ANY(CAST(%(c)s AS bigint[]))
+   AND {analysis.chunk_term_array("c")} && ARRAY(SELECT term FROM dfs WHERE df BETWEEN 1 AND %(max_df)s)
 """
 
 
 async def chunks_with_rare_terms(conn: Connection, chunk_ids: list[int], terms: list[str],
                                  max_df: int = 3) -> set[int]:
     """Of the given chunks, those holding one of `terms` that is rare (in 1..`max_df` chunks the principal
-    sees, rare_terms' statistics): one round trip for what was rare_terms + a postings lookup."""
+    sees, rare_terms' statistics): one round trip for what was rare_terms + the chunks' terms."""
     if not chunk_ids or not terms:
         return set()
     return {r[0] for r in await fetch_generic(conn, _PINNED, {"terms": terms, "c": chunk_ids, "max_df": max_df})}

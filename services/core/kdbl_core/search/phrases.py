@@ -8,8 +8,8 @@ the phrases' words included, exactly as without quotes. A phrase of stop words a
 
 Where it is checked: the postings have no positions (issue 29 keeps them lean), so the text is parsed
 again, only for chunks that can qualify. One statement: the candidates are the chunks that hold every
-lexeme of every phrase (the postings of the phrases' rarest term, the others probed by primary key),
-scored exactly (BM25 over their postings, as lexical.BM25_SQL), ranked; then `to_tsvector` of their text
+lexeme of every phrase (the postings of the phrases' rarest term, the others checked on the chunk's row:
+`chunks.terms @> lexemes`), scored exactly (BM25 over the terms on their rows, as lexical.BM25_SQL), ranked; then `to_tsvector` of their text
 is matched against the phrases in rank order, within the first `window` of them. When fewer than k of
 those qualify and more candidates are left, the window grows eightfold and the statement runs again.
 So the answer is the exact top k of the qualifying chunks, and a phrase most candidates hold costs about
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 
+from kdbl_core.content import analysis
 from kdbl_core.db.async_pool import Connection
 from kdbl_core.search import lexical
 from kdbl_core.search.lexical import ChunkHit, Filters
@@ -56,26 +57,21 @@ _PHRASE_CTES = """
       FROM unnest(CAST(%(phrases)s AS text[])) AS p, unnest(to_tsvector(CAST(%(cfg)s AS regconfig), p)) AS t
 ), rarest AS MATERIALIZED (
     SELECT n.term FROM need n LEFT JOIN dfs d ON d.term = n.term ORDER BY coalesce(d.df, 0), n.term LIMIT 1
+), pt AS MATERIALIZED (  -- whose postings give the candidates: the rarest lexeme, or (no lexeme) every query term
+    SELECT term FROM rarest UNION ALL SELECT term FROM w WHERE NOT EXISTS (SELECT 1 FROM need)
 )"""
 _CHECKED = ("NOT EXISTS (SELECT 1 FROM phr WHERE NOT (to_tsvector(CAST(%(cfg)s AS regconfig), c.text) "
             "@@ phr.tq))")
 
 _SEARCH = """
-, cand AS MATERIALIZED (  -- every lexeme of every phrase: the rarest one's postings, the others probed
-    SELECT p.chunk_id FROM postings p
-     WHERE p.tenant_id = kdbl_tenant() AND p.term = (SELECT term FROM rarest){extra}
-       AND NOT EXISTS (SELECT 1 FROM need n WHERE n.term <> p.term AND NOT EXISTS (
-               SELECT 1 FROM postings q
-                WHERE q.tenant_id = kdbl_tenant() AND q.term = n.term AND q.chunk_id = p.chunk_id))
-    UNION ALL  -- phrases of stop words only require nothing: every chunk holding a query term
-    SELECT DISTINCT p.chunk_id FROM postings p JOIN w ON w.term = p.term
-     WHERE p.tenant_id = kdbl_tenant() AND NOT EXISTS (SELECT 1 FROM need){extra}
+, cand AS MATERIALIZED (  -- every lexeme of every phrase: the rarest one's postings, the others on the chunk's row
+    SELECT c.id AS chunk_id FROM chunks c
+     WHERE c.id = ANY (ARRAY(SELECT DISTINCT p.chunk_id FROM {postings} WHERE true{extra}))
+       AND {chunk_term_array} @> ARRAY(SELECT term FROM need)
 ), ranked AS MATERIALIZED (
     SELECT p.chunk_id, sum({bm25}) AS score,
            row_number() OVER (ORDER BY {order}) AS rn
-      FROM postings p JOIN w ON w.term = p.term
-     WHERE p.tenant_id = kdbl_tenant()
-       AND p.chunk_id = ANY (CAST((SELECT array_agg(chunk_id ORDER BY chunk_id) FROM cand) AS bigint[]))
+      FROM {chunk_postings} p JOIN w ON w.term = p.term
      GROUP BY p.chunk_id
 ), top AS (
     SELECT r.chunk_id, r.score FROM ranked r JOIN chunks c ON c.id = r.chunk_id
@@ -87,20 +83,22 @@ SELECT NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM ranked)
 """
 
 
-def _statement(filters: Filters) -> tuple[str, dict]:
+def _statement(filters: Filters, *, lists: bool) -> tuple[str, dict]:
     params: dict = {}
-    extra = lexical.filters_sql(filters, params, "p")
-    sql = lexical.TERMS + _PHRASE_CTES + _SEARCH.format(
-        extra=extra, bm25=lexical.BM25_SQL, order=lexical.rank_order(f"sum({lexical.BM25_SQL})", "p.chunk_id"),
-        checked=_CHECKED, hits=lexical.HITS_OF_TOP)
+    ctes, relation, extra = lexical.postings_relation(filters, params, lists=lists, terms="pt")
+    sql = lexical.TERMS + _PHRASE_CTES + ctes + _SEARCH.format(
+        postings=relation, extra=extra, bm25=lexical.BM25_SQL, chunk_term_array=analysis.chunk_term_array("c"),
+        chunk_postings=lexical.CHUNK_POSTINGS.format(ids="ARRAY(SELECT chunk_id FROM cand)"),
+        order=lexical.rank_order(f"sum({lexical.BM25_SQL})", "p.chunk_id"), checked=_CHECKED,
+        hits=lexical.HITS_OF_TOP)
     return sql, params
 
 
 async def search(conn: Connection, query: str, found: list[str], filters: Filters, *, limit: int,
-                 ts_config: str, stats: dict | None = None) -> list[ChunkHit]:
+                 ts_config: str, lists: bool, stats: dict | None = None) -> list[ChunkHit]:
     """The exact BM25 top `limit` (all of `query`'s terms) among the chunks holding every phrase of `found`.
-    `stats` (optional) gets the candidates and the windows checked."""
-    sql, params = _statement(filters)
+    `lists`: lexical.postings_relation's. `stats` (optional) gets the candidates and the windows checked."""
+    sql, params = _statement(filters, lists=lists)
     params.update({"cfg": ts_config, "query": query, "phrases": found, "limit": limit})
     window, windows = max(FIRST_WINDOW, 4 * limit), 1
     while True:

@@ -122,12 +122,12 @@ def server_options(ext_dir: Path) -> list[str]:
 # Who calls what (the roles of migration 0001): the API searches (kdbl_bm25_topk: bm25_native); the worker
 # packs its tenant's lists after a crawl run (kdbl_bm25_pack: content.bm25_lists); the owner's
 # `kdbl-control db compact` and `bench scale` pack too, as kdbl_admin where the owner is not a superuser;
-# kdbl_bm25_unpack is for inspection. No one else: EXECUTE is revoked from PUBLIC. The aggregates' support
+# the API unpacks lists where SQL sums them (file-level filters, the exact reference: lexical.LISTED_POSTINGS). No one else: EXECUTE is revoked from PUBLIC. The aggregates' support
 # functions are granted to no one (an aggregate checks its owner's right to them).
 GRANTS = {
     "kdbl_bm25_topk": ("kdbl_api", "kdbl_admin"),
     "kdbl_bm25_pack": ("kdbl_worker", "kdbl_admin"),
-    "kdbl_bm25_unpack": ("kdbl_admin",),
+    "kdbl_bm25_unpack": ("kdbl_api", "kdbl_admin"),
 }
 
 # Every function of the installed extension, whatever its version: EXECUTE revoked from PUBLIC (where a
