@@ -53,7 +53,9 @@ async def test_fy2018_meets_2018_and_10_k_meets_10k_on_both_sides(api_pool, owne
              "c.txt": "Our FY2018 revenue and the 10-K filing."}
     corpus = make_corpus(owner_engine, worker_engine, tmp_path / f"cmp-{unique}", files, tenant=f"cmp-{unique}")
     assert [k for k, _ in await _keys(api_pool, corpus, "FY2018")] == ["c.txt", "a.txt", "b.txt"]  # b: "fy"
-    assert [k for k, _ in await _keys(api_pool, corpus, "2018")][:2] == ["a.txt", "c.txt"]
+    # a and c tie on "2018" (tf 1, the same length): the tie goes to the smaller chunk id, and files are
+    # written in the order their extractions end (one extractor child per core)
+    assert {k for k, _ in (await _keys(api_pool, corpus, "2018"))[:2]} == {"a.txt", "c.txt"}
     for query in ("10-K", "10K"):  # 10-Q's "10" matches too, less
         assert {k for k, _ in (await _keys(api_pool, corpus, query))[:2]} == {"a.txt", "c.txt"}
 
