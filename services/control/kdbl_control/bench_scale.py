@@ -343,8 +343,9 @@ def summarise(result: dict[str, Any]) -> str:
     their top-10 agreement, hybrid, database size), then ingestion per growth step and storage."""
     steps = result["steps"]
     vectors = f"{result['dimensions']}-d random vectors" if result["dimensions"] else "no vectors (lexical only)"
+    modes = "lexical and hybrid" if result["dimensions"] else "lexical"
     lines = [(f"synthetic chunks of {result['tokens_per_chunk']} tokens, {vectors}, {result['queries']} queries, "
-              f"1 client; lexical and hybrid through HTTP, keyword SQL in one RLS transaction"),
+              f"1 client; {modes} through HTTP, keyword SQL in one RLS transaction"),
              "| chunks | lexical p50 / p95 ms (served) | keyword SQL served (method) "
              "| exhaustive p50 / p95 ms | top-10 identical / overlap@10 | hybrid p50 / p95 ms | database MB |",
              "|---|---|---|---|---|---|---|"]
