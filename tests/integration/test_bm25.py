@@ -126,7 +126,7 @@ async def test_maxscore_returns_the_exhaustive_top_k_while_skipping_common_terms
         return False
 
     # MaxScore serves databases without kdbl_bm25, whose writers write postings rows and never pack
-    monkeypatch.setattr(bm25_topk.bm25_native, "available", no_extension)
+    monkeypatch.setattr(bm25_topk.bm25_native, "require_readable", no_extension)
     monkeypatch.setattr(store, "writes_packed", lambda conn: False)
     files, vocab = _zipf_corpus(7)
     corpus = make_corpus(owner_engine, worker_engine, tmp_path / f"ms-{unique}", files, tenant=f"ms-{unique}")

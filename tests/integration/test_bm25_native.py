@@ -19,6 +19,7 @@ from kdbl_core.content import bm25_lists
 from kdbl_core.db import pgext
 from kdbl_core.db.connect import conninfo
 from kdbl_core.db.embedded_postgres import pg_binary
+from kdbl_core.errors import Unavailable
 from kdbl_core.search import bm25_native, bm25_topk, lexical
 
 
@@ -303,3 +304,25 @@ def test_due_adds_a_generation_for_a_few_changes_and_builds_in_full_past_the_lim
         (root / f"d{n:03}.txt").unlink()  # 8 of 44 chunks deleted: past FULL_DEAD_SHARE
     crawl(worker_engine, corpus)
     assert _due(owner_url, corpus.tenant_id, monkeypatch) == "full"
+
+
+@pytest.mark.asyncio
+async def test_an_extension_whose_library_cannot_run_refuses_searches_instead_of_answering_from_part(
+        owner_engine, worker_engine, tmp_path, unique, api_pool, monkeypatch):
+    corpus = make_corpus(owner_engine, worker_engine, tmp_path / f"nu-{unique}", _zipf_files(21, 12, VOCAB),
+                         tenant=f"nu-{unique}")
+    principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
+    # what an image without kdbl_bm25.so does to the probe: the call fails (the library cannot be loaded)
+    monkeypatch.setattr(bm25_native, "_PROBE", "SELECT kdbl_bm25_no_such_function()")
+    monkeypatch.setattr(bm25_native, "_available", {})
+    async with rls_transaction(api_pool, principal) as conn:
+        assert await bm25_native.state(conn) == "unusable" and not await bm25_native.available(conn)
+        with pytest.raises(Unavailable, match="kdbl_bm25 extension .* Restore it"):
+            await bm25_topk.search(conn, "w0x w1x", lexical.Filters(), limit=5, ts_config="english")
+        with pytest.raises(Unavailable):
+            await bm25_topk.search_terms(conn, ["w0x"], lexical.Filters(), limit=5)
+    monkeypatch.undo()  # the library back (and a fresh check): the same search answers
+    monkeypatch.setattr(bm25_native, "_available", {})
+    async with rls_transaction(api_pool, principal) as conn:
+        assert await bm25_native.state(conn) == "ready"
+        assert await bm25_topk.search(conn, "w0x w1x", lexical.Filters(), limit=5, ts_config="english")

@@ -22,18 +22,21 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Literal
 
 import psycopg
 
 from kdbl_core.content import analysis
 from kdbl_core.db.async_pool import Connection
+from kdbl_core.errors import Unavailable
 from kdbl_core.search import lexical
 from kdbl_core.search.lexical import B, K1, ChunkHit, Filters
 
 log = logging.getLogger(__name__)
 _K1_1_B = f"CAST({K1 * (1 - B):.6g} AS float8)"  # k1 (1-b), written as lexical.BM25_SQL writes it
 _AVAILABLE_TTL_S = 300.0
-_available: dict[str, tuple[float, bool]] = {}
+_available: dict[str, tuple[float, str]] = {}
+State = Literal["ready", "absent", "unusable"]
 
 # Each term's lists and postings are read per term (LATERAL ... OFFSET 0: primary-key lookups). The
 # statement runs on a generic plan (lexical.fetch_generic), which knows neither the query's terms nor
@@ -99,26 +102,46 @@ def build_query(filters: Filters, *, given_terms: bool = False) -> tuple[str, di
 _PROBE = "SELECT kdbl_bm25_topk(NULL, NULL, NULL, NULL, NULL, CAST(0 AS float8), CAST(0 AS float8), 0, NULL)"
 
 
-async def available(conn: Connection) -> bool:
-    """Whether this database has the extension, its library loads and this role may call it (checked once
-    per server and database every 5 minutes)."""
+async def state(conn: Connection) -> State:
+    """`ready`: this database has the extension, its library loads and this role may call it; `absent`: no
+    extension (postings rows are the index); `unusable`: installed, but the library does not load or the
+    role may not call it — the keyword index is in packed lists nobody can read here. Checked once per
+    server and database every 5 minutes."""
     key = f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
     now = time.monotonic()
     cached = _available.get(key)
     if cached is not None and now - cached[0] < _AVAILABLE_TTL_S:
-        return cached[1]
+        return cached[1]  # type: ignore[return-value]
     cur = await conn.execute("SELECT to_regprocedure('kdbl_bm25_topk_final(internal)') IS NOT NULL")
-    found = bool((await cur.fetchone())[0])
-    if found:
-        try:  # in a savepoint: an extension whose library is gone (an image without it) must not fail a search
+    found: State = "ready" if (await cur.fetchone())[0] else "absent"
+    if found == "ready":
+        try:  # in a savepoint: the caller's transaction goes on
             async with conn.transaction():
                 await conn.execute(_PROBE)
         except psycopg.Error as exc:
-            found = False
-            log.warning("kdbl_bm25 extension unusable: keyword search uses the SQL top-k",
-                        extra={"reason": str(exc).strip()[:300]})
+            found = "unusable"
+            log.error("kdbl_bm25 extension installed but unusable: keyword search refuses to answer from "
+                      "part of the index", extra={"reason": str(exc).strip()[:300]})
     _available[key] = (now, found)
     return found
+
+
+async def available(conn: Connection) -> bool:
+    """Whether the packed lists can be read here (state() is `ready`)."""
+    return await state(conn) == "ready"
+
+
+async def require_readable(conn: Connection) -> bool:
+    """True when the packed lists are the index (`ready`), False when postings rows are (`absent`); an
+    `unusable` extension raises Unavailable: answering from the rows alone would leave out every chunk
+    a writer or a build packed."""
+    found = await state(conn)
+    if found == "unusable":
+        raise Unavailable("keyword search is unavailable: the keyword index is in packed lists, but this "
+                          "database server cannot run the kdbl_bm25 extension (its library is missing or not "
+                          "granted). Restore it: the chart's kdbl-pgext init container, or `./dev setup` for "
+                          "the embedded server", retry_after_sec=60)
+    return found == "ready"
 
 
 async def search(conn: Connection, term_params: dict, filters: Filters, *, limit: int,

@@ -210,8 +210,9 @@ async def search(conn: Connection, query: str, filters: Filters, *, limit: int, 
     the C top-k reads them (bm25_native) when `native` and no file-level filter is given, else SQL sums
     the unpacked lists (lexical.LISTED_POSTINGS). Without it, every posting is a row and MaxScore reads
     them (module docstring). `exhaustive` reads every posting (evaluation's reference). A query with
-    quoted phrases ranks only the chunks that hold them (kdbl_core.search.phrases)."""
-    lists = await bm25_native.available(conn)
+    quoted phrases ranks only the chunks that hold them (kdbl_core.search.phrases). An extension installed
+    but unusable raises Unavailable (bm25_native.require_readable)."""
+    lists = await bm25_native.require_readable(conn)
     found = phrases.parse(query)
     if found:
         return await phrases.search(conn, query, found, filters, limit=limit, ts_config=ts_config, lists=lists,
@@ -229,7 +230,7 @@ async def search(conn: Connection, query: str, filters: Filters, *, limit: int, 
 async def search_terms(conn: Connection, terms: list[str], filters: Filters, *, limit: int,
                        exhaustive: bool = False, native: bool = True) -> list[ChunkHit]:
     """search() for terms given as indexed (find_similar's more-like-this), each weighted once."""
-    lists = await bm25_native.available(conn)
+    lists = await bm25_native.require_readable(conn)
     if exhaustive or (lists and (filters.touches_files or not native)):
         return await lexical.exhaustive_search_terms(conn, terms, filters, limit=limit, lists=lists)
     if lists:
