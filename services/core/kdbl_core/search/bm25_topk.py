@@ -1,5 +1,10 @@
 """The keyword arm's top-k: exact BM25 that reads little (MaxScore, then term-by-term probing).
 
+`search` chooses how (issue 29): with the kdbl_bm25 extension the packed lists are the index (writers
+and builds pack them), read in C by bm25_native, or summed in SQL over the unpacked lists for file-level
+filters and `native=False` (lexical.LISTED_POSTINGS); without it, postings rows are the index and the
+MaxScore below reads them. Every way returns the exhaustive top k.
+
 Exhaustive BM25 (lexical.exhaustive_search) reads every posting of every query term; at 1M chunks a
 SciFact query's terms hold ~300,000-1,100,000 postings. This module returns the same top k (same chunks,
 same order; the proof is below) while reading the postings of the rarer terms only and probing the
@@ -33,8 +38,8 @@ rounding on the safe side. When fewer than k chunks are seeded, theta0 = 0, no t
 the read is the exhaustive one: small tenants and restricted principals get the exhaustive answer over
 what they see, and a restricted principal's top k is its own, never what is left of everybody's.
 
-Measured at 1M synthetic chunks in docs/benchmarks.md (`kdbl-control bench scale` prints this method
-beside the exhaustive one and their top-10 agreement).
+Measured at 1M synthetic chunks in docs/benchmarks.md (`kdbl-control bench scale` on a database without
+the extension serves this method and prints it beside the exhaustive one and their top-10 agreement).
 """
 
 from __future__ import annotations
