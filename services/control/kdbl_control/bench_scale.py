@@ -34,7 +34,7 @@ from kdbl_control import admin, bench_exhaustive
 from kdbl_control.beir import iter_corpus, load_queries
 from kdbl_control.bench import many_clients, one_client, start_api, stop_api
 from kdbl_control.up import free_port
-from kdbl_core.content import bm25_lists
+from kdbl_core.content import analysis, bm25_lists
 from kdbl_core.db.connect import conninfo, sync_pool
 from kdbl_core.embedder import Embedder
 from kdbl_core.settings import get_settings
@@ -46,7 +46,7 @@ BATCH_CHUNKS = 20_000
 WARMUP_QUERIES = 40  # dataset queries after the measured ones, run once per mode before measuring
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9-]*|\d+")
 
-_INSERT_BATCH = """
+_INSERT_BATCH = f"""
 WITH f AS (
     INSERT INTO files (tenant_id, source_id, key, size, mtime, content_type, status, chunk_count, text_chars,
                        indexed_at, seen_at)
@@ -61,8 +61,8 @@ WITH f AS (
     SELECT b.file_id, b.seq, t.term, t.tf  -- the write path's analysis (kdbl_core.content.analysis), no header
       FROM body b CROSS JOIN LATERAL kdbl_terms('english', b.body) AS t
 ), dl AS (
-    SELECT file_id, seq, sum(tf)::int AS dl, string_agg(term, ' ' ORDER BY term) AS terms,
-           array_agg(CAST(least(tf, 32767) AS smallint) ORDER BY term) AS tfs  -- analysis.TERMS_JOINED's
+    SELECT file_id, seq, sum(tf)::int AS dl, {analysis.TERMS_JOINED.format(term="term")} AS terms,
+           {analysis.TFS_JOINED.format(term="term", tf="tf")} AS tfs
       FROM lex GROUP BY file_id, seq
 ), ch AS (
     INSERT INTO chunks (tenant_id, source_id, file_id, seq, text, char_start, char_end, token_count,
@@ -76,7 +76,7 @@ WITH f AS (
 ), ins AS MATERIALIZED (
     SELECT lex.term, ch.id, ch.file_id, CAST(least(lex.tf, 32767) AS integer) AS tf, ch.token_count
       FROM lex JOIN ch ON ch.file_id = lex.file_id AND ch.seq = lex.seq
-){keyword}, df AS (
+){{keyword}}, df AS (
     INSERT INTO term_stats (tenant_id, term, source_id, shard, df, tf_max)
     SELECT %(tenant)s, term, %(source)s, 0, count(*), max(tf) FROM ins GROUP BY term ORDER BY term
     ON CONFLICT (tenant_id, term, source_id, shard) DO UPDATE SET

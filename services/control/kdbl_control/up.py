@@ -30,7 +30,6 @@ import socket
 import sys
 import threading
 import time
-from typing import Any
 from pathlib import Path
 
 import uvicorn
@@ -40,6 +39,7 @@ from kdbl_control import admin, compose
 from kdbl_control.progress import crawl_with_progress
 from kdbl_core.access import tokens
 from kdbl_core.access.principal import tenant_transaction
+from kdbl_core.content import vectors
 from kdbl_core.db.connect import Pool, sync_pool
 from kdbl_core.db.embedded_postgres import EmbeddedDatabase
 from kdbl_core.db.urls import for_role
@@ -306,7 +306,7 @@ class EmbeddingProgress:
         self.pending = 0
         if row is not None:
             with tenant_transaction(pool, row[0]) as conn:
-                self.pending = pending_chunks(conn, model_id)
+                self.pending = vectors.count_pending(conn, model_id)
         self.every_s, self.started = every_s, time.monotonic()
         self.next = self.started + every_s
 
@@ -317,13 +317,6 @@ class EmbeddingProgress:
         self.next = now + self.every_s
         print(f"kdbl: {embedding_line(done, self.pending, done / (now - self.started))}", file=sys.stderr,
               flush=True)
-
-
-def pending_chunks(conn: Any, model_id: str) -> int:
-    """Chunks of the transaction's tenant in hybrid sources without a vector of `model_id`."""
-    return conn.execute("SELECT count(*) FROM chunks c JOIN sources s ON s.id = c.source_id "
-                        "WHERE s.hybrid_enabled AND s.enabled AND c.embedding_model IS DISTINCT FROM %(m)s",
-                        {"m": model_id}).fetchone()[0]
 
 
 def embedding_line(done: int, pending: int, rate: float) -> str:

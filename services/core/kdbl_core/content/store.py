@@ -182,8 +182,7 @@ WITH {{file}}, input AS (
     RETURNING id, seq, file_id, token_count
 ){{keyword}}, df AS (
     INSERT INTO term_stats (tenant_id, term, source_id, shard, df, tf_max)
-    SELECT %(tenant_id)s, terms.term, %(source_id)s, {_SHARD}, count(*), max(least(terms.tf, 32767))
-      FROM terms JOIN ch ON ch.seq = terms.seq GROUP BY terms.term ORDER BY terms.term
+    SELECT %(tenant_id)s, term, %(source_id)s, {_SHARD}, n, tf_max FROM per_term ORDER BY term
     ON CONFLICT (tenant_id, term, source_id, shard) DO UPDATE SET
         df = term_stats.df + EXCLUDED.df, tf_max = greatest(term_stats.tf_max, EXCLUDED.tf_max)
 ), cs AS (
@@ -207,21 +206,26 @@ _ARRAY_INPUT = """SELECT * FROM unnest(CAST(%(seqs)s AS int[]), CAST(%(bodies)s 
 # kdbl_bm25 extension; with it, the statement's own generation of packed lists (one row per term, numbered
 # -(its first chunk id): kdbl_core.content.bm25_lists folds it into a build's generation), and the tenant's
 # bm25_built row, so that deleting these chunks records them in bm25_dead (migration 0017's trigger).
-_POSTINGS_ROWS = """, ins AS (
+# `per_term`: each term's document frequency and largest tf among the chunks written (term_stats), and
+# with the extension its packed list, in one pass over the (term, chunk) rows.
+_PER_TERM = """
+    SELECT terms.term, count(*) AS n, max(least(terms.tf, 32767)) AS tf_max{list}
+      FROM terms JOIN ch ON ch.seq = terms.seq GROUP BY terms.term"""
+_PACK_TERM = ",\n           kdbl_bm25_pack(ch.id, CAST(least(terms.tf, 32767) AS integer), ch.token_count ORDER BY ch.id) AS list"
+_POSTINGS_ROWS = """, per_term AS ({per_term}
+), ins AS (
     INSERT INTO postings (tenant_id, term, chunk_id, source_id, file_id, tf, dl)
     SELECT %(tenant_id)s, terms.term, ch.id, %(source_id)s, ch.file_id, least(terms.tf, 32767), ch.token_count
       FROM terms JOIN ch ON ch.seq = terms.seq
-)"""
+)""".format(per_term=_PER_TERM.format(list=""))
 _PACKED_LISTS = """, built AS (
     INSERT INTO bm25_built (tenant_id) SELECT %(tenant_id)s WHERE EXISTS (SELECT 1 FROM ch)
     ON CONFLICT (tenant_id) DO NOTHING
+), per_term AS MATERIALIZED ({per_term}
 ), ins AS (
     INSERT INTO bm25_lists (tenant_id, term, source_id, gen, n, list)
-    SELECT %(tenant_id)s, terms.term, %(source_id)s, -(SELECT min(id) FROM ch), count(*),
-           kdbl_bm25_pack(ch.id, CAST(least(terms.tf, 32767) AS integer), ch.token_count ORDER BY ch.id)
-      FROM terms JOIN ch ON ch.seq = terms.seq
-     GROUP BY terms.term
-)"""
+    SELECT %(tenant_id)s, term, %(source_id)s, -(SELECT min(id) FROM ch), n, list FROM per_term
+)""".format(per_term=_PER_TERM.format(list=_PACK_TERM))
 _CHECK = ",\n       kdbl_check((SELECT n FROM old) = 0, 'KL002', 'the file still has indexed content')"
 
 

@@ -19,15 +19,16 @@ from kdbl_core.content import analysis
 
 
 # Chunks of hybrid-enabled sources (and tenants) whose embedding is missing or from another model.
-# SKIP LOCKED: several workers embed disjoint batches.
-_PENDING = """
-SELECT c.id, f.key, f.title, c.context_header, c.text
+_PENDING_CHUNKS = """
   FROM chunks c
   JOIN files f ON f.id = c.file_id
   JOIN sources s ON s.id = c.source_id
   JOIN tenants t ON t.id = c.tenant_id
  WHERE c.tenant_id = kdbl_tenant() AND s.hybrid_enabled AND t.hybrid_enabled AND s.enabled
-   AND (c.embedding IS NULL OR c.embedding_model IS DISTINCT FROM %(model)s)
+   AND (c.embedding IS NULL OR c.embedding_model IS DISTINCT FROM %(model)s)"""
+# SKIP LOCKED: several workers embed disjoint batches.
+_PENDING = f"""
+SELECT c.id, f.key, f.title, c.context_header, c.text{_PENDING_CHUNKS}
  ORDER BY c.id
  LIMIT %(limit)s
  FOR UPDATE OF c SKIP LOCKED
@@ -126,6 +127,11 @@ async def backlog(conn: psycopg.AsyncConnection[Any], model_id: str | None) -> d
 
 def tenants_with_hybrid(conn: Conn) -> list[uuid.UUID]:
     return [row[0] for row in conn.execute(_TENANTS_WITH_WORK)]
+
+
+def count_pending(conn: Conn, model_id: str) -> int:
+    """How many chunks claim_pending has left to hand out for `model_id` (the transaction's tenant)."""
+    return conn.execute(f"SELECT count(*){_PENDING_CHUNKS}", {"model": model_id}).fetchone()[0]
 
 
 def claim_pending(conn: Conn, model_id: str, limit: int) -> list[tuple[int, str]]:
