@@ -85,8 +85,10 @@ def test_recall_is_a_share_and_the_exact_reference_reads_no_hnsw_index(run, lab)
     for row in sweep:
         assert 0.0 <= row["min_recall"] <= row["recall"] <= 1.0
         assert row["mean_returned"] == row["k"]  # relaxed_order iterates past ef_search: always k rows
-    # on 2,000 vectors, ef_search 1,000 reaches the exact neighbours
-    assert all(r["recall"] == 1.0 for r in sweep if r["ef_search"] == 1000)
+    # on 2,000 vectors, ef_search 1,000 reaches the exact neighbours, all but the odd one: HNSW promises no
+    # more (a node the graph cannot reach, or an exact tie at the k-th place in half precision; a full
+    # suite run of 2026-11-28 saw recall below 1.0 once in six runs)
+    assert all(r["recall"] >= 0.99 for r in sweep if r["ef_search"] == 1000)
     assert [r["ef_search"] for r in sweep if r["served"]] == []  # 200, the served value, is not in this sweep
 
 
