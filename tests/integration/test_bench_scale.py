@@ -135,6 +135,7 @@ def test_each_growth_step_reports_chunks_and_postings_per_second(scale_run, owne
     tenant, result, _ = scale_run
     loads = [s["load"] for s in result["steps"]]
     assert [load["chunks_added"] for load in loads] == [1_000, 1_000]
+    assert all(load["writers"] == 2 for load in loads)  # two connections at once, as the worker's writers
     assert all(load["chunks_per_s"] > 0 and load["postings_per_s"] > load["chunks_per_s"] for load in loads)
     with psycopg.connect(conninfo(owner_url)) as conn:
         [postings] = conn.execute("SELECT sum(cardinality(tfs)) FROM chunks WHERE tenant_id = %(t)s",
@@ -166,12 +167,16 @@ def test_a_lexical_only_run_writes_no_vectors_and_measures_lexical_alone(owner_u
     try:
         result = bench_scale.run_scale_bench(owner_url, _write_beir(tmp_path / "zipf"), tmp_path, sizes=[500],
                                              model_path=embed_model_path, n_queries=len(QUERIES), clients=1,
-                                             seconds=1.0, log=lines.append, lexical_only=True)
+                                             seconds=1.0, log=lines.append, lexical_only=True, writers=1,
+                                             exhaustive_queries=2)
     finally:
         patch.undo()
     [step] = result["steps"]
     assert result["dimensions"] == 0 and "hybrid" not in step and step["lexical"]["errors"] == 0
-    assert step["keyword_arm"]["agreement"]["identical_share"] == 1.0
+    arm = step["keyword_arm"]  # the exhaustive reference sampled: the first two queries, the served arm on all
+    assert arm["exhaustive_queries"] == 2 and arm["exhaustive_sql"]["n"] == 2
+    assert arm["served_sql"]["n"] == len(QUERIES) and arm["agreement"]["queries"] == 2
+    assert arm["agreement"]["identical_share"] == 1.0 and step["load"]["writers"] == 1
     assert not any("HNSW index built" in line for line in lines)
     with psycopg.connect(conninfo(owner_url)) as conn:
         [vectors] = conn.execute("SELECT count(embedding) FROM chunks c JOIN tenants t ON t.id = c.tenant_id "
@@ -179,3 +184,4 @@ def test_a_lexical_only_run_writes_no_vectors_and_measures_lexical_alone(owner_u
     assert vectors == 0
     text = bench_scale.summarise(result)
     assert "no vectors (lexical only)" in text and "| 500 |" in text and " | - | " in text
+    assert "| 100.0% / 1.000 (2 sampled) |" in text

@@ -22,9 +22,11 @@ import io
 import json
 import random
 import re
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -130,39 +132,62 @@ def _stage_rows(rng: random.Random, words: list[str], cumulative: list[int], fir
 
 
 def grow(owner_url: str, tenant_id: Any, source_id: Any, target_chunks: int, *, dim: int, model_id: str,
-         words: list[str], cumulative: list[int], log: Any) -> dict[str, float]:
+         words: list[str], cumulative: list[int], log: Any, writers: int = 2) -> dict[str, float]:
     """Add synthetic chunks until the tenant has `target_chunks`; returns chunks/s and postings/s of the
-    bulk load (rows, postings and statistics; the HNSW build is maintain()'s)."""
-    rng = random.Random(target_chunks)
-    started, added, postings = time.perf_counter(), 0, 0
-    with psycopg.connect(conninfo(owner_url)) as conn:  # one connection, one transaction per batch
+    bulk load (rows, postings and statistics; the HNSW build is maintain()'s). `writers` connections write
+    batches at once, as the worker's write connections do (KDBL_WRITE_CONNECTIONS): the analysis runs in
+    each batch's backend, one core each, and the statistics' upserts take their row locks in term order."""
+    with psycopg.connect(conninfo(owner_url)) as conn:
         [have] = conn.execute("SELECT count(*) FROM chunks WHERE tenant_id = %(t)s", {"t": tenant_id}).fetchone()
         if have < target_chunks:  # bulk load without the HNSW index (rebuilt in one pass by maintain(), as
             # for an initial crawl); a database already at the size is measured again as it is
             conn.execute(f"DROP INDEX IF EXISTS chunks_embedding_{int(dim)}_hnsw")
-        conn.commit()
-        next_file = have // CHUNKS_PER_FILE
         packed = bm25_lists.extension_installed(conn)
         conn.commit()
-        while have < target_chunks:
-            files = min(BATCH_CHUNKS, target_chunks - have) // CHUNKS_PER_FILE
-            buffer = io.StringIO("".join(_stage_rows(rng, words, cumulative, next_file, files)))
-            conn.execute("CREATE TEMP TABLE IF NOT EXISTS kdbl_bench_stage "
-                         "(file_no bigint, seq int, body text) ON COMMIT DELETE ROWS")
-            with conn.cursor() as cur, cur.copy("COPY kdbl_bench_stage FROM STDIN") as copy:
-                copy.write(buffer.getvalue())
-            [written] = conn.execute(_INSERT_BATCH.format(keyword=_PACKED if packed else _ROWS), {
-                "tenant": tenant_id, "source": source_id, "first_file": next_file,
-                "last_file": next_file + files - 1, "per_file": CHUNKS_PER_FILE, "dim": dim,
-                "model": model_id}).fetchone()
+    statement = _INSERT_BATCH.format(keyword=_PACKED if packed else _ROWS)
+    batches = []  # (first file, files): each seeded by its first file, the same rows whatever the writers
+    next_file, planned = have // CHUNKS_PER_FILE, have
+    while planned < target_chunks:
+        files = min(BATCH_CHUNKS, target_chunks - planned) // CHUNKS_PER_FILE
+        if files <= 0:
+            break
+        batches.append((next_file, files))
+        next_file, planned = next_file + files, planned + files * CHUNKS_PER_FILE
+    lock, done = threading.Lock(), {"chunks": have, "added": 0, "postings": 0}
+    started = time.perf_counter()
+
+    def write(queue: list[tuple[int, int]]) -> None:
+        with psycopg.connect(conninfo(owner_url)) as conn:  # one transaction per batch
+            conn.execute("CREATE TEMP TABLE kdbl_bench_stage (file_no bigint, seq int, body text) "
+                         "ON COMMIT DELETE ROWS")
             conn.commit()
-            postings += written
-            have += files * CHUNKS_PER_FILE
-            added += files * CHUNKS_PER_FILE
-            next_file += files
-            log(f"scale: {have:,} chunks ({added / (time.perf_counter() - started):,.0f} chunks/s)")
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    first, files = queue.pop(0)
+                rng = random.Random(first)
+                body = "".join(_stage_rows(rng, words, cumulative, first, files))
+                with conn.cursor() as cur, cur.copy("COPY kdbl_bench_stage FROM STDIN") as copy:
+                    copy.write(body)
+                [written] = conn.execute(statement, {
+                    "tenant": tenant_id, "source": source_id, "first_file": first, "last_file": first + files - 1,
+                    "per_file": CHUNKS_PER_FILE, "dim": dim, "model": model_id}).fetchone()
+                conn.commit()
+                with lock:
+                    done["chunks"] += files * CHUNKS_PER_FILE
+                    done["added"] += files * CHUNKS_PER_FILE
+                    done["postings"] += written
+                    log(f"scale: {done['chunks']:,} chunks "
+                        f"({done['added'] / (time.perf_counter() - started):,.0f} chunks/s)")
+
+    queue = list(batches)
+    with ThreadPoolExecutor(max(1, writers), thread_name_prefix="kdbl-bench-write") as pool:
+        for future in [pool.submit(write, queue) for _ in range(max(1, min(writers, len(batches))))]:
+            future.result()
     seconds = time.perf_counter() - started
-    return {"chunks_added": added, "postings_added": postings, "seconds": round(seconds, 1),
+    added, postings = done["added"], done["postings"]
+    return {"chunks_added": added, "postings_added": postings, "seconds": round(seconds, 1), "writers": writers,
             "chunks_per_s": round(added / seconds, 1) if added else None,
             "postings_per_s": round(postings / seconds, 1) if added else None}
 
@@ -247,8 +272,10 @@ def storage(owner_url: str) -> dict[str, Any]:
 
 def run_scale_bench(owner_url: str, dataset: Path, work_dir: Path, *, sizes: list[int], model_path: Path,
                     n_queries: int, clients: int, seconds: float, log: Any,
-                    lexical_only: bool = False) -> dict[str, Any]:
-    """`lexical_only`: chunks without vectors, no HNSW, lexical search alone (the 10M run)."""
+                    lexical_only: bool = False, writers: int = 2,
+                    exhaustive_queries: int | None = None) -> dict[str, Any]:
+    """`lexical_only`: chunks without vectors, no HNSW, lexical search alone (the 10M run); `writers`: the
+    load's connections; `exhaustive_queries`: the exhaustive reference on a sample of the queries."""
     embedder = Embedder(model_path, n_threads=2)
     dim, model_id = (0, None) if lexical_only else (embedder.dim, embedder.model_id)
     del embedder
@@ -266,7 +293,7 @@ def run_scale_bench(owner_url: str, dataset: Path, work_dir: Path, *, sizes: lis
     steps = []
     for size in sorted(sizes):
         load = grow(owner_url, tenant.id, source.id, size, dim=dim, model_id=model_id, words=words,
-                    cumulative=cumulative, log=log)
+                    cumulative=cumulative, log=log, writers=writers)
         upkeep = maintain(owner_url, dim, log, tenant.id)
         port = free_port()
         # the result cache off: every call pays its search (16 clients cycling 200 queries would otherwise
@@ -289,8 +316,8 @@ def run_scale_bench(owner_url: str, dataset: Path, work_dir: Path, *, sizes: lis
                 log(f"scale: {size:,} chunks, {mode}: {json.dumps(step[mode])}")
             # after the HTTP passes: the references read every posting (9 GB of postings key at 1M) and
             # would push the served method's working set (HNSW graph, packed lists) out of the buffers
-            step["keyword_arm"] = asyncio.run(bench_exhaustive.compare(owner_url, tenant.id, TENANT, queries,
-                                                                       settings=get_settings()))
+            step["keyword_arm"] = asyncio.run(bench_exhaustive.compare(
+                owner_url, tenant.id, TENANT, queries, settings=get_settings(), exhaustive_queries=exhaustive_queries))
             log(f"scale: {size:,} chunks, keyword arm vs exhaustive: {json.dumps(step['keyword_arm'])}")
         finally:
             stop_api(api)
@@ -352,15 +379,17 @@ def summarise(result: dict[str, Any]) -> str:
     for s in steps:
         arm, mb = s["keyword_arm"], s["maintenance"]["database_mb"]
         agree = f"{arm['agreement']['identical_share']:.1%} / {arm['agreement']['mean_overlap_at_10']:.3f}"
+        if arm.get("exhaustive_queries", result["queries"]) < result["queries"]:
+            agree += f" ({arm['exhaustive_queries']} sampled)"
         lines.append(f"| {s['chunks']:,} | {_pair(s['lexical'])} | {_pair(arm['served_sql'])} ({arm['method']}) "
                      f"| {_pair(arm['exhaustive_sql'])} | {agree} | {_pair(s['hybrid']) if 'hybrid' in s else '-'} "
                      f"| {mb:,} |")
-    lines += ["", f"{'ingestion':>10} {'chunks/s':>10} {'postings/s':>12} {'postings':>12} "
+    lines += ["", f"{'ingestion':>10} {'writers':>7} {'chunks/s':>10} {'postings/s':>12} {'postings':>12} "
               f"{'HNSW build s':>13} {'vacuum s':>9} {'lists build s':>14}"]
     for s in steps:
         load, upkeep = s["load"], s["maintenance"]
         chunks_s, postings_s = load["chunks_per_s"] or "-", load["postings_per_s"] or "-"
-        lines.append(f"{s['chunks']:>10,} {chunks_s:>10} {postings_s:>12} {load['postings_added']:>12,} "
+        lines.append(f"{s['chunks']:>10,} {load.get('writers', 1):>7} {chunks_s:>10} {postings_s:>12} {load['postings_added']:>12,} "
                      f"{upkeep['hnsw_build_s']:>13} {upkeep['vacuum_s']:>9} {upkeep.get('lists_build_s') or '-':>14}")
     for s in steps:
         for key, value in s.items():

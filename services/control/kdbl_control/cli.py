@@ -275,6 +275,10 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--work-dir", type=Path, help="where the embedded database goes (default: /tmp/kdbl-scale)")
     sc.add_argument("--lexical-only", action="store_true",
                     help="chunks without vectors, no HNSW, lexical search alone (e.g. the 10M run)")
+    sc.add_argument("--writers", type=int, help="connections writing the load at once "
+                    "(default: KDBL_WRITE_CONNECTIONS, as the worker)")
+    sc.add_argument("--exhaustive-queries", type=int, help="the exhaustive reference on the first N queries "
+                    "only (default: all; at 10M chunks each takes seconds)")
     ve = bsub.add_parser("vectors", help="the vector arm on a bench scale tenant (--data-dir): HNSW size, "
                          "ef_search vs recall, iterative scans under RLS, halfvec / binary quantisation")
     ve.add_argument("--dataset", type=Path, default=bs.get_default("dataset"),
@@ -490,7 +494,8 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
             result = bench_scale.run_scale_bench(
                 db.owner_url, args.dataset, work, sizes=sizes, model_path=model, n_queries=args.queries,
                 clients=args.clients, seconds=args.seconds, log=lambda line: print(line, file=sys.stderr),
-                lexical_only=args.lexical_only)
+                lexical_only=args.lexical_only, writers=args.writers or settings.write_connections,
+                exhaustive_queries=args.exhaustive_queries)
         print(json.dumps(result, indent=2, default=str) if args.json else bench_scale.summarise(result))
         return 0
     options = {"clients": args.clients, "seconds": args.seconds, "n_queries": args.queries, "mode": args.mode,
