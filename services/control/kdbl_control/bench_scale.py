@@ -18,7 +18,6 @@ chunk of each search table and index (storage), and chunks/s and postings/s of t
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import random
 import re
