@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import math
 import socket
 import threading
-import json
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -38,6 +40,22 @@ _POOLS: dict[str, Pool] = {}
 # rows, and a build deletes those it packs, so tests read the whole truth here.
 POSTINGS = ("(SELECT c.tenant_id, t.term, c.id AS chunk_id, c.source_id, c.file_id, t.tf, c.token_count AS dl "
             "FROM chunks c CROSS JOIN LATERAL unnest(string_to_array(c.terms, ' '), c.tfs) AS t(term, tf))")
+
+
+def bm25_reference(postings: dict[str, dict[str, tuple[int, int]]], qterms, k1: float = 1.2,
+                   b: float = 0.75) -> dict[str, float]:
+    """BM25 of each key over `postings` ({key: {term: (tf, dl)}}, one chunk a key) alone: the scores a
+    caller who sees exactly those chunks must get."""
+    n = len(postings)
+    avgdl = sum(next(iter(t.values()))[1] for t in postings.values()) / n
+    df = Counter(term for terms in postings.values() for term in terms)
+    scores = {}
+    for key, terms in postings.items():
+        score = sum(math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) * terms[t][0] * (k1 + 1)
+                    / (terms[t][0] + k1 * (1 - b + b * terms[t][1] / avgdl)) for t in qterms if t in terms)
+        if score > 0:
+            scores[key] = score
+    return scores
 
 
 def db_of(engine) -> Pool:

@@ -8,12 +8,10 @@ scores must be identical in both, and equal to BM25 computed over the visible ch
 
 from __future__ import annotations
 
-import math
 import uuid
-from collections import Counter
 
 import pytest
-from helpers import POSTINGS, db_of, make_corpus
+from helpers import POSTINGS, bm25_reference, db_of, make_corpus
 from sqlalchemy import text
 
 from kdbl_control import admin
@@ -61,19 +59,6 @@ async def _view(api_pool, tenant_id: uuid.UUID, tenant: str, query: str = QUERY)
     return ({h.key: h.score for h in hits}, sorted(rare), {by_id[i]: s for i, s in exact.items()}, postings, qterms)
 
 
-def _reference(postings, qterms, k1=1.2, b=0.75) -> dict[str, float]:
-    n = len(postings)
-    avgdl = sum(next(iter(t.values()))[1] for t in postings.values()) / n
-    df = Counter(term for terms in postings.values() for term in terms)
-    scores = {}
-    for key, terms in postings.items():
-        score = sum(math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) * terms[t][0] * (k1 + 1)
-                    / (terms[t][0] + k1 * (1 - b + b * terms[t][1] / avgdl)) for t in qterms if t in terms)
-        if score > 0:
-            scores[key] = score
-    return scores
-
-
 async def test_a_restricted_source_the_caller_cannot_see_does_not_move_its_scores(
         owner_engine, worker_engine, api_pool, tmp_path, unique):
     bare = f"vis-bare-{unique}"
@@ -86,7 +71,7 @@ async def test_a_restricted_source_the_caller_cannot_see_does_not_move_its_score
     scores_busy, rare_busy, exact_busy, _, _ = await _view(api_pool, busy_id, busy)
     assert set(scores_busy) == {"a.txt", "b.txt", "c.txt"}
     assert scores_busy == scores_bare  # identical, not approximately
-    assert scores_bare == pytest.approx(_reference(postings, qterms), rel=1e-9)
+    assert scores_bare == pytest.approx(bm25_reference(postings, qterms), rel=1e-9)
     # the two files that differ by one word: the hidden zebras do not make "zebra" look common
     assert scores_busy["a.txt"] > scores_busy["b.txt"]
     assert exact_busy == exact_bare == pytest.approx(scores_bare, rel=1e-9)
@@ -108,7 +93,7 @@ async def test_files_granted_one_by_one_count_only_themselves(owner_engine, work
     scores_among, rare_among, exact_among, _, _ = await _view(api_pool, among_id, among)
     assert set(scores_among) == {"a.txt", "b.txt", "c.txt", "g.txt"}
     assert scores_among == scores_alone
-    assert scores_alone == pytest.approx(_reference(postings, qterms), rel=1e-9)
+    assert scores_alone == pytest.approx(bm25_reference(postings, qterms), rel=1e-9)
     assert exact_among == exact_alone
     assert rare_among == rare_alone
 
@@ -125,7 +110,7 @@ async def test_statistics_follow_a_grant_and_a_deleted_source(owner_engine, work
     admin.add_grant(db_of(owner_engine), source_id=hidden.source_id, subject="user:alice")
     granted, _, _, postings, qterms = await _view(api_pool, tenant_id, name)
     assert len(granted) == 3 + len(HIDDEN)  # now visible, and counted
-    assert granted == pytest.approx(_reference(postings, qterms), rel=1e-9)
+    assert granted == pytest.approx(bm25_reference(postings, qterms), rel=1e-9)
     with owner_engine.begin() as conn:
         conn.execute(text("DELETE FROM sources WHERE id = :s"), {"s": hidden.source_id})
         left = conn.execute(text("SELECT (SELECT count(*) FROM term_stats WHERE source_id = :s) "

@@ -16,7 +16,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from kdbl_core import sources
-from kdbl_core.access import policy, tokens
+from kdbl_core.access import policy, share_acl, tokens
 from kdbl_core.access.principal import ALL_SCOPES
 from kdbl_core.db.connect import Pool
 from kdbl_core.errors import Conflict, InvalidArgument, NotFound
@@ -111,7 +111,12 @@ def update_tenant(db: Pool, name: str, *, enabled: bool | None = None, tools: st
 
 def add_source(db: Pool, tenant_name: str, *, protocol: str, config: dict[str, Any], name: str | None,
                restricted: bool = False, hybrid: bool = True, exist_ok: bool = False,
-               schedule: str | None = None, force: bool = False) -> Any:
+               schedule: str | None = None, force: bool = False, permissions: str | None = None,
+               permission_map: dict[str, str] | None = None) -> Any:
+    """`permissions`: tenant | grants | from-source (kdbl_core.access.share_acl; default: grants when
+    `restricted`, else tenant); `permission_map`: ids and SIDs to principals for from-source."""
+    mode = share_acl.acl_mode(permissions or ("grants" if restricted else "tenant"), protocol)
+    names = _permission_map(permission_map)
     if protocol == "fs":
         root = Path(config["root"]).expanduser().resolve()
         if not root.is_dir():
@@ -136,10 +141,38 @@ def add_source(db: Pool, tenant_name: str, *, protocol: str, config: dict[str, A
             raise Conflict(f"tenant '{tenant_name}' already has a source named '{name}' (pick --name)")
         _guard(tenant, force)
         return conn.execute(
-            "INSERT INTO sources (tenant_id, name, protocol, config, acl_mode, hybrid_enabled, schedule) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING *",
-            (tenant.id, name, protocol, Jsonb(config), "restricted" if restricted else "tenant", hybrid,
-             schedule)).fetchone()
+            "INSERT INTO sources (tenant_id, name, protocol, config, acl_mode, hybrid_enabled, schedule, "
+            "permission_map) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING *",
+            (tenant.id, name, protocol, Jsonb(config), mode, hybrid, schedule, Jsonb(names))).fetchone()
+
+
+def _permission_map(names: dict[str, str] | None) -> dict[str, str]:
+    share_acl.PrincipalMap(dict(names or {}), host_names=False)  # ConfigError naming the bad entry
+    return dict(names or {})
+
+
+def set_source_permissions(db: Pool, source_id: uuid.UUID, permissions: str, *,
+                           permission_map: dict[str, str] | None = None, force: bool = False) -> dict[str, Any]:
+    """Switch who may read a source's files. Leaving from-source clears its files' permission sets in the
+    same transaction (nothing stays readable by rules the source no longer uses); entering it, each file
+    is readable by its share's permissions from the next crawl on — until then by grants alone (closed)."""
+    with db.connection() as conn:
+        source = conn.execute("SELECT * FROM sources WHERE id = %s FOR UPDATE", (source_id,)).fetchone()
+        if source is None:
+            raise NotFound(f"no source {source_id}")
+        _guard(source, force)
+        mode = share_acl.acl_mode(permissions, source.protocol)
+        names = source.permission_map if permission_map is None else _permission_map(permission_map)
+        conn.execute("UPDATE sources SET acl_mode = %s, permission_map = %s, updated_at = now() WHERE id = %s",
+                     (mode, Jsonb(names), source_id))
+        cleared = 0
+        if mode != "source":
+            cleared = conn.execute("UPDATE files SET permission_set = NULL WHERE source_id = %s "
+                                   "AND permission_set IS NOT NULL", (source_id,)).rowcount
+    return {"id": source_id, "permissions": permissions, "acl_mode": mode, "permission_map": names,
+            "files_cleared": cleared,
+            "note": ("the share's permissions apply from the next crawl (kdbl-control crawl --source ...)"
+                     if mode == "source" and source.acl_mode != "source" else None)}
 
 
 def update_source_labels(db: Pool, source_id: uuid.UUID, *, labels: list[str] | None = None,
@@ -258,13 +291,7 @@ def add_grant(db: Pool, *, source_id: uuid.UUID, subject: str, file_key: str | N
 
 
 def set_source_acl(db: Pool, source_id: uuid.UUID, *, restricted: bool, force: bool = False) -> None:
-    with db.connection() as conn:
-        source = _source(conn, source_id)
-        if source is None:
-            raise NotFound(f"no source {source_id}")
-        _guard(source, force)
-        conn.execute("UPDATE sources SET acl_mode = %s WHERE id = %s",
-                     ("restricted" if restricted else "tenant", source_id))
+    set_source_permissions(db, source_id, "grants" if restricted else "tenant", force=force)
 
 
 def list_grants(db: Pool, source_id: uuid.UUID | None = None) -> list[dict[str, Any]]:

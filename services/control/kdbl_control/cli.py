@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from kdbl_core.access.principal import ALL_SCOPES
+from kdbl_core.access.share_acl import PERMISSION_MODES
 from kdbl_core.errors import ConfigError, KdblError, Unavailable, exit_line_of
 from kdbl_core.settings import Settings, load_settings, named_env
 
@@ -165,7 +166,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="labels for the keys a glob matches (repeatable)")
     sa.add_argument("--schedule", help="crawl schedule, e.g. '@every 15m', '@hourly'")
     sa.add_argument("--name")
-    sa.add_argument("--restricted", action="store_true", help="only granted principals see it")
+    sa.add_argument("--restricted", action="store_true", help="only granted principals see it "
+                    "(the same as --permissions grants)")
+    sa.add_argument("--permissions", choices=list(PERMISSION_MODES),
+                    help="who reads its files: the whole tenant (default), granted principals, or whoever the "
+                    "share's own permissions allow (fs: POSIX bits and ACLs; smb: NTFS access lists)")
+    sa.add_argument("--permission-map", type=Path, metavar="FILE",
+                    help="from-source: a JSON object mapping 'uid:N', 'gid:N' and SIDs to 'user:NAME', "
+                    "'group:NAME' or '*' (unmapped ids are looked up on the crawling host, else kept numeric)")
     sa.add_argument("--no-hybrid", action="store_true")
     sa.add_argument("--force", action="store_true", help="even in a tenant the operator manages")
     su = source.add_parser("update", help="change a source's labels (its files are relabelled at once)")
@@ -176,6 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     su.add_argument("--no-labels", action="store_true", help="remove the source's labels and label globs")
     su.add_argument("--object-tags", action=argparse.BooleanOptionalAction, default=None,
                     help="s3: object tags become labels (reaches a file at its next re-index)")
+    su.add_argument("--permissions", choices=list(PERMISSION_MODES),
+                    help="who reads its files (see source add); from-source applies from the next crawl")
+    su.add_argument("--permission-map", type=Path, metavar="FILE",
+                    help="from-source: replace the id / SID map (a JSON object; see source add)")
     su.add_argument("--force", action="store_true", help="even for a source the operator manages")
     sl = source.add_parser("list")
     sl.add_argument("--tenant")
@@ -223,6 +235,13 @@ def build_parser() -> argparse.ArgumentParser:
     gr = gsub.add_parser("revoke")
     gr.add_argument("id", type=int)
     gr.add_argument("--force", action="store_true", help="even an operator-managed grant")
+    ge = gsub.add_parser("explain", help="whether a principal may read a file, and which grant or share "
+                         "permission decides it")
+    ge.add_argument("--source", type=uuid.UUID, required=True)
+    ge.add_argument("--file", required=True, help="the file's key in the source")
+    ge.add_argument("--principal", required=True,
+                    help="user:NAME (an OIDC subject or a token's principal), or NAME")
+    ge.add_argument("--group", action="append", default=[], help="a group claim of the principal (repeatable)")
     gm = gsub.add_parser("restrict", help="make a source visible only to granted principals")
     gm.add_argument("--source", type=uuid.UUID, required=True)
     gm.add_argument("--open", action="store_true", help="the reverse: visible to the whole tenant")
@@ -589,6 +608,20 @@ def source_config(args: argparse.Namespace) -> dict[str, Any]:
                          label_globs=label_globs(args) or None, follow_symlinks=args.follow_symlinks).stored
 
 
+def _permission_map_file(path: Path | None) -> dict[str, str] | None:
+    """`--permission-map FILE`: a JSON object of strings (kdbl_core.access.share_acl.PrincipalMap)."""
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--permission-map {path}: {exc}") from exc
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        raise ConfigError(f"--permission-map {path}: want a JSON object of strings, e.g. "
+                          '{"uid:1000": "user:alice", "gid:100": "group:staff", "S-1-5-21-1-2-3-1104": "user:bob"}')
+    return data
+
+
 def label_globs(args: argparse.Namespace) -> dict[str, list[str]]:
     """--label-glob GLOB=LABEL[,LABEL...] options as the stored `label_globs` (a glob given twice: one entry)."""
     from kdbl_core.errors import InvalidArgument
@@ -671,14 +704,23 @@ def _dispatch(args: argparse.Namespace, settings: Settings, db: Any, admin: Any)
     elif cmd == "source" and action == "add":
         source = admin.add_source(db, args.tenant, protocol=args.protocol, config=source_config(args),
                               name=args.name, restricted=args.restricted, hybrid=not args.no_hybrid,
-                              schedule=source_schedule(args), force=args.force)
+                              schedule=source_schedule(args), force=args.force, permissions=args.permissions,
+                              permission_map=_permission_map_file(args.permission_map))
         print(source.id)
     elif cmd == "source" and action == "update":
-        globs = label_globs(args)
-        _print(args, admin.update_source_labels(
-            db, args.source, labels=[] if args.no_labels else args.label,
-            label_globs={} if args.no_labels else (globs or None), object_tags=args.object_tags,
-            force=args.force))
+        if args.permissions or args.permission_map:
+            if args.permissions is None:
+                raise ConfigError("--permission-map goes with --permissions from-source")
+            _print(args, admin.set_source_permissions(db, args.source, args.permissions,
+                                                      permission_map=_permission_map_file(args.permission_map),
+                                                      force=args.force))
+        if args.label or args.label_glob or args.no_labels or args.object_tags is not None \
+                or not (args.permissions or args.permission_map):
+            globs = label_globs(args)
+            _print(args, admin.update_source_labels(
+                db, args.source, labels=[] if args.no_labels else args.label,
+                label_globs={} if args.no_labels else (globs or None), object_tags=args.object_tags,
+                force=args.force))
     elif cmd == "source" and action == "files":
         from kdbl_control import file_report
 
@@ -712,6 +754,12 @@ def _dispatch(args: argparse.Namespace, settings: Settings, db: Any, admin: Any)
         print(grant.id)
     elif cmd == "grant" and action == "list":
         _print(args, admin.list_grants(db, args.source))
+    elif cmd == "grant" and action == "explain":
+        from kdbl_control import grant_explain
+
+        report = grant_explain.explain(db, args.source, args.file, args.principal, args.group)
+        print(json.dumps(report, indent=2, default=str) if args.json else grant_explain.render(report))
+        return 0 if report["readable"] else 1
     elif cmd == "grant" and action == "revoke":
         admin.revoke_grant(db, args.id, force=args.force)
         print("revoked")

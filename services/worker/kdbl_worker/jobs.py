@@ -236,15 +236,15 @@ _FENCE_JOB = "id = %(id)s AND state = 'listing' AND leased_by = %(holder)s AND a
 
 _INSERT_ITEMS = """
 INSERT INTO crawl_items (job_id, tenant_id, source_id, key, size, mtime, etag, storage_class, owner, mode,
-                         uid, gid, had_file, sidecar_key)
+                         uid, gid, had_file, sidecar_key, permission_set)
 SELECT j.id, j.tenant_id, j.source_id, u.key, u.size, u.mtime, u.etag, u.storage_class, u.owner, u.mode,
-       u.uid, u.gid, u.had_file, u.sidecar_key
+       u.uid, u.gid, u.had_file, u.sidecar_key, u.permission_set
   FROM crawl_jobs j,
        unnest(CAST(%(keys)s AS text[]), CAST(%(sizes)s AS bigint[]), CAST(%(mtimes)s AS timestamptz[]),
               CAST(%(etags)s AS text[]), CAST(%(classes)s AS text[]), CAST(%(owners)s AS text[]),
               CAST(%(modes)s AS int[]), CAST(%(uids)s AS int[]), CAST(%(gids)s AS int[]), CAST(%(had)s AS boolean[]),
-              CAST(%(sidecars)s AS text[]))
-         AS u(key, size, mtime, etag, storage_class, owner, mode, uid, gid, had_file, sidecar_key)
+              CAST(%(sidecars)s AS text[]), CAST(%(sets)s AS bigint[]))
+         AS u(key, size, mtime, etag, storage_class, owner, mode, uid, gid, had_file, sidecar_key, permission_set)
  WHERE j.id = %(id)s AND j.state = 'listing' AND j.leased_by = %(holder)s AND j.attempts = %(attempt)s
 ON CONFLICT (job_id, key) DO NOTHING
 """
@@ -266,7 +266,7 @@ def add_items(conn: Connection, job_id: int, lease: Lease, items: Sequence[ItemR
         "classes": [i.file.storage_class for i in items], "owners": [i.file.owner for i in items],
         "modes": [i.file.mode for i in items], "uids": [i.file.uid for i in items],
         "gids": [i.file.gid for i in items], "had": [i.had_file for i in items],
-        "sidecars": [i.sidecar_key for i in items],
+        "sidecars": [i.sidecar_key for i in items], "sets": [i.file.permission_set for i in items],
     })
     if result.rowcount == 0 and not _fence_ok(conn, job_id, lease):
         raise LeaseLost(f"job {job_id}: listing lease lost")
@@ -359,7 +359,7 @@ UPDATE crawl_items i
   FROM picked
  WHERE i.id = picked.id
 RETURNING i.id, i.job_id, i.tenant_id, i.source_id, i.key, i.size, i.mtime, i.etag, i.storage_class, i.owner,
-          i.mode, i.uid, i.gid, i.had_file, i.attempts, i.sidecar_key
+          i.mode, i.uid, i.gid, i.had_file, i.attempts, i.sidecar_key, i.permission_set
 """
 
 
@@ -373,7 +373,7 @@ def claim_items(conn: Connection, holder: str, *, n: int, lease_s: float, max_at
     }).fetchall()
     return sorted((ItemClaim(r.id, r.job_id, r.tenant_id, r.source_id,
                              FileMeta(r.key, r.size, r.mtime, r.etag, r.storage_class, r.owner, r.mode, r.uid,
-                                      r.gid),
+                                      r.gid, permission_set=r.permission_set),
                              r.had_file, Lease(holder, r.attempts), r.sidecar_key)
                    for r in rows), key=lambda c: c.id)
 

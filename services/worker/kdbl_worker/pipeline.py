@@ -48,10 +48,11 @@ from contextlib import closing
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+from kdbl_core.access import share_acl, share_sets
 from kdbl_core.access.principal import tenant_transaction
 from kdbl_core.content import store
 from kdbl_core.content.records import Chunk, FileMeta
-from kdbl_core.db.connect import Pool
+from kdbl_core.db.connect import Connection, Pool
 from kdbl_core.settings import Settings
 from kdbl_core.sources import relabel
 from kdbl_core.sources.globs import Selection
@@ -125,11 +126,18 @@ class SourceRow:
     protocol: str
     config: dict
     enabled: bool
+    acl_mode: str = "tenant"
+    permission_map: dict = field(default_factory=dict)
+
+    @property
+    def from_share(self) -> bool:
+        """Its files are read by whom the share's own permissions allow (migration 0023)."""
+        return self.acl_mode == "source"
 
 
 def load_sources(pool: Pool, *, tenant: str | None = None,
                  source_id: uuid.UUID | None = None) -> list[SourceRow]:
-    sql = ("SELECT s.id, s.tenant_id, s.protocol, s.config, s.enabled FROM sources s "
+    sql = ("SELECT s.id, s.tenant_id, s.protocol, s.config, s.enabled, s.acl_mode, s.permission_map FROM sources s "
            "JOIN tenants t ON t.id = s.tenant_id WHERE true")
     params: dict = {}
     if tenant is not None:
@@ -140,7 +148,34 @@ def load_sources(pool: Pool, *, tenant: str | None = None,
         params["sid"] = source_id
     with pool.connection() as conn:
         rows = conn.execute(sql + " ORDER BY t.name, s.name", params).fetchall()
-    return [SourceRow(r.id, r.tenant_id, r.protocol, r.config, r.enabled) for r in rows]
+    return [SourceRow(r.id, r.tenant_id, r.protocol, r.config, r.enabled, r.acl_mode, r.permission_map)
+            for r in rows]
+
+
+class _SharePermissions:
+    """A from-source listing: each file's permissions as rules (kdbl_core.access.share_acl), their set's id
+    on the file as it is queued, and at the end those of unchanged files applied (share_sets.apply)."""
+
+    def __init__(self, pool: Pool, source: SourceRow) -> None:
+        self.source = source
+        self.names = share_acl.PrincipalMap(dict(source.permission_map or {}))
+        self.ids = share_sets.SetIds(pool, source.tenant_id)
+        self.sets: dict[str, int] = {}
+
+    def file(self, remote: FileMeta) -> FileMeta:
+        if remote.access is None:  # a connector that lists none: nobody reads it but by a grant
+            rules: share_acl.Rules = ((),)
+        else:
+            rules = share_acl.rules_for(remote.access, self.names)
+        set_id = self.sets[remote.key] = self.ids.id_for(rules)
+        return replace(remote, access=None, permission_set=set_id)
+
+    def apply(self, conn: Connection, job_id: int, known: dict[str, store.FileState]) -> None:
+        changed = {k: v for k, v in self.sets.items() if k in known and known[k].permission_set != v}
+        done = share_sets.apply(conn, self.source.tenant_id, self.source.id, job_id, changed)
+        if done:
+            log.info("permissions from the share changed for %d files", done,
+                     extra={"source_id": str(self.source.id), "job_id": job_id, "permission_sets": len(self.ids)})
 
 
 def _clean(value: str) -> str:
@@ -321,7 +356,9 @@ class Indexer:
                 if len(batch) >= ITEM_BATCH:
                     self._queue(job, batch)
 
-            for remote in connector.walk():
+            share = _SharePermissions(self.pool, source) if source.from_share else None
+            lists_access = share is not None and source.protocol in share_acl.FROM_SOURCE_PROTOCOLS
+            for remote in (connector.walk(access=True) if lists_access else connector.walk()):
                 self.activity.progressed(remote.key)
                 if stop.is_set():
                     with self.pool.connection() as conn:
@@ -330,6 +367,8 @@ class Indexer:
                 if not selection(remote.key):
                     excluded += 1
                     continue
+                if share is not None:
+                    remote = share.file(remote)
                 listed.add(remote.key)
                 if extract.is_media(remote.key):
                     sidecars.media.append(remote)  # paired with its subtitles once the listing is complete
@@ -351,6 +390,8 @@ class Indexer:
             with tenant_transaction(self.pool, job.tenant_id) as conn:
                 jobs.lock_listing(conn, job.id, job.lease)
                 deleted = store.delete_files(conn, job.tenant_id, job.source_id, gone) if gone else 0
+                if share is not None:  # files the share now allows others to read, re-read or not
+                    share.apply(conn, job.id, known)
                 jobs.finish_listing(conn, job.id, job.lease, listed=len(listed), excluded=excluded,
                                     unchanged=unchanged, deleted=deleted,
                                     problems=quota.problems() + list(connector.problems.items))

@@ -16,6 +16,7 @@ from uuid import UUID
 
 from psycopg_pool import ConnectionPool
 
+from kdbl_core.access.share_acl import is_sid
 from kdbl_core.db.async_pool import AsyncPool, Statement
 from kdbl_core.db.async_pool import Connection as AsyncConnection
 from kdbl_core.db.connect import Connection
@@ -36,8 +37,13 @@ class Principal:
 
     @property
     def subjects(self) -> list[str]:
-        """The subject plus one 'group:<name>' entry per group: what grants are matched against."""
-        return [self.subject, *(f"group:{g}" for g in self.groups)]
+        """The subject plus one 'group:<name>' entry per group: what grants and the share's permissions
+        (kdbl_core.access.share_acl) are matched against. A subject or group claim that is a Windows SID
+        (an AD-backed identity provider's `groups` claim, e.g.) also matches SMB access lists as 'sid:S-...'."""
+        subjects = [self.subject, *(f"group:{g}" for g in self.groups)]
+        name = self.subject.partition(":")[2]
+        subjects += [f"sid:{v}" for v in (name, *self.groups) if is_sid(v)]
+        return subjects
 
 
 _SUBJECT_SEP = "\x1f"

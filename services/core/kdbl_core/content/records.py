@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,10 @@ class FileMeta:
     uid: int | None = None
     gid: int | None = None
     content_type: str | None = None
+    # the share's permissions for this file (kdbl_core.access.share_acl.FileAccess), listed for a source
+    # whose permissions come from the share; typed loosely: content and access are sibling zones
+    access: Any = None
+    permission_set: int | None = None  # those permissions' permission_sets.id (kdbl_core.access.share_sets)
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,7 @@ class FileState:
     status: str
     status_reason: str | None = None
     stale: bool = False  # its chunks were indexed with an older analysis (files.index_format): index it again
+    permission_set: int | None = None  # the share's permissions when they were last applied (migration 0023)
 
 
 # Dropping a file's indexed content, in one statement: its chunks and postings go, and the statistics
@@ -112,10 +113,10 @@ _FILE_UPSERT = """old AS (
 ), f AS (
     INSERT INTO files (tenant_id, source_id, key, size, mtime, etag, content_type, storage_class, owner,
                        mode, uid, gid, status, status_reason, title, authors, labels, own_labels, chunk_count, text_chars,
-                       index_runs, indexed_at, seen_at, index_format)
+                       index_runs, indexed_at, seen_at, index_format, permission_set)
     SELECT %(tenant_id)s, %(source_id)s, %(key)s, %(size)s, %(mtime)s, %(etag)s, %(content_type)s, %(storage_class)s, %(owner)s,
            %(mode)s, %(uid)s, %(gid)s, %(status)s, %(status_reason)s, %(title)s, %(authors)s, %(labels)s, %(own_labels)s,
-           %(chunk_count)s, %(text_chars)s, 1, now(), now(), %(index_format)s
+           %(chunk_count)s, %(text_chars)s, 1, now(), now(), %(index_format)s, %(permission_set)s
       FROM old WHERE old.n = 0
     ON CONFLICT (source_id, key) DO UPDATE SET
         size = EXCLUDED.size, mtime = EXCLUDED.mtime, etag = EXCLUDED.etag,
@@ -124,7 +125,8 @@ _FILE_UPSERT = """old AS (
         status = EXCLUDED.status, status_reason = EXCLUDED.status_reason, title = EXCLUDED.title,
         authors = EXCLUDED.authors, labels = EXCLUDED.labels, own_labels = EXCLUDED.own_labels,
         chunk_count = EXCLUDED.chunk_count, text_chars = EXCLUDED.text_chars, parent_id = NULL,
-        index_runs = files.index_runs + 1, indexed_at = now(), seen_at = now(), index_format = EXCLUDED.index_format
+        index_runs = files.index_runs + 1, indexed_at = now(), seen_at = now(), index_format = EXCLUDED.index_format,
+        permission_set = EXCLUDED.permission_set
     RETURNING id
 )"""
 # A member of a listed file (its members were just dropped, so a conflict is another file's key: a real
@@ -132,10 +134,10 @@ _FILE_UPSERT = """old AS (
 _MEMBER_INSERT = """old AS (SELECT 0 AS n), f AS (
     INSERT INTO files (tenant_id, source_id, key, size, mtime, etag, content_type, storage_class, owner,
                        mode, uid, gid, status, status_reason, title, authors, labels, own_labels, chunk_count, text_chars,
-                       index_runs, indexed_at, seen_at, parent_id, index_format)
+                       index_runs, indexed_at, seen_at, parent_id, index_format, permission_set)
     SELECT %(tenant_id)s, %(source_id)s, %(key)s, %(size)s, %(mtime)s, %(etag)s, %(content_type)s, %(storage_class)s, %(owner)s,
            %(mode)s, %(uid)s, %(gid)s, %(status)s, %(status_reason)s, %(title)s, %(authors)s, %(labels)s, %(own_labels)s,
-           %(chunk_count)s, %(text_chars)s, 1, now(), now(), p.id, %(index_format)s
+           %(chunk_count)s, %(text_chars)s, 1, now(), now(), p.id, %(index_format)s, p.permission_set
       FROM files p WHERE p.source_id = %(source_id)s AND p.key = %(parent_key)s AND p.parent_id IS NULL
     ON CONFLICT (source_id, key) DO NOTHING
     RETURNING id
@@ -427,7 +429,8 @@ def _file_params(tenant_id: uuid.UUID, source_id: uuid.UUID, meta: FileMeta, sta
         "tenant_id": tenant_id, "source_id": source_id, "key": meta.key, "size": meta.size,
         "mtime": meta.mtime, "etag": meta.etag, "content_type": meta.content_type,
         "storage_class": meta.storage_class, "owner": meta.owner, "mode": meta.mode, "uid": meta.uid,
-        "gid": meta.gid, "status": status, "status_reason": status_reason, "title": title,
+        "gid": meta.gid, "permission_set": meta.permission_set, "status": status, "status_reason": status_reason,
+        "title": title,
         "authors": list(authors), "labels": list(labels), "own_labels": list(own_labels), "chunk_count": len(chunks), "text_chars": text_chars,
         "cfg": ts_config,
         "seqs": [c.seq for c in chunks], "bodies": [c.text for c in chunks],
@@ -457,11 +460,12 @@ def load_file_states(conn: Connection, source_id: uuid.UUID) -> dict[str, FileSt
     """The listed files of a source (not their members: those come and go with their parent)."""
     rows = conn.execute(
         "SELECT key, size, mtime, etag, status, status_reason, "
-        "       index_format < %(format)s AND chunk_count > 0 AS stale FROM files "
+        "       index_format < %(format)s AND chunk_count > 0 AS stale, permission_set FROM files "
         "WHERE source_id = %(s)s AND parent_id IS NULL",
         {"s": source_id, "format": analysis.INDEX_FORMAT},
     )
-    return {r.key: FileState(r.size, r.mtime, r.etag, r.status, r.status_reason, r.stale) for r in rows}
+    return {r.key: FileState(r.size, r.mtime, r.etag, r.status, r.status_reason, r.stale, r.permission_set)
+            for r in rows}
 
 
 def _drop_content(conn: Connection, tenant_id: uuid.UUID, file_ids: Sequence[int]) -> None:

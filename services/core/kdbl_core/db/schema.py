@@ -81,9 +81,11 @@ sources = Table(
     Column("managed_by", Text, nullable=False, server_default=text("'cli'::text")),
     Column("last_indexed_at", _TS),
     _now("created_at"), _now("updated_at"),
+    Column("permission_map", JSONB, nullable=False, server_default=text("'{}'::jsonb")),  # 0023
     UniqueConstraint("tenant_id", "name", name="sources_tenant_id_name_key"),
     Index("sources_tenant_idx", "tenant_id"),
-    CheckConstraint("acl_mode = ANY (ARRAY['tenant'::text, 'restricted'::text])", name="sources_acl_mode_check"),
+    CheckConstraint("acl_mode = ANY (ARRAY['tenant'::text, 'restricted'::text, 'source'::text])",
+                    name="sources_acl_mode_check"),
     CheckConstraint(_MANAGED_BY, name="sources_managed_by_check"),
     CheckConstraint("protocol = ANY (ARRAY['fs'::text, 's3'::text, 'smb'::text, 'webdav'::text, 'http'::text])",
                     name="sources_protocol_check"),
@@ -117,7 +119,9 @@ files = Table(
     Column("labels", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
     Column("own_labels", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),  # 0015
     Column("index_format", SmallInteger, nullable=False, server_default=text("0")),  # 0019: content.analysis
+    Column("permission_set", BigInteger, ForeignKey("permission_sets.id")),  # 0023: the share's permissions
     UniqueConstraint("source_id", "key", name="files_source_id_key_key"),
+    Index("files_permission_set_idx", "permission_set", postgresql_where=text("permission_set IS NOT NULL")),
     Index("files_parent_idx", "parent_id", postgresql_where=text("parent_id IS NOT NULL")),
     Index("files_labels_idx", "labels", postgresql_using="gin", postgresql_where=text("labels <> '{}'::text[]")),
     Index("files_tenant_source_key_idx", "tenant_id", "source_id", "key"),
@@ -231,6 +235,29 @@ source_stats = Table(
     _count("files"),
     _count("chunks"),
     PrimaryKeyConstraint("source_id", "model", "shard", name="source_stats_pkey"),
+)
+
+permission_sets = Table(  # the share's permissions, one row per distinct rule set (migration 0023)
+    "permission_sets", metadata,
+    _id(),
+    _fk("tenant_id", "tenants.id"),
+    Column("digest", Text, nullable=False),
+    Column("rules", JSONB, nullable=False),
+    _now("created_at"),
+    UniqueConstraint("tenant_id", "digest", name="permission_sets_tenant_id_digest_key"),
+)
+
+permission_changes = Table(  # each permission change the crawl took from the share (migration 0023)
+    "permission_changes", metadata,
+    _id(),
+    _fk("tenant_id", "tenants.id"),
+    _fk("source_id", "sources.id"),
+    Column("job_id", BigInteger),
+    Column("file_key", Text, nullable=False),
+    Column("before_set", BigInteger),
+    Column("after_set", BigInteger),
+    _now("at"),
+    Index("permission_changes_source_idx", "source_id", "at"),
 )
 
 embedding_rate = Table(  # each embedding process's recent rate per tenant and model (migration 0022)
@@ -393,6 +420,7 @@ crawl_items = Table(
     Column("finished_at", _TS),
     Column("sidecar_key", Text),
     Column("started_at", _TS),
+    Column("permission_set", BigInteger),  # 0023
     _count("breaks", Integer),
     UniqueConstraint("job_id", "key", name="crawl_items_job_id_key_key"),
     Index("crawl_items_holder_idx", "leased_by", postgresql_where=text("state = 'running'::text")),

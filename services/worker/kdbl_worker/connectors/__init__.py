@@ -103,7 +103,10 @@ class ListingProblems:
 class Connector(Protocol):
     problems: ListingProblems
 
-    def walk(self) -> Iterator[FileMeta]: ...
+    def walk(self) -> Iterator[FileMeta]:
+        """Every file, as listed. The fs and smb connectors take `access=True` as well: each file with its
+        permissions (FileMeta.access) for a source whose permissions come from the share."""
+        ...
 
     def open(self, key: str) -> BinaryIO: ...
 

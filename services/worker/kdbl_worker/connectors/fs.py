@@ -46,6 +46,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import BinaryIO
 
+from kdbl_core.access import share_acl
 from kdbl_core.content.records import FileMeta
 from kdbl_worker.connectors import (
     ListingProblems,
@@ -187,6 +188,21 @@ def open_file(root: bytes, relative: bytes, follow: bool = False,
     return os.fdopen(fd, "rb")
 
 
+_ACL_XATTR = "system.posix_acl_access"
+_CLOSED_ACL = b"unreadable"  # parses to an ACL that allows nobody (kdbl_core.access.share_acl.posix_access)
+
+
+def _acl(target: int | str, *, follow: bool = True) -> bytes | None:
+    """The POSIX ACL attribute of a descriptor or path; None when there is none (or the file system has
+    no extended attributes); an attribute that cannot be read makes the file readable by nobody."""
+    try:
+        return os.getxattr(target, _ACL_XATTR, follow_symlinks=follow)
+    except OSError as exc:
+        if exc.errno in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):
+            return None
+        return _CLOSED_ACL
+
+
 @lru_cache(maxsize=4096)
 def _owner(uid: int) -> str | None:
     try:
@@ -222,9 +238,13 @@ class FsConnector:
                 raise SourceUnavailable(f"source root {self.root} is inside the worker's private data "
                                         f"({folder}); it is never read")
 
-    def walk(self) -> Iterator[FileMeta]:
+    def walk(self, access: bool = False) -> Iterator[FileMeta]:
+        """Every regular file beneath the root. `access`: each with its permissions (FileMeta.access: the
+        file's owner, group, bits and POSIX ACL, and those of each folder between the root and it; the
+        root's own are the mount's, not the share's). One getxattr per file and folder more."""
         self.check()
         refused = self._private()
+        chains: dict[bytes, tuple[share_acl.PosixAccess, ...]] = {b"": ()}  # folder -> its folders' access
         seen_dirs: set[tuple[int, int]] = set()
         stack = [b""]
         linked: list[bytes] = []  # folders reached through a link: after every real one, so files keep
@@ -248,6 +268,10 @@ class FsConnector:
                     self.problems.add(key, "directory loop (a link to a folder listed already); skipped")
                     continue
                 seen_dirs.add(ident)
+                if access and relative:
+                    parent = relative.rpartition(b"/")[0]
+                    chains[relative] = (*chains.get(parent, ()),
+                                        share_acl.posix_access(dst.st_mode, dst.st_uid, dst.st_gid, _acl(fd)))
                 try:
                     with os.scandir(fd) as listing:
                         entries = sorted(listing, key=lambda e: e.name)
@@ -280,10 +304,29 @@ class FsConnector:
                             mtime=datetime.fromtimestamp(st.st_mtime, UTC),
                             owner=_owner(st.st_uid), mode=stat.S_IMODE(st.st_mode), uid=st.st_uid,
                             gid=st.st_gid,
+                            access=share_acl.FileAccess(
+                                posix=share_acl.posix_access(st.st_mode, st.st_uid, st.st_gid,
+                                                             self._file_acl(fd, entry.name, child, link, refused)),
+                                folders=chains.get(relative, ())) if access else None,
                         )
                 stack.extend(reversed(subdirs))
             finally:
                 os.close(fd)
+
+    def _file_acl(self, folder_fd: int, name: str, relative: bytes, link: bool,
+                  refused: frozenset[tuple[int, int]]) -> bytes | None:
+        """A listed file's POSIX ACL attribute: through its folder's descriptor, never following a link
+        (a followed link's target is opened beneath the root, as its stat was)."""
+        if not link:
+            return _acl(f"/proc/self/fd/{folder_fd}/{name}", follow=False)
+        try:
+            fd = open_beneath(self._root, relative, _ANY, follow=True, refused=refused)
+        except OSError:
+            return _CLOSED_ACL
+        try:
+            return _acl(fd)
+        finally:
+            os.close(fd)
 
     def _target(self, relative: bytes, refused: frozenset[tuple[int, int]]) -> os.stat_result:
         """The stat of what a symbolic link resolves to beneath the root (OutsideSource when it may not)."""
