@@ -235,3 +235,28 @@ def test_leaving_from_source_closes_the_files_to_all_but_grants(owner_engine, wo
     with owner_engine.begin() as conn:
         assert conn.execute(text("SELECT count(permission_set) FROM files WHERE source_id = :s"),
                             {"s": s.id}).scalar() == 0
+
+
+async def test_a_cached_result_never_outlives_a_permission_revoked_on_the_share(share, owner_engine, owner_url,
+                                                                               worker_engine) -> None:
+    """The result cache is keyed by the index state: a permission taken away at a crawl moves it, so the
+    same call by the same principal is searched again and no longer finds the file."""
+    token = admin.create_token(db_of(owner_engine), tenant_name=share.tenant, name="t-cache", subject="user:alice",
+                               groups=["eng"])[0]
+    path = share.root / "eng/design.txt"
+    call = {"query": "bravo design", "mode": "lexical"}
+    with running_api(owner_url) as url:
+        async with mcp_client(url, token) as client:
+            for _ in range(2):  # the second is a cache hit
+                hits = (await client.call_tool("search_content", call)).structured_content["hits"]
+                assert [h["key"] for h in hits] == ["eng/design.txt"]
+            path.chmod(0o600)  # bob alone
+            try:
+                crawl(worker_engine, share)
+                hits = (await client.call_tool("search_content", call)).structured_content["hits"]
+                assert hits == []
+            finally:
+                path.chmod(0o640)
+                crawl(worker_engine, share)
+            hits = (await client.call_tool("search_content", call)).structured_content["hits"]
+            assert [h["key"] for h in hits] == ["eng/design.txt"]

@@ -39,8 +39,10 @@ from typing import Any
 # three numbers from one index range scan over the tenant's rows (migrations 0014, 0018), each the largest
 # generation over what one kind of result depends on (state_for picks by the mode that serves the search):
 #   [0] lexical: the tenant's own row and the content of every source the principal sees (whole or through
-#       a file grant): BM25's statistics span all of them, so a file written to a visible source the query
-#       filters out still moves the scores; a source it cannot see moves nothing;
+#       a file grant) and of every source whose permissions come from the share (migration 0023: whether
+#       the principal reads any of its files now or not, so a revoked permission moves its state): BM25's
+#       statistics span all of them, so a file written to a visible source the query filters out still
+#       moves the scores; a source it cannot see moves nothing;
 #   [1] semantic: the tenant's own row, content and vectors of the sources the query reads (source_id,
 #       source_ids, else every source it sees): a cosine does not depend on any other chunk;
 #   [2] the vectors of those sources alone; hybrid is max([0], [2]).
@@ -53,7 +55,8 @@ INDEX_STATE = """(WITH per AS MATERIALIZED (  -- one row a scope: the shards fol
                   (per.scope IN (SELECT ws.id FROM kdbl_whole_sources() AS ws(id))
                    OR per.scope IN (SELECT gr.source_id FROM grants gr
                                      WHERE gr.tenant_id = kdbl_tenant() AND gr.file_key IS NOT NULL
-                                       AND gr.subject = ANY (kdbl_subjects()))) AS seen,
+                                       AND gr.subject = ANY (kdbl_subjects()))
+                   OR per.scope IN (SELECT sh.id FROM kdbl_share_sources() AS sh(id))) AS seen,
                   ((CAST(%(sid)s AS uuid) IS NULL AND cardinality(CAST(%(sids)s AS uuid[])) = 0)
                    OR per.scope = CAST(%(sid)s AS uuid) OR per.scope = ANY (CAST(%(sids)s AS uuid[]))) AS read
              FROM per)

@@ -106,6 +106,18 @@ CREATE FUNCTION kdbl_share_readable(source uuid) RETURNS boolean
 REVOKE ALL ON FUNCTION kdbl_share_readable(uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION kdbl_share_readable(uuid) TO kdbl_api;
 
+-- The tenant's sources in 'source' mode, whether or not the principal reads any of their files now: the
+-- search cache's index state counts them all (kdbl_core.search.cache), so a permission revoked on the share
+-- moves the state of everyone who might hold a result cut before it.
+CREATE FUNCTION kdbl_share_sources() RETURNS SETOF uuid
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, public
+    AS $$
+        SELECT s.id FROM public.sources s WHERE s.tenant_id = public.kdbl_tenant() AND s.acl_mode = 'source'
+    $$;
+REVOKE ALL ON FUNCTION kdbl_share_sources() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION kdbl_share_sources() TO kdbl_api;
+
 CREATE OR REPLACE FUNCTION kdbl_granted_files() RETURNS SETOF bigint
     LANGUAGE sql STABLE
     AS $$
@@ -161,6 +173,7 @@ CREATE OR REPLACE FUNCTION kdbl_granted_files() RETURNS SETOF bigint
         SELECT m.id FROM kdbl_granted_members() AS m(id)
     $$;
 DROP FUNCTION kdbl_share_readable(uuid);
+DROP FUNCTION kdbl_share_sources();
 DROP FUNCTION kdbl_readable_sets();
 DROP FUNCTION kdbl_rules_allow(jsonb, text[]);
 DROP TABLE permission_changes;
