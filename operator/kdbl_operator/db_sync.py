@@ -28,8 +28,9 @@ OPERATOR = "operator"
 BOOTSTRAP_TOKEN_NAME = "bootstrap"
 
 _TENANT_COLUMNS = ("display_name", "hybrid_enabled", "settings", "managed_by")
-_SOURCE_COLUMNS = ("protocol", "config", "enabled", "hybrid_enabled", "acl_mode", "schedule", "managed_by")
-_JSON_COLUMNS = {"settings", "config"}
+_SOURCE_COLUMNS = ("protocol", "config", "enabled", "hybrid_enabled", "acl_mode", "permission_map", "schedule",
+                   "managed_by")
+_JSON_COLUMNS = {"settings", "config", "permission_map"}
 
 
 @contextmanager
@@ -110,8 +111,8 @@ def tenant_counts(conn: Connection, tenant_id: uuid.UUID) -> dict[str, int]:
 # sources and grants
 # ------------------------------------------------------------------------------------------------
 def source_by_name(conn: Connection, tenant_id: uuid.UUID, name: str, *, lock: bool = False) -> dict[str, Any] | None:
-    sql = ("SELECT id, tenant_id, name, protocol, config, enabled, hybrid_enabled, acl_mode, schedule, managed_by "
-           "FROM sources WHERE tenant_id = %(t)s AND name = %(name)s" + (" FOR UPDATE" if lock else ""))
+    sql = ("SELECT id, tenant_id, name, protocol, config, enabled, hybrid_enabled, acl_mode, permission_map, schedule, "
+           "managed_by FROM sources WHERE tenant_id = %(t)s AND name = %(name)s" + (" FOR UPDATE" if lock else ""))
     return _dict(conn, sql, {"t": tenant_id, "name": name})
 
 
@@ -127,8 +128,8 @@ def source_by_owner(conn: Connection, kind: str, namespace: str, name: str) -> d
 
 def insert_source(conn: Connection, tenant_id: uuid.UUID, name: str, values: Mapping[str, Any]) -> uuid.UUID:
     sql = ("INSERT INTO sources (tenant_id, name, protocol, config, enabled, hybrid_enabled, acl_mode, "
-           "schedule, managed_by) VALUES (%(t)s, %(name)s, %(protocol)s, %(config)s, %(enabled)s, %(hybrid_enabled)s, "
-           "%(acl_mode)s, %(schedule)s, %(managed_by)s) RETURNING id")
+           "permission_map, schedule, managed_by) VALUES (%(t)s, %(name)s, %(protocol)s, %(config)s, %(enabled)s, "
+           "%(hybrid_enabled)s, %(acl_mode)s, %(permission_map)s, %(schedule)s, %(managed_by)s) RETURNING id")
     return conn.execute(sql, _json({"t": tenant_id, "name": name, **{c: values[c] for c in _SOURCE_COLUMNS}})).fetchone().id
 
 
@@ -138,6 +139,8 @@ def rename_source(conn: Connection, source_id: uuid.UUID, name: str) -> None:
 
 
 def update_source(conn: Connection, source_id: uuid.UUID, changes: Mapping[str, Any]) -> None:
+    """The columns that differ. acl_mode leaving 'source' clears the files' permission sets in the same
+    statement (a trigger of migration 0023, whoever changes the mode)."""
     if not changes:
         return
     clause = _set_clause(changes, _SOURCE_COLUMNS)

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from kdbl_core import sources
-from kdbl_core.errors import INVALID_PARAMS, InvalidArgument, KdblError
+from kdbl_core.access import share_acl
+from kdbl_core.errors import INVALID_PARAMS, ConfigError, InvalidArgument, KdblError
 from kdbl_core.sources.schedule import ScheduleError
 
 GROUP = "kdbl.io"
@@ -343,18 +344,20 @@ class DesiredSource:
     config: dict[str, Any]
     enabled: bool
     hybrid: bool | None  # None: inherit the tenant's toggle
-    acl_mode: str
+    acl_mode: str  # tenant | restricted | source (spec.permissions tenant | grants | from-source)
     grants: frozenset[str]
     schedule: str
     credentials: SecretRef | None
     ca_secret: SecretRef | None
     adopt: bool
+    permission_map: dict[str, str] = field(default_factory=dict)  # spec.permissionMap
 
     def row(self, tenant_hybrid: bool) -> dict[str, Any]:
         """Column values of the sources row, given the tenant's hybrid toggle (for inheritance)."""
         return {"protocol": self.protocol, "config": self.config, "enabled": self.enabled,
                 "hybrid_enabled": tenant_hybrid if self.hybrid is None else self.hybrid,
-                "acl_mode": self.acl_mode, "schedule": self.schedule, "managed_by": MANAGED_BY}
+                "acl_mode": self.acl_mode, "permission_map": self.permission_map, "schedule": self.schedule,
+                "managed_by": MANAGED_BY}
 
 
 # Where a stored config field comes from in a Source's spec (for messages); others: spec.connection.<field>.
@@ -363,7 +366,7 @@ _SPEC_PATH = {
     "path_style": "spec.connection.pathStyle", "credentials": "spec.credentialsSecretRef",
     "verify_tls": "spec.connection.tls.insecureSkipVerify", "ca_file": "spec.connection.tls.caSecretRef",
     "include": "spec.include", "exclude": "spec.exclude", "max_file_bytes": "spec.maxFileBytes", "ocr": "spec.ocr",
-    "honor_file_permissions": "spec.acl.honorFilePermissions", "protocol": "spec.protocol", "config": "spec",
+    "protocol": "spec.protocol", "config": "spec",
     "labels": "spec.labels", "label_globs": "spec.labelGlobs", "object_tags": "spec.objectTags",
     "follow_symlinks": "spec.followSymlinks",
 }
@@ -394,6 +397,68 @@ def _config(protocol: str, **intent: Any) -> dict[str, Any]:
 def connection_config(protocol: str, conn: Mapping[str, Any]) -> dict[str, Any]:
     """spec.connection -> the worker's source config keys (the connection part of `source`)."""
     return _config(protocol, **_connection(protocol, conn))
+
+
+def permissions(spec: Mapping[str, Any], protocol: str) -> str:
+    """sources.acl_mode for a Source's spec (issue 30): spec.permissions when set; else the deprecated
+    spec.acl.honorFilePermissions true (from-source); else spec.acl.mode (tenant | restricted, as before).
+
+    spec.acl.mode tenant and honorFilePermissions false are the CRD's defaults (an API server writes them
+    whenever spec.acl is set), so they never contradict spec.permissions; acl.mode restricted or
+    honorFilePermissions true saying otherwise than spec.permissions, or both set, is refused naming both
+    fields. from-source on a protocol whose listing carries no per-file readers (s3, webdav, http) is refused
+    naming the field that asked for it."""
+    acl = _obj(spec.get("acl"), "spec.acl")
+    mode = acl.get("mode") or "tenant"
+    if mode not in ("tenant", "restricted"):
+        raise InvalidSpec(INVALID_SPEC, f"spec.acl.mode '{mode}' must be tenant or restricted")
+    honor = _bool(acl.get("honorFilePermissions"), "spec.acl.honorFilePermissions", False)
+    wanted = spec.get("permissions")
+    if wanted is not None:
+        if wanted not in share_acl.PERMISSION_MODES:
+            raise InvalidSpec(INVALID_SPEC, f"spec.permissions '{wanted}' must be one of "
+                                            f"{', '.join(share_acl.PERMISSION_MODES)}")
+        if honor and wanted != "from-source":
+            raise InvalidSpec(INVALID_SPEC, f"spec.permissions is {wanted} but spec.acl.honorFilePermissions "
+                                            "(deprecated: permissions from-source) is true; remove "
+                                            "spec.acl.honorFilePermissions")
+        if mode == "restricted" and wanted != "grants":
+            raise InvalidSpec(INVALID_SPEC, f"spec.permissions is {wanted} but spec.acl.mode is restricted "
+                                            "(permissions grants); remove spec.acl.mode")
+        where = "spec.permissions"
+    elif honor:
+        if mode == "restricted":
+            raise InvalidSpec(INVALID_SPEC, "spec.acl.honorFilePermissions (deprecated: permissions "
+                                            "from-source) contradicts spec.acl.mode restricted (permissions "
+                                            "grants); set spec.permissions instead of both")
+        wanted, where = "from-source", "spec.acl.honorFilePermissions"
+    else:
+        wanted, where = share_acl.PERMISSIONS_OF_MODE[mode], "spec.acl.mode"
+    try:
+        return share_acl.acl_mode(wanted, protocol)
+    except InvalidArgument as exc:
+        why = exc.reason.split("; use --permissions", 1)[0]  # the rest is the CLI's advice
+        if where == "spec.acl.honorFilePermissions":
+            why += " (true means permissions from-source); remove it, or"
+        else:
+            why += ";"
+        raise InvalidSpec(INVALID_SPEC, f"{where}: {why} use spec.permissions grants and grant the source "
+                                        "with spec.acl.principals / spec.acl.groups") from None
+
+
+def permission_map(value: Any) -> dict[str, str]:
+    """spec.permissionMap -> sources.permission_map: 'uid:N' / 'gid:N' / a SID -> 'user:NAME', 'group:NAME',
+    'sid:S-...' or '*' (validated as kdbl-control does: kdbl_core.access.share_acl.PrincipalMap)."""
+    names = _obj(value, "spec.permissionMap")
+    bad = [k for k, v in names.items() if not isinstance(k, str) or not isinstance(v, str)]
+    if bad:
+        raise InvalidSpec(INVALID_SPEC, f"spec.permissionMap: {bad[0]!r} must map to a string")
+    try:
+        share_acl.PrincipalMap(dict(names), host_names=False)
+    except ConfigError as exc:
+        why = exc.message.removeprefix("permission map: ")
+        raise InvalidSpec(INVALID_SPEC, f"spec.permissionMap: {why}") from None
+    return names
 
 
 def source(body: Mapping[str, Any], *, credentials_root: str = DEFAULT_CREDENTIALS_ROOT) -> DesiredSource:
@@ -451,13 +516,14 @@ def source(body: Mapping[str, Any], *, credentials_root: str = DEFAULT_CREDENTIA
     if hybrid is not None and not isinstance(hybrid, bool):
         raise InvalidSpec(INVALID_SPEC, "spec.hybrid must be true, false or unset (inherit the tenant's)")
     acl = _obj(spec.get("acl"), "spec.acl")
-    mode = acl.get("mode") or "tenant"
-    if mode not in ("tenant", "restricted"):
-        raise InvalidSpec(INVALID_SPEC, f"spec.acl.mode '{mode}' must be tenant or restricted")
+    mode = permissions(spec, protocol)
+    names = permission_map(spec.get("permissionMap"))
+    # whole-source grants: the only readers (restricted), or readers on top of the tenant / the share's own
     grants = {f"user:{_subject_part(p, 'spec.acl.principals')}"
               for p in _strings(acl.get("principals"), "spec.acl.principals")}
     grants |= {f"group:{_subject_part(g, 'spec.acl.groups')}" for g in _strings(acl.get("groups"), "spec.acl.groups")}
-    intent["honor_file_permissions"] = acl.get("honorFilePermissions")
+    # spec.acl.honorFilePermissions now says permissions from-source (acl_mode 'source'); no longer copied
+    # into the config, where it meant nothing (a row that held it changes acl_mode in the same update)
     config = _config(protocol, **intent)
 
     config["k8s"] = {"owner": owner_marker(body), "hybrid": "inherit" if hybrid is None else "spec"}
@@ -465,7 +531,7 @@ def source(body: Mapping[str, Any], *, credentials_root: str = DEFAULT_CREDENTIA
         tenant=tenant_name, name=name, namespace=namespace, protocol=protocol, config=config,
         enabled=_bool(spec.get("enabled"), "spec.enabled", True), hybrid=hybrid, acl_mode=mode,
         grants=frozenset(grants), schedule=parse_schedule(spec.get("schedule")),
-        credentials=credentials, ca_secret=ca_secret, adopt=adopt_requested(body))
+        credentials=credentials, ca_secret=ca_secret, adopt=adopt_requested(body), permission_map=names)
 
 
 def check_secret(ref: SecretRef, keys: Iterable[str] | None) -> None:

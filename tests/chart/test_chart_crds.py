@@ -91,7 +91,7 @@ def test_crds_have_a_real_schema_and_a_status_subresource(
     # structural schemas: additionalProperties only as a map's value schema, never beside properties
     maps = list(_maps(version["schema"]["openAPIV3Schema"]))
     assert all("properties" not in node and isinstance(node["additionalProperties"], dict) for node in maps)
-    assert len(maps) == (1 if kind == "Source" else 0)  # Source.spec.labelGlobs: glob -> labels
+    assert len(maps) == (2 if kind == "Source" else 0)  # Source.spec.labelGlobs (glob -> labels), permissionMap
 
 
 def _maps(node: Any) -> Any:

@@ -192,11 +192,10 @@ def test_credentials_travel_as_a_reference_to_the_mounted_secret_never_as_values
 def test_source_name_acl_globs_hybrid_and_owner_marker():
     want = desired.source(source_body(name="handbook", include=["**/*.pdf"], exclude=["tmp/**"], maxFileBytes=1024,
                                       schedule="0  3 * * MON-FRI", hybrid=False, enabled=False,
-                                      acl={"mode": "restricted", "principals": ["ann"], "groups": ["hr", "hr"],
-                                           "honorFilePermissions": True}))
+                                      acl={"mode": "restricted", "principals": ["ann"], "groups": ["hr", "hr"]}))
     assert want.name == "handbook" and want.tenant == "acme" and want.namespace == "team-a"
     assert want.config["include"] == ["**/*.pdf"] and want.config["exclude"] == ["tmp/**"]
-    assert want.config["max_file_bytes"] == 1024 and want.config["honor_file_permissions"] is True
+    assert want.config["max_file_bytes"] == 1024 and "honor_file_permissions" not in want.config
     assert want.schedule == "0 3 * * MON-FRI"
     assert want.acl_mode == "restricted" and want.grants == {"user:ann", "group:hr"}
     assert want.config["k8s"] == {"owner": {"kind": "Source", "name": "docs", "namespace": "team-a"}, "hybrid": "spec"}

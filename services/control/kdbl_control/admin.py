@@ -154,8 +154,8 @@ def _permission_map(names: dict[str, str] | None) -> dict[str, str]:
 def set_source_permissions(db: Pool, source_id: uuid.UUID, permissions: str, *,
                            permission_map: dict[str, str] | None = None, force: bool = False) -> dict[str, Any]:
     """Switch who may read a source's files. Leaving from-source clears its files' permission sets in the
-    same transaction (nothing stays readable by rules the source no longer uses); entering it, each file
-    is readable by its share's permissions from the next crawl on — until then by grants alone (closed)."""
+    same statement (a trigger: nothing stays readable by rules the source no longer uses); entering it, each
+    file is readable by its share's permissions from the next crawl on — until then by grants alone (closed)."""
     with db.connection() as conn:
         source = conn.execute("SELECT * FROM sources WHERE id = %s FOR UPDATE", (source_id,)).fetchone()
         if source is None:
@@ -163,12 +163,11 @@ def set_source_permissions(db: Pool, source_id: uuid.UUID, permissions: str, *,
         _guard(source, force)
         mode = share_acl.acl_mode(permissions, source.protocol)
         names = source.permission_map if permission_map is None else _permission_map(permission_map)
+        [cleared] = conn.execute("SELECT count(permission_set) FROM files WHERE source_id = %s AND %s <> 'source'",
+                                 (source_id, mode)).fetchone()
+        # leaving from-source, a trigger clears the files' sets (migration 0023: whoever changes the mode)
         conn.execute("UPDATE sources SET acl_mode = %s, permission_map = %s, updated_at = now() WHERE id = %s",
                      (mode, Jsonb(names), source_id))
-        cleared = 0
-        if mode != "source":
-            cleared = conn.execute("UPDATE files SET permission_set = NULL WHERE source_id = %s "
-                                   "AND permission_set IS NOT NULL", (source_id,)).rowcount
     return {"id": source_id, "permissions": permissions, "acl_mode": mode, "permission_map": names,
             "files_cleared": cleared,
             "note": ("the share's permissions apply from the next crawl (kdbl-control crawl --source ...)"

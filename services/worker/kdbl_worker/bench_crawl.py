@@ -151,6 +151,9 @@ def _files(folders: list[Path], patterns: list[str]) -> list[Path]:
             if p.is_file() and p.suffix.lower() in suffixes]
 
 
+ACL_MODES = {"tenant": "tenant", "from-source": "source"}  # kdbl_core.access.share_acl.PERMISSION_MODES
+
+
 def run_one(owner_url: str, folders: list[Path], category: str, workers: int, args: argparse.Namespace,
             pgdata: Path | None) -> dict:
     from psycopg.types.json import Jsonb
@@ -167,10 +170,10 @@ def run_one(owner_url: str, folders: list[Path], category: str, workers: int, ar
     with owner.connection() as conn:
         tenant_id = conn.execute("INSERT INTO tenants (name) VALUES (%s) RETURNING id",
                                  (tenant,)).fetchone()[0]
-        sources = [conn.execute("INSERT INTO sources (tenant_id, name, protocol, config) "
-                                "VALUES (%s, %s, 'fs', %s) RETURNING id",
-                                (tenant_id, f"s{i}", Jsonb({"root": str(f.resolve()), "include": patterns}))
-                                ).fetchone()[0]
+        sources = [conn.execute("INSERT INTO sources (tenant_id, name, protocol, config, acl_mode) "
+                                "VALUES (%s, %s, 'fs', %s, %s) RETURNING id",
+                                (tenant_id, f"s{i}", Jsonb({"root": str(f.resolve()), "include": patterns}),
+                                 ACL_MODES[args.permissions])).fetchone()[0]
                    for i, f in enumerate(folders)]
     url = for_role(owner_url, "kdbl_worker")
     names = [f"{tenant}-w{i}" for i in range(workers)]
@@ -260,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also index one generated plain-text file of this many MB (own run)")
     parser.add_argument("--report-pages", type=int, default=0,
                         help="also index one generated report PDF of this many pages (own run)")
+    parser.add_argument("--permissions", choices=list(ACL_MODES), default="tenant",
+                        help="the sources' permissions: from-source also reads each file's and folder's POSIX "
+                        "permissions and ACL (issue 30's cost)")
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -293,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
 
     load = os.getloadavg()[0]
     if not args.json:
-        print(f"{os.cpu_count()} cores, load average {load:.2f}; folders: {', '.join(map(str, folders))}")
+        print(f"{os.cpu_count()} cores, load average {load:.2f}; permissions: {args.permissions}; "
+              f"folders: {', '.join(map(str, folders))}")
         print(f"{'category':<14}{'workers':>8}{'files':>7}{'files/s':>9}{'MB/s':>8}{'chunks/s':>9}{'pages/s':>9}"
               f"{'RSS/worker':>11}"
               f"{'RSS all':>9}{'cpu ms/f':>10}{'pg ms/f':>9}")
@@ -315,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
                 if folder is not None:
                     shutil.rmtree(folder, ignore_errors=True)
     if args.json:
-        print(json.dumps({"cores": os.cpu_count(), "load_average": load, "results": results}, indent=2))
+        print(json.dumps({"cores": os.cpu_count(), "load_average": load, "permissions": args.permissions,
+                          "results": results}, indent=2))
     return 0
 
 

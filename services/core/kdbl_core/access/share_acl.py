@@ -157,7 +157,8 @@ class PrincipalMap:
     def __post_init__(self) -> None:
         self._cache: dict[str, str] = {}
         for key, value in self.names.items():
-            if not (value == EVERYONE or value.startswith(("user:", "group:", "sid:"))) or len(value) < 3:
+            if not (value == EVERYONE or (value.startswith(("user:", "group:", "sid:"))
+                                          and len(value.partition(":")[2]) > 0)):
                 raise ConfigError(f"permission map: {key!r} maps to {value!r}; want 'user:NAME', 'group:NAME' "
                                   f"or '{EVERYONE}' (everyone in the tenant)")
             if not (key.startswith(("uid:", "gid:")) or is_sid(key)):

@@ -141,6 +141,22 @@ CREATE POLICY api_read ON files FOR SELECT TO kdbl_api
                 OR id IN (SELECT gm.id FROM kdbl_granted_members() AS gm(id))
                 OR permission_set IN (SELECT rs.id FROM kdbl_readable_sets() AS rs(id))));
 
+-- A source that stops taking its permissions from the share keeps none of them: its files' sets are cleared
+-- in the statement that changes its mode, whoever changes it (kdbl-control, the operator, plain SQL).
+CREATE FUNCTION kdbl_clear_share_permissions() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, public
+    AS $$
+    BEGIN
+        UPDATE public.files SET permission_set = NULL WHERE source_id = NEW.id AND permission_set IS NOT NULL;
+        RETURN NULL;
+    END
+    $$;
+REVOKE ALL ON FUNCTION kdbl_clear_share_permissions() FROM PUBLIC;
+CREATE TRIGGER sources_leave_share_permissions AFTER UPDATE OF acl_mode ON sources FOR EACH ROW
+    WHEN (OLD.acl_mode = 'source' AND NEW.acl_mode <> 'source')
+    EXECUTE FUNCTION kdbl_clear_share_permissions();
+
 DROP POLICY api_read ON sources;
 CREATE POLICY api_read ON sources FOR SELECT TO kdbl_api
     USING (tenant_id = kdbl_tenant()
@@ -150,6 +166,8 @@ CREATE POLICY api_read ON sources FOR SELECT TO kdbl_api
 """
 
 _DOWN = """
+DROP TRIGGER sources_leave_share_permissions ON sources;
+DROP FUNCTION kdbl_clear_share_permissions();
 DROP POLICY api_read ON sources;
 CREATE POLICY api_read ON sources FOR SELECT TO kdbl_api
     USING (tenant_id = kdbl_tenant()
