@@ -308,6 +308,11 @@ def build_parser() -> argparse.ArgumentParser:
     ve.add_argument("--no-quantisation", action="store_true", help="skip the halfvec / binary indexes (built, "
                     "measured and dropped: minutes at 1M chunks)")
     ve.add_argument("--model", type=Path, help="GGUF embedding model (default: the cached one)")
+    bp = bsub.add_parser("permissions", help="what permissions from the share cost: crawl and re-crawl files/s, "
+                         "a permission change's delay, keyword search under RLS, tenant vs from-source (root)")
+    bp.add_argument("--files", type=int, default=1000, help="generated files (default 1,000)")
+    bp.add_argument("--queries", type=int, default=100, help="searches per mode")
+    bp.add_argument("--work-dir", type=Path, help="where the folder and the embedded database go")
     si = bsub.add_parser("similar", help="find_similar's recall@10 on SciFact's multi-citation claims (vector, "
                          "lexical MLT, exact dense reference) and its latency")
     si.add_argument("--dataset", type=Path, default=bs.get_default("dataset"), help="BEIR folder with qrels")
@@ -480,6 +485,13 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
         return _bench_cache(args, settings)
     if not (args.dataset / "corpus.jsonl").exists():
         raise ConfigError(f"{args.dataset} is not a BEIR folder (no corpus.jsonl)")
+    if args.action == "permissions":
+        from kdbl_control import bench_permissions
+
+        return _run_bench(args, settings, Path(tempfile.gettempdir()) / "kdbl-bench-permissions",
+                          lambda url, work, db: bench_permissions.run_permissions_bench(
+                              url, work, files=args.files, n_queries=args.queries,
+                              log=lambda line: print(line, file=sys.stderr)), bench_permissions.summarise)
     if args.action == "similar":
         from kdbl_control import bench_similar
 
