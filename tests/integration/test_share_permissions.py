@@ -206,6 +206,9 @@ async def test_the_mcp_tools_answer_each_token_with_its_own_files(share, owner_e
                                                                    "limit": 20})).structured_content
                 keys = {h["key"] for h in found["hits"]}
                 assert keys == EXPECTED[user]
+                listed = (await client.call_tool("list_sources", {})).structured_content
+                [mine] = [x for x in listed["sources"] if x["source_id"] == str(share.source_id)]
+                assert mine["file_count"] == len(EXPECTED[user])  # the files it reads, no more
                 hidden = sorted(set(FILES) - EXPECTED[user])[0]
                 errors = []
                 for key in (hidden, "no/such-file.txt"):  # a hidden file answers as one that does not exist
@@ -260,3 +263,25 @@ async def test_a_cached_result_never_outlives_a_permission_revoked_on_the_share(
                 crawl(worker_engine, share)
             hits = (await client.call_tool("search_content", call)).structured_content["hits"]
             assert [h["key"] for h in hits] == ["eng/design.txt"]
+
+
+async def test_a_source_whose_files_a_principal_cannot_read_does_not_exist_for_it(
+        owner_engine, worker_engine, api_pool) -> None:
+    root = Path(tempfile.mkdtemp(prefix="kdbl-share-hidden-"))
+    try:
+        (root / "mine.txt").write_text("quarterly hotel")
+        os.chown(root / "mine.txt", ALICE, ENG)
+        (root / "mine.txt").chmod(0o600)
+        db = db_of(owner_engine)
+        tenant = f"share-hid-{uuid.uuid4().hex[:8]}"
+        t = admin.create_tenant(db, tenant)
+        s = admin.add_source(db, tenant, protocol="fs", config={"root": str(root)}, name="hidden",
+                             permissions="from-source", permission_map=MAP)
+        crawl(worker_engine, Corpus(tenant, t.id, s.id, root))
+        for user, sees in (("alice", True), ("zed", False)):
+            principal = Principal(tenant_id=t.id, tenant_name=tenant, subject=f"user:{user}")
+            async with rls_transaction(api_pool, principal) as conn:
+                ids = {r.id for r in await (await conn.execute("SELECT id FROM sources")).fetchall()}
+            assert (s.id in ids) == sees, user
+    finally:
+        shutil.rmtree(root)
