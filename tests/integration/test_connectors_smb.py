@@ -63,6 +63,33 @@ class Samba:
     links: Path  # the folder shared as [links] (Samba's defaults) and [links-strict] (follow symlinks = no)
 
 
+def global_section(state: Path, *, port: int, interfaces: str) -> str:
+    """smb.conf's [global] for a test server: every state folder under `state`, a tdbsam password
+    database, no printing, no guest, listening on `interfaces` (bound to them alone) at `port`."""
+    return f"""[global]
+  server role = standalone server
+  smb ports = {port}
+  interfaces = {interfaces}
+  bind interfaces only = yes
+  private dir = {state}/private
+  lock directory = {state}/lock
+  state directory = {state}/state
+  cache directory = {state}/cache
+  pid directory = {state}/pid
+  ncalrpc dir = {state}/ncalrpc
+  binddns dir = {state}/binddns
+  passdb backend = tdbsam:{state}/private/passdb.tdb
+  log file = {state}/smbd.log
+  log level = 1
+  load printers = no
+  printing = bsd
+  printcap name = /dev/null
+  disable spoolss = yes
+  map to guest = Never
+  usershare path =
+"""
+
+
 def _run(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=900, check=False)
 
@@ -110,28 +137,7 @@ def samba() -> Iterator[Samba]:
         (state / name).mkdir(parents=True)
     port = free_port()
     conf = top / "smb.conf"
-    conf.write_text(f"""[global]
-  server role = standalone server
-  smb ports = {port}
-  interfaces = 127.0.0.1
-  bind interfaces only = yes
-  private dir = {state}/private
-  lock directory = {state}/lock
-  state directory = {state}/state
-  cache directory = {state}/cache
-  pid directory = {state}/pid
-  ncalrpc dir = {state}/ncalrpc
-  binddns dir = {state}/binddns
-  passdb backend = tdbsam:{state}/private/passdb.tdb
-  log file = {state}/smbd.log
-  log level = 1
-  load printers = no
-  printing = bsd
-  printcap name = /dev/null
-  disable spoolss = yes
-  map to guest = Never
-  usershare path =
-[docs]
+    conf.write_text(global_section(state, port=port, interfaces="127.0.0.1") + f"""[docs]
   path = {share}
   read only = yes
   valid users = {UNIX_USER}

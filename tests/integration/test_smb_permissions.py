@@ -33,7 +33,7 @@ import pytest
 from kdbl_core.access.share_acl import INHERITED, Ace, FileAccess, NtAccess
 from kdbl_worker.connectors import connector_for
 from kdbl_worker.connectors.smb import SmbConnector, parse_security_descriptor
-from test_connectors_smb import ENV, INSTALL, PASSWORD, UNIX_USER, _run, _smb_user
+from test_connectors_smb import ENV, INSTALL, PASSWORD, UNIX_USER, _run, _smb_user, global_section
 
 EVERYONE_SID = "S-1-1-0"
 OWNER_RIGHTS = "S-1-3-4"
@@ -64,28 +64,7 @@ def _conf(top: Path, host: str) -> Path:
   acl_xattr:ignore system acls = yes
 """
     conf = top / "smb.conf"
-    conf.write_text(f"""[global]
-  server role = standalone server
-  smb ports = 445
-  interfaces = {host}/8
-  bind interfaces only = yes
-  private dir = {state}/private
-  lock directory = {state}/lock
-  state directory = {state}/state
-  cache directory = {state}/cache
-  pid directory = {state}/pid
-  ncalrpc dir = {state}/ncalrpc
-  binddns dir = {state}/binddns
-  passdb backend = tdbsam:{state}/private/passdb.tdb
-  log file = {state}/smbd.log
-  log level = 1
-  load printers = no
-  printing = bsd
-  printcap name = /dev/null
-  disable spoolss = yes
-  map to guest = Never
-  usershare path =
-[acls]
+    conf.write_text(global_section(state, port=445, interfaces=f"{host}/8") + f"""[acls]
 {share}  read only = yes
 [acls-rw]
 {share}  read only = no
