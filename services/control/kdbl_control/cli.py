@@ -626,8 +626,11 @@ def _permission_map_file(path: Path | None) -> dict[str, str] | None:
         return None
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"--permission-map {path}: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError(f"--permission-map {path}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise ConfigError(f"--permission-map {path} is not JSON ({exc}): want an object such as "
+                          '{"uid:1000": "user:alice", "gid:100": "group:staff"}') from exc
     if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
         raise ConfigError(f"--permission-map {path}: want a JSON object of strings, e.g. "
                           '{"uid:1000": "user:alice", "gid:100": "group:staff", "S-1-5-21-1-2-3-1104": "user:bob"}')
