@@ -107,6 +107,12 @@ _PACKED = """, built AS (
 )"""
 
 
+_LAST_FILE = """
+SELECT max(CAST(split_part(split_part(key, '/', 3), '.', 1) AS bigint)) FROM files
+ WHERE tenant_id = %(t)s AND key LIKE 'synthetic/%%'
+"""
+
+
 def token_distribution(dataset: Path, max_docs: int = 20_000) -> tuple[list[str], list[int]]:
     """The corpus's tokens and their cumulative counts (for random.choices)."""
     counts: Counter[str] = Counter()
@@ -142,10 +148,12 @@ def grow(owner_url: str, tenant_id: Any, source_id: Any, target_chunks: int, *, 
             # for an initial crawl); a database already at the size is measured again as it is
             conn.execute(f"DROP INDEX IF EXISTS chunks_embedding_{int(dim)}_hnsw")
         packed = bm25_lists.extension_installed(conn)
+        # after the highest file written (a run that stopped part-way left whole batches, not a prefix)
+        [last] = conn.execute(_LAST_FILE, {"t": tenant_id}).fetchone()
         conn.commit()
     statement = _INSERT_BATCH.format(keyword=_PACKED if packed else _ROWS)
     batches = []  # (first file, files): each seeded by its first file, the same rows whatever the writers
-    next_file, planned = have // CHUNKS_PER_FILE, have
+    next_file, planned = (-1 if last is None else last) + 1, have
     while planned < target_chunks:
         files = min(BATCH_CHUNKS, target_chunks - planned) // CHUNKS_PER_FILE
         if files <= 0:
@@ -153,16 +161,24 @@ def grow(owner_url: str, tenant_id: Any, source_id: Any, target_chunks: int, *, 
         batches.append((next_file, files))
         next_file, planned = next_file + files, planned + files * CHUNKS_PER_FILE
     lock, done = threading.Lock(), {"chunks": have, "added": 0, "postings": 0}
+    failed = threading.Event()  # one writer's error stops the others at their next batch
     started = time.perf_counter()
 
     def write(queue: list[tuple[int, int]]) -> None:
+        try:
+            _write(queue)
+        except BaseException:
+            failed.set()
+            raise
+
+    def _write(queue: list[tuple[int, int]]) -> None:
         with psycopg.connect(conninfo(owner_url)) as conn:  # one transaction per batch
             conn.execute("CREATE TEMP TABLE kdbl_bench_stage (file_no bigint, seq int, body text) "
                          "ON COMMIT DELETE ROWS")
             conn.commit()
             while True:
                 with lock:
-                    if not queue:
+                    if not queue or failed.is_set():
                         return
                     first, files = queue.pop(0)
                 rng = random.Random(first)
