@@ -168,7 +168,7 @@ def test_a_lexical_only_run_writes_no_vectors_and_measures_lexical_alone(owner_u
         result = bench_scale.run_scale_bench(owner_url, _write_beir(tmp_path / "zipf"), tmp_path, sizes=[500],
                                              model_path=embed_model_path, n_queries=len(QUERIES), clients=1,
                                              seconds=1.0, log=lines.append, lexical_only=True, writers=1,
-                                             exhaustive_queries=2)
+                                             exhaustive_queries=2, build_lists=False)
     finally:
         patch.undo()
     [step] = result["steps"]
@@ -178,6 +178,9 @@ def test_a_lexical_only_run_writes_no_vectors_and_measures_lexical_alone(owner_u
     assert arm["served_sql"]["n"] == len(QUERIES) and arm["agreement"]["queries"] == 2
     assert arm["agreement"]["identical_share"] == 1.0 and step["load"]["writers"] == 1
     assert not any("HNSW index built" in line for line in lines)
+    # searched over the writers' own generations (no full build): the same top 10 as the reference
+    assert any("as the writers packed them" in line for line in lines)
+    assert step["maintenance"]["lists_build_s"] is None
     with psycopg.connect(conninfo(owner_url)) as conn:
         [vectors] = conn.execute("SELECT count(embedding) FROM chunks c JOIN tenants t ON t.id = c.tenant_id "
                                  "WHERE t.name = %(n)s", {"n": tenant}).fetchone()

@@ -207,7 +207,7 @@ def grow(owner_url: str, tenant_id: Any, source_id: Any, target_chunks: int, *, 
             "postings_per_s": round(postings / seconds, 1) if added else None}
 
 
-def maintain(owner_url: str, dim: int, log: Any, tenant_id: Any = None) -> dict[str, float]:
+def maintain(owner_url: str, dim: int, log: Any, tenant_id: Any = None, *, build_lists: bool = True) -> dict[str, float]:
     """Build the HNSW index for `dim` in one pass, pack the tenant's keyword lists (when the database has
     the kdbl_bm25 extension: the packed postings' rows are deleted) and vacuum, as after a large initial crawl."""
     with psycopg.connect(conninfo(owner_url), autocommit=True) as conn:  # VACUUM runs outside transactions
@@ -218,7 +218,9 @@ def maintain(owner_url: str, dim: int, log: Any, tenant_id: Any = None) -> dict[
             log(f"scale: HNSW index built in {time.perf_counter() - start:.1f} s")
         hnsw = time.perf_counter() - start
         packed: dict[str, Any] = {}
-        if tenant_id is not None:  # after a large crawl, as the worker and db compact do
+        if tenant_id is not None and not build_lists:
+            log("scale: keyword lists left as the writers packed them (one generation a batch)")
+        elif tenant_id is not None:  # after a large crawl, as the worker and db compact do
             log("scale: packing the keyword lists")
             packed = bm25_lists.build(conn, tenant_id)
             if "skipped" in packed:
@@ -288,9 +290,11 @@ def storage(owner_url: str) -> dict[str, Any]:
 def run_scale_bench(owner_url: str, dataset: Path, work_dir: Path, *, sizes: list[int], model_path: Path,
                     n_queries: int, clients: int, seconds: float, log: Any,
                     lexical_only: bool = False, writers: int = 2,
-                    exhaustive_queries: int | None = None) -> dict[str, Any]:
+                    exhaustive_queries: int | None = None, build_lists: bool = True) -> dict[str, Any]:
     """`lexical_only`: chunks without vectors, no HNSW, lexical search alone (the 10M run); `writers`: the
-    load's connections; `exhaustive_queries`: the exhaustive reference on a sample of the queries."""
+    load's connections; `exhaustive_queries`: the exhaustive reference on a sample of the queries;
+    `build_lists` False: search the writers' generations as they are, no full build (at 10M chunks the
+    build's sort of every posting needs more temporary disk than this machine has: > 44 GB)."""
     embedder = Embedder(model_path, n_threads=2)
     dim, model_id = (0, None) if lexical_only else (embedder.dim, embedder.model_id)
     del embedder
@@ -309,7 +313,7 @@ def run_scale_bench(owner_url: str, dataset: Path, work_dir: Path, *, sizes: lis
     for size in sorted(sizes):
         load = grow(owner_url, tenant.id, source.id, size, dim=dim, model_id=model_id, words=words,
                     cumulative=cumulative, log=log, writers=writers)
-        upkeep = maintain(owner_url, dim, log, tenant.id)
+        upkeep = maintain(owner_url, dim, log, tenant.id, build_lists=build_lists)
         port = free_port()
         # the result cache off: every call pays its search (16 clients cycling 200 queries would otherwise
         # measure cache hits: 580 req/s at 1M chunks)

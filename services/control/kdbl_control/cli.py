@@ -296,6 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="chunks without vectors, no HNSW, lexical search alone (e.g. the 10M run)")
     sc.add_argument("--writers", type=int, help="connections writing the load at once "
                     "(default: KDBL_WRITE_CONNECTIONS, as the worker)")
+    sc.add_argument("--no-lists-build", action="store_true",
+                    help="search the keyword lists as the writers packed them (no full build after the load)")
     sc.add_argument("--exhaustive-queries", type=int, help="the exhaustive reference on the first N queries "
                     "only (default: all; at 10M chunks each takes seconds)")
     ve = bsub.add_parser("vectors", help="the vector arm on a bench scale tenant (--data-dir): HNSW size, "
@@ -526,7 +528,7 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
                 db.owner_url, args.dataset, work, sizes=sizes, model_path=model, n_queries=args.queries,
                 clients=args.clients, seconds=args.seconds, log=lambda line: print(line, file=sys.stderr),
                 lexical_only=args.lexical_only, writers=args.writers or settings.write_connections,
-                exhaustive_queries=args.exhaustive_queries)
+                exhaustive_queries=args.exhaustive_queries, build_lists=not args.no_lists_build)
         print(json.dumps(result, indent=2, default=str) if args.json else bench_scale.summarise(result))
         return 0
     options = {"clients": args.clients, "seconds": args.seconds, "n_queries": args.queries, "mode": args.mode,
