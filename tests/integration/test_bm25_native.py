@@ -148,6 +148,27 @@ async def test_native_equals_exhaustive_before_and_after_a_build_and_through_wri
     assert await _agree(api_pool, principal, queries) > 300
 
 
+async def test_a_build_in_term_partitions_packs_the_same_lists(owner_engine, worker_engine, owner_url, tmp_path,
+                                                               unique, api_pool, monkeypatch):
+    """Past PART_POSTINGS a pack runs one hash partition of the terms at a time (its sort's temporary files
+    stay bounded: 10M chunks asked for more than 44 GB in one): the lists are byte for byte the same."""
+    corpus = make_corpus(owner_engine, worker_engine, tmp_path / f"parts-{unique}", _zipf_files(5, 120, VOCAB),
+                         tenant=f"parts-{unique}")
+    principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:t")
+
+    def lists() -> list:
+        with owner_engine.connect() as conn:
+            return conn.execute(text("SELECT term, source_id, gen, n, list FROM bm25_lists WHERE tenant_id = :t "
+                                     "ORDER BY term, source_id, gen"), {"t": corpus.tenant_id}).all()
+
+    whole = _build(owner_url, corpus.tenant_id)
+    one, ranked = lists(), await _rankings(api_pool, principal, _queries(3, 20))
+    monkeypatch.setattr(bm25_lists, "PART_POSTINGS", 500)
+    parted = _build(owner_url, corpus.tenant_id)
+    assert whole["parts"] == 1 and parted["parts"] >= 5 and parted["postings"] == whole["postings"]
+    assert lists() == one and await _rankings(api_pool, principal, _queries(3, 20)) == ranked
+
+
 def _file_id(owner_engine, corpus, key: str) -> int:
     with owner_engine.connect() as conn:
         return conn.execute(text("SELECT id FROM files WHERE source_id = :s AND key = :k"),

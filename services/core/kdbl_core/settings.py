@@ -241,6 +241,11 @@ class Settings(BaseSettings):
         "Rank keywords over the packed posting lists of the kdbl_bm25 extension when the database has it "
         "(kdbl_core.search.bm25_native; the same ranking as the SQL top-k, read from ~4 bytes a posting); "
         "false: always the SQL top-k."))
+    bm25_build_part_postings: int = Field(default=40_000_000, ge=100_000, description=(
+        "A build of the packed keyword lists sorts at most about this many postings at once (~60 bytes of "
+        "temporary disk each: 40M = 2.4 GB); more are packed in parts, one hash partition of the terms each, "
+        "every part reading the chunks again (kdbl_core.content.bm25_lists). Raise it where temporary disk "
+        "is plenty and builds should read less."))
     similar_terms: int = Field(default=25, ge=1, le=100, description=(
         "find_similar's lexical more-like-this: the subject's most distinctive terms it searches with "
         "(kdbl_core.search.similar; recall and latency per value in docs/benchmarks.md)."))

@@ -41,6 +41,7 @@ import psycopg
 
 from kdbl_core.content import analysis
 from kdbl_core.db.connect import conninfo
+from kdbl_core.settings import get_settings
 
 LOCK_KEY = 7738418277376668213  # 'kdblbm25': the chunk writers' lock (sql/0017_bm25_lists.sql)
 REBUILD_MIN = 2_000
@@ -57,8 +58,31 @@ SELECT c.tenant_id, t.term, c.source_id, %(gen)s, count(*),
        kdbl_bm25_pack(c.id, CAST(t.tf AS integer), c.token_count ORDER BY c.id)
   FROM chunks c CROSS JOIN LATERAL {analysis.chunk_terms("c")}
  WHERE c.tenant_id = %(t)s AND c.id > %(after)s AND c.id <= %(upto)s
+   AND (%(parts)s = 1 OR mod(hashtext(t.term) & 2147483647, %(parts)s) = %(part)s)
  GROUP BY c.tenant_id, t.term, c.source_id
 """
+# The pack sorts every (term, chunk) posting it reads, spilling to temporary files: ~60 bytes a posting, so
+# 720M postings (10M chunks) asked for more than 44 GB of disk and filled it. A pack over more postings
+# than the setting bm25_build_part_postings (KDBL_BM25_BUILD_PART_POSTINGS, 40M: ~2.4 GB of temporary files)
+# runs in parts, one hash partition of the terms each: every part reads all the chunks again and sorts
+# 1/parts of the postings. PART_POSTINGS overrides the setting (tests).
+PART_POSTINGS: int | None = None
+_POSTINGS_UPPER = """
+SELECT CAST(coalesce(sum(token_count), 0) AS bigint) FROM chunks
+ WHERE tenant_id = %(t)s AND id > %(after)s AND id <= %(upto)s
+"""
+
+
+def _pack(conn: psycopg.Connection, tenant_id: uuid.UUID, gen: int, after: int, upto: int) -> int:
+    """Pack the chunks in (after, upto] as generation `gen`, in as many term partitions as keep the sort's
+    temporary files bounded (PART_POSTINGS); the number of parts."""
+    params = {"t": tenant_id, "gen": gen, "after": after, "upto": upto}
+    [postings] = conn.execute(_POSTINGS_UPPER, params).fetchone()  # tokens >= distinct terms a chunk
+    per_part = PART_POSTINGS or get_settings().bm25_build_part_postings
+    parts = max(1, -(-int(postings) // per_part))
+    for part in range(parts):
+        conn.execute(_PACK, {**params, "parts": parts, "part": part})
+    return parts
 # The postings rows of the packed chunks, and the writers' own generations of them (gen = -(first chunk
 # id), kdbl_core.content.store): the build's generation holds them now.
 _PRUNE = "DELETE FROM postings WHERE tenant_id = %(t)s AND chunk_id <= %(upto)s"
@@ -140,12 +164,12 @@ def build(conn: psycopg.Connection, tenant_id: uuid.UUID, kind: Kind = "full") -
                 after, gens = conn.execute("SELECT upto, gens FROM bm25_built WHERE tenant_id = %(t)s",
                                            {"t": tenant_id}).fetchone()
                 if kind == "add" and after > 0 and gens > 0:
-                    conn.execute(_PACK, {"t": tenant_id, "gen": gens, "after": after, "upto": upto})
+                    parts = _pack(conn, tenant_id, gens, after, upto)
                     gens += 1
                 else:
                     kind, after, gens = "full", 0, 1
                     conn.execute("DELETE FROM bm25_lists WHERE tenant_id = %(t)s", {"t": tenant_id})
-                    conn.execute(_PACK, {"t": tenant_id, "gen": 0, "after": 0, "upto": upto})
+                    parts = _pack(conn, tenant_id, 0, 0, upto)
                     conn.execute("DELETE FROM bm25_dead WHERE tenant_id = %(t)s", {"t": tenant_id})
                 pruned = conn.execute(_PRUNE, {"t": tenant_id, "upto": upto}).rowcount
                 conn.execute(_FOLD, {"t": tenant_id, "upto": upto})
@@ -161,7 +185,7 @@ def build(conn: psycopg.Connection, tenant_id: uuid.UUID, kind: Kind = "full") -
                      "set_config('kdbl.subjects', '', false) AS subjects", {"k": tenant_key})
     upto, gens, chunks, lists, postings, size = row
     return {"kind": kind, "upto": upto, "generations": gens, "chunks": chunks, "lists": lists,
-            "postings": postings, "bytes": size, "postings_rows_pruned": pruned,
+            "postings": postings, "bytes": size, "postings_rows_pruned": pruned, "parts": parts,
             "seconds": round(time.perf_counter() - started, 2)}
 
 
