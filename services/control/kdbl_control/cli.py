@@ -480,13 +480,6 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
         return _run_bench(args, settings, Path(tempfile.gettempdir()) / "kdbl-bench-fairness",
                           lambda url, work, db: bench_fairness.run_fairness_bench(url, args.dataset, work, **options),
                           bench_fairness.summarise)
-    model = args.model or default_model_path(settings)
-    if args.action == "search" and args.response_modes:
-        return _bench_response_modes(args, settings, model)
-    if args.action == "search" and args.cache:
-        return _bench_cache(args, settings)
-    if not (args.dataset / "corpus.jsonl").exists():
-        raise ConfigError(f"{args.dataset} is not a BEIR folder (no corpus.jsonl)")
     if args.action == "permissions":
         from kdbl_control import bench_permissions
 
@@ -494,6 +487,13 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
                           lambda url, work, db: bench_permissions.run_permissions_bench(
                               url, work, files=args.files, n_queries=args.queries,
                               log=lambda line: print(line, file=sys.stderr)), bench_permissions.summarise)
+    model = args.model or default_model_path(settings)
+    if args.action == "search" and args.response_modes:
+        return _bench_response_modes(args, settings, model)
+    if args.action == "search" and args.cache:
+        return _bench_cache(args, settings)
+    if not (args.dataset / "corpus.jsonl").exists():
+        raise ConfigError(f"{args.dataset} is not a BEIR folder (no corpus.jsonl)")
     if args.action == "similar":
         from kdbl_control import bench_similar
 

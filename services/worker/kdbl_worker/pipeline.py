@@ -161,13 +161,17 @@ class _SharePermissions:
         self.names = share_acl.PrincipalMap(dict(source.permission_map or {}))
         self.ids = share_sets.SetIds(pool, source.tenant_id)
         self.sets: dict[str, int] = {}
+        self._by_access: dict[object, int] = {}
 
     def file(self, remote: FileMeta) -> FileMeta:
-        if remote.access is None:  # a connector that lists none: nobody reads it but by a grant
-            rules: share_acl.Rules = ((),)
-        else:
-            rules = share_acl.rules_for(remote.access, self.names)
-        set_id = self.sets[remote.key] = self.ids.id_for(rules)
+        set_id = self._by_access.get(remote.access)  # files that share their permissions share the work
+        if set_id is None:
+            if remote.access is None:  # a connector that lists none: nobody reads it but by a grant
+                rules: share_acl.Rules = ((),)
+            else:
+                rules = share_acl.rules_for(remote.access, self.names)
+            set_id = self._by_access[remote.access] = self.ids.id_for(rules)
+        self.sets[remote.key] = set_id
         return replace(remote, access=None, permission_set=set_id)
 
     def apply(self, conn: Connection, job_id: int, known: dict[str, store.FileState]) -> None:
