@@ -32,9 +32,8 @@ import json
 import pwd
 import re
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from kdbl_core.errors import ConfigError, InvalidArgument
 
@@ -164,38 +163,20 @@ class PrincipalMap:
             if not (key.startswith(("uid:", "gid:")) or is_sid(key)):
                 raise ConfigError(f"permission map: key {key!r} is not 'uid:N', 'gid:N' or a SID (S-1-...)")
 
-    @classmethod
-    def load(cls, path: str | Path | None, *, host_names: bool = True) -> "PrincipalMap":
-        """From a JSON object file (a mounted ConfigMap), or an empty map."""
-        if not path:
-            return cls(host_names=host_names)
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"permission map {path}: {exc}") from exc
-        if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-            raise ConfigError(f"permission map {path}: want a JSON object of strings")
-        return cls(dict(data), host_names=host_names)
-
     def user(self, uid: int) -> str:
-        key = f"uid:{uid}"
-        if key not in self._cache:
-            name = self.names.get(key)
-            if name is None and self.host_names:
-                try:
-                    name = f"user:{pwd.getpwuid(uid).pw_name}"
-                except KeyError:
-                    name = None
-            self._cache[key] = name or key
-        return self._cache[key]
+        return self._posix("uid", uid, lambda: f"user:{pwd.getpwuid(uid).pw_name}")
 
     def group(self, gid: int) -> str:
-        key = f"gid:{gid}"
+        return self._posix("gid", gid, lambda: f"group:{grp.getgrgid(gid).gr_name}")
+
+    def _posix(self, kind: str, number: int, host: Callable[[], str]) -> str:
+        """The map's name for `kind:number`, else the host database's (`host`), else `kind:number`."""
+        key = f"{kind}:{number}"
         if key not in self._cache:
             name = self.names.get(key)
             if name is None and self.host_names:
                 try:
-                    name = f"group:{grp.getgrgid(gid).gr_name}"
+                    name = host()
                 except KeyError:
                     name = None
             self._cache[key] = name or key
