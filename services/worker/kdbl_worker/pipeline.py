@@ -48,11 +48,11 @@ from contextlib import closing
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from kdbl_core.access import share_acl, share_sets
+from kdbl_core.access import share_acl
 from kdbl_core.access.principal import tenant_transaction
 from kdbl_core.content import store
 from kdbl_core.content.records import Chunk, FileMeta
-from kdbl_core.db.connect import Connection, Pool
+from kdbl_core.db.connect import Pool
 from kdbl_core.settings import Settings
 from kdbl_core.sources import relabel
 from kdbl_core.sources.globs import Selection
@@ -71,6 +71,7 @@ from kdbl_worker.queue import (
     disk_full_cause,
     make_holder,
 )
+from kdbl_worker.share_permissions import SharePermissions
 from kdbl_worker.sidecars import Sidecars, is_subtitle
 
 log = logging.getLogger(__name__)
@@ -150,36 +151,6 @@ def load_sources(pool: Pool, *, tenant: str | None = None,
         rows = conn.execute(sql + " ORDER BY t.name, s.name", params).fetchall()
     return [SourceRow(r.id, r.tenant_id, r.protocol, r.config, r.enabled, r.acl_mode, r.permission_map)
             for r in rows]
-
-
-class _SharePermissions:
-    """A from-source listing: each file's permissions as rules (kdbl_core.access.share_acl), their set's id
-    on the file as it is queued, and at the end those of unchanged files applied (share_sets.apply)."""
-
-    def __init__(self, pool: Pool, source: SourceRow) -> None:
-        self.source = source
-        self.names = share_acl.PrincipalMap(dict(source.permission_map or {}))
-        self.ids = share_sets.SetIds(pool, source.tenant_id)
-        self.sets: dict[str, int] = {}
-        self._by_access: dict[object, int] = {}
-
-    def file(self, remote: FileMeta) -> FileMeta:
-        set_id = self._by_access.get(remote.access)  # files that share their permissions share the work
-        if set_id is None:
-            if remote.access is None:  # a connector that lists none: nobody reads it but by a grant
-                rules: share_acl.Rules = ((),)
-            else:
-                rules = share_acl.rules_for(remote.access, self.names)
-            set_id = self._by_access[remote.access] = self.ids.id_for(rules)
-        self.sets[remote.key] = set_id
-        return replace(remote, access=None, permission_set=set_id)
-
-    def apply(self, conn: Connection, job_id: int, known: dict[str, store.FileState]) -> None:
-        changed = {k: v for k, v in self.sets.items() if k in known and known[k].permission_set != v}
-        done = share_sets.apply(conn, self.source.tenant_id, self.source.id, job_id, changed)
-        if done:
-            log.info("permissions from the share changed for %d files", done,
-                     extra={"source_id": str(self.source.id), "job_id": job_id, "permission_sets": len(self.ids)})
 
 
 def _clean(value: str) -> str:
@@ -360,7 +331,7 @@ class Indexer:
                 if len(batch) >= ITEM_BATCH:
                     self._queue(job, batch)
 
-            share = _SharePermissions(self.pool, source) if source.from_share else None
+            share = SharePermissions(self.pool, source.tenant_id, source.id, source.permission_map) if source.from_share else None
             lists_access = share is not None and source.protocol in share_acl.FROM_SOURCE_PROTOCOLS
             for remote in (connector.walk(access=True) if lists_access else connector.walk()):
                 self.activity.progressed(remote.key)
