@@ -136,19 +136,20 @@ def _sync(owner: Any, worker: Any, settings: Settings, source_id: Any, share: Pa
           owner_url: str) -> dict[str, Any]:
     """One file alice cannot read made world-readable (its folders too): seconds of the crawl after which
     she finds it under row-level security."""
-    async def sees(key: str) -> bool:
+    async def readable() -> set[str]:
+        """The keys alice reads, under row-level security (one query)."""
         pool = await async_pool(for_role(owner_url, "kdbl_api"), size=1, name="kdbl-bench-permissions")
         try:
             principal = Principal(tenant_id=tenant_id, tenant_name=tenant, subject="user:alice", groups=("eng",))
             async with rls_transaction(pool, principal) as conn:
-                row = await (await conn.execute("SELECT 1 FROM files WHERE key = %(k)s", {"k": key})).fetchone()
-            return row is not None
+                return {r.key for r in await (await conn.execute("SELECT key FROM files")).fetchall()}
         finally:
             await pool.close()
 
     with owner.connection() as conn:
         keys = [r.key for r in conn.execute("SELECT key FROM files WHERE source_id = %s ORDER BY key", (source_id,))]
-    hidden = next(k for k in keys if not asyncio.run(sees(k)))
+    before = asyncio.run(readable())
+    hidden = next(k for k in keys if k not in before)
     path = share / hidden
     path.chmod(0o644)
     for folder in path.relative_to(share).parents:
@@ -157,7 +158,7 @@ def _sync(owner: Any, worker: Any, settings: Settings, source_id: Any, share: Pa
         os.removexattr(path, "system.posix_acl_access")
     started = time.perf_counter()
     seconds, stats = _crawl(worker, settings, source_id)
-    visible = asyncio.run(sees(hidden))
+    visible = hidden in asyncio.run(readable())
     return {"file": hidden, "crawl_s": round(seconds, 2), "change_to_effect_s": round(time.perf_counter() - started, 2),
             "reindexed": stats.indexed, "visible_after": visible}
 
