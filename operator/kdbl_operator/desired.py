@@ -368,7 +368,8 @@ _SPEC_PATH = {
     "include": "spec.include", "exclude": "spec.exclude", "max_file_bytes": "spec.maxFileBytes", "ocr": "spec.ocr",
     "protocol": "spec.protocol", "config": "spec",
     "labels": "spec.labels", "label_globs": "spec.labelGlobs", "object_tags": "spec.objectTags",
-    "follow_symlinks": "spec.followSymlinks",
+    "follow_symlinks": "spec.followSymlinks", "permission_checks": "spec.permissionChecks",
+    "permission_full_check_hours": "spec.permissionFullCheckHours",
 }
 
 
@@ -505,6 +506,9 @@ def source(body: Mapping[str, Any], *, credentials_root: str = DEFAULT_CREDENTIA
     intent.update(include=spec.get("include"), exclude=spec.get("exclude"),
                   max_file_bytes=spec.get("maxFileBytes"), ocr=spec.get("ocr"))  # ocr false: images and scanned PDF pages stay unread
     intent["follow_symlinks"] = spec.get("followSymlinks")  # fs: links inside the root (never out of it)
+    # smb from-source: descriptors read at every crawl, or when the change time moved (kdbl_core.sources.config)
+    intent.update(permission_checks=spec.get("permissionChecks"),
+                  permission_full_check_hours=spec.get("permissionFullCheckHours"))
     # labels: every file's, a glob's files', S3 object tags (a change of the first two relabels the files)
     intent.update(labels=spec.get("labels"), label_globs=spec.get("labelGlobs") or None)
     if spec.get("objectTags") not in (None, False):

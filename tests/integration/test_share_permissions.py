@@ -81,6 +81,33 @@ def share(owner_engine, worker_engine):
     shutil.rmtree(root)
 
 
+def _partitions_exact(engine, source_id) -> int:
+    """The keyword index of the source is cut by permission set exactly as its files are (migration 0024):
+    statistics and packed postings (less the dead, plus postings rows) of each partition are those of the
+    chunks of the files with that set. The number of partitions."""
+    set_of = "coalesce(f.permission_set, 0)"
+    with engine.begin() as conn:
+        def rows(sql: str) -> set:
+            return {tuple(r) for r in conn.execute(text(sql), {"s": source_id})}
+        truth = rows(f"SELECT {set_of}, p.term, p.chunk_id FROM {POSTINGS} p JOIN files f ON f.id = p.file_id "
+                     "WHERE p.source_id = :s")
+        indexed = rows("SELECT l.permission_set, l.term, u.chunk_id FROM bm25_lists l "
+                       "CROSS JOIN LATERAL kdbl_bm25_unpack(l.list) AS u WHERE l.source_id = :s "
+                       "AND u.chunk_id NOT IN (SELECT d.chunk_id FROM bm25_dead d WHERE d.source_id = :s) "
+                       f"UNION ALL SELECT {set_of}, p.term, p.chunk_id FROM postings p JOIN files f ON f.id = p.file_id "
+                       "WHERE p.source_id = :s")
+        assert indexed == truth
+        dfs = rows("SELECT permission_set, term, sum(df) FROM term_stats WHERE source_id = :s "
+                   "GROUP BY 1, 2 HAVING sum(df) <> 0")
+        assert dfs == rows(f"SELECT {set_of}, p.term, count(*) FROM {POSTINGS} p JOIN files f ON f.id = p.file_id "
+                           "WHERE p.source_id = :s GROUP BY 1, 2")
+        corpus = rows("SELECT permission_set, sum(n_chunks), sum(total_len) FROM corpus_stats WHERE source_id = :s "
+                      "GROUP BY 1 HAVING sum(n_chunks) <> 0")
+        assert corpus == rows(f"SELECT {set_of}, count(*), sum(c.token_count) FROM chunks c "
+                              "JOIN files f ON f.id = c.file_id WHERE c.source_id = :s GROUP BY 1")
+    return len(corpus)
+
+
 async def _seen(api_pool, corpus: Corpus, user: str, query: str = "quarterly") -> tuple[set, dict, dict]:
     """Files, search hits (key -> score) and the visible postings, as `user` under row-level security."""
     principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject=f"user:{user}",
@@ -97,12 +124,44 @@ async def _seen(api_pool, corpus: Corpus, user: str, query: str = "quarterly") -
 
 
 @pytest.mark.parametrize("user", sorted(EXPECTED))
-async def test_each_principal_reads_exactly_what_the_share_lets_it(share, api_pool, user) -> None:
+async def test_each_principal_reads_exactly_what_the_share_lets_it(share, api_pool, owner_engine, user) -> None:
     files, hits, reference = await _seen(api_pool, share, user)
+    assert _partitions_exact(owner_engine, share.source_id) >= 5  # one partition per distinct permission
     assert files == EXPECTED[user]
     assert set(hits) == EXPECTED[user]
     # the statistics are those of what the caller reads: scores equal BM25 over its files alone
     assert hits == pytest.approx(reference, rel=1e-9)
+
+
+async def test_the_index_partitions_a_principal_reads_hold_only_its_files(share, api_pool, owner_engine,
+                                                                         owner_url) -> None:
+    """The keyword index is read in partitions (migration 0024): each principal's visible lists, statistics and
+    chunk counts are those of exactly its files, before and after a full build of the lists."""
+    from kdbl_core.content import bm25_lists
+    from kdbl_core.db.connect import sync_pool
+
+    for built in (False, True):
+        if built:
+            with sync_pool(owner_url, size=1) as pool, pool.connection() as conn:
+                assert bm25_lists.build(conn, share.tenant_id)["kind"] == "full"
+            _partitions_exact(owner_engine, share.source_id)
+        for user, allowed in EXPECTED.items():
+            principal = Principal(tenant_id=share.tenant_id, tenant_name=share.tenant, subject=f"user:{user}",
+                                  groups=tuple(GROUPS[user]))
+            async with rls_transaction(api_pool, principal) as conn:
+                listed = {r.key for r in await (await conn.execute(
+                    "SELECT DISTINCT f.key FROM bm25_lists l CROSS JOIN LATERAL kdbl_bm25_unpack(l.list) AS u "
+                    "JOIN chunks c ON c.id = u.chunk_id JOIN files f ON f.id = c.file_id")).fetchall()}
+                [[hidden]] = await (await conn.execute(
+                    "SELECT count(*) FROM bm25_lists l CROSS JOIN LATERAL kdbl_bm25_unpack(l.list) AS u "
+                    "WHERE u.chunk_id NOT IN (SELECT id FROM chunks) "
+                    "AND u.chunk_id NOT IN (SELECT chunk_id FROM bm25_dead)")).fetchall()
+                [[n, length]] = await (await conn.execute(
+                    "SELECT sum(n_chunks), sum(total_len) FROM corpus_stats")).fetchall()
+                [[n_true, length_true]] = await (await conn.execute(
+                    "SELECT count(*), sum(token_count) FROM chunks")).fetchall()
+            assert listed == allowed and hidden == 0, (user, built)
+            assert (n, length) == (n_true, length_true), (user, built)
 
 
 async def test_every_word_of_a_hidden_file_stays_hidden(share, api_pool) -> None:
@@ -170,6 +229,7 @@ async def test_a_permission_change_reaches_results_at_the_next_crawl_without_rea
                                          "WHERE source_id = :s AND file_key = 'eng/design.txt' "
                                          "ORDER BY id DESC LIMIT 1"), {"s": share.source_id}).all()
         assert after.index_runs == before.index_runs and after.permission_set != before.permission_set
+        _partitions_exact(owner_engine, share.source_id)  # its chunks moved to the new set's partition
         assert (change.before_set, change.after_set) == (before.permission_set, after.permission_set)
     finally:
         path.chmod(0o640)
@@ -177,6 +237,7 @@ async def test_a_permission_change_reaches_results_at_the_next_crawl_without_rea
         crawl(worker_engine, share)
     files, _, _ = await _seen(api_pool, share, "carol")
     assert files == EXPECTED["carol"]
+    _partitions_exact(owner_engine, share.source_id)
 
 
 async def test_a_removed_file_is_gone_for_everyone_after_one_crawl(share, api_pool, worker_engine) -> None:
@@ -230,6 +291,7 @@ def test_leaving_from_source_closes_the_files_to_all_but_grants(owner_engine, wo
     crawl(worker_engine, Corpus(tenant, t.id, s.id, root))
     done = admin.set_source_permissions(db, s.id, "grants")
     assert done["files_cleared"] == 1 and done["acl_mode"] == "restricted"
+    assert _partitions_exact(owner_engine, s.id) == 1  # back in partition 0 with the source's other files
     with owner_engine.begin() as conn:
         assert conn.execute(text("SELECT count(permission_set) FROM files WHERE source_id = :s"),
                             {"s": s.id}).scalar() == 0

@@ -356,6 +356,102 @@ def test_an_acl_changed_without_new_content_is_read_again_at_the_next_walk(acl_s
     assert new.access == FileAccess(nt=descriptor(acl_samba, "changing/report.txt"))
 
 
+def test_skip_access_reads_only_the_descriptors_whose_change_time_moved(acl_samba, tree):
+    """`permission_checks: changed`: the listing's change time is each file's stamp; files whose stamp the
+    caller already holds are listed UNCHANGED with no query (no message), a file whose change time moved is
+    read again. Samba reports the modification time as the change time: rewriting the content moves it; an
+    ACL change alone does not (why `every-crawl` is the default)."""
+    from kdbl_core.access.share_acl import UNCHANGED
+
+    with connect(acl_samba, path="tree/many") as connector:
+        first = {f.key: f for f in connector.walk(access=True)}
+    stamps = {k: f.access_stamp for k, f in first.items()}
+    assert len(stamps) == 40 and all(stamps.values())
+    with connect(acl_samba, path="tree/many") as connector:
+        plain = list(connector.walk())
+        listing_only = _messages(connector)
+    with connect(acl_samba, path="tree/many") as connector:
+        again = {f.key: f for f in connector.walk(access=True, skip_access=lambda k, s: stamps.get(k) == s)}
+        skipping = _messages(connector)
+    assert len(plain) == 40 and all(f.access is UNCHANGED for f in again.values())
+    assert skipping <= listing_only + 1  # no descriptor query at all (an ECHO for credits at most)
+    time.sleep(0.01)
+    _file(acl_samba, "tree/many/07.txt", b"new content")
+    smbcacls(acl_samba, "tree/many/07.txt", "--add", _ace("S-1-5-21-1-2-3-2007", READ))
+    smbcacls(acl_samba, "tree/many/08.txt", "--add", _ace(OTHER_USER, READ))  # an ACL change alone
+    with connect(acl_samba, path="tree/many") as connector:
+        after = {f.key: f for f in connector.walk(access=True, skip_access=lambda k, s: stamps.get(k) == s)}
+    assert after["07.txt"].access == FileAccess(nt=descriptor(acl_samba, "tree/many/07.txt"))
+    assert after["07.txt"].access_stamp != stamps["07.txt"]
+    assert after["08.txt"].access is UNCHANGED  # Samba: the change time did not move
+    assert all(after[k].access is UNCHANGED for k in stamps if k != "07.txt")
+
+
+def test_bench_smb_permissions_measures_the_three_listings(acl_samba, tree, capsys):
+    from kdbl_control import bench_smb_permissions
+    from kdbl_control.cli import main
+
+    result = bench_smb_permissions.walk_costs({"server": acl_samba.host, "share": "acls", "path": "tree/many",
+                                               "credentials": {"env": ENV}}, runs=1)
+    plain, every, unchanged = result["walk"], result["walk_access"], result["walk_access_unchanged"]
+    assert plain["files"] == every["files"] == unchanged["files"] == 40
+    assert plain["descriptors_read"] == 0 and every["descriptors_read"] == 40 and unchanged["descriptors_read"] == 0
+    assert every["messages_per_file"] >= 3 > unchanged["messages_per_file"]  # a compound of three a file, or none
+    with pytest.raises(SystemExit) as done:
+        main(["bench", "smb-permissions", "--server", acl_samba.host, "--share", "acls", "--path", "tree/many",
+              "--credentials-env", f"username={ENV['username']},password={ENV['password']}", "--runs", "1"])
+    assert done.value.code == 0
+    assert "walk(access=True): every-crawl" in capsys.readouterr().out
+
+
+def test_changed_checks_crawl_keeps_sets_until_the_change_time_or_the_full_check_says_otherwise(
+        acl_samba, tree, owner_engine, worker_engine):
+    """Through the worker's listing: the first crawl reads every descriptor and stores the stamps; the next
+    reads none and keeps every file's set; a full check (permission_full_check_hours: 0) reads them all
+    again and so sees an ACL change Samba's change time hides."""
+    from helpers import Corpus, crawl, db_of
+    from sqlalchemy import text
+
+    from kdbl_control import admin
+
+    _file(acl_samba, "checks/a.txt", b"alpha")
+    _file(acl_samba, "checks/b.txt", b"bravo")
+    smbcacls(acl_samba, "checks/b.txt", "--set", _ace(acl_samba.owner, FULL))
+    try:
+        db = db_of(owner_engine)
+        tenant = f"smbchk-{uuid.uuid4().hex[:8]}"
+        t = admin.create_tenant(db, tenant)
+        config = {"server": acl_samba.host, "share": "acls", "path": "checks", "credentials": {"env": ENV},
+                  "base_delay": 0.01, "permission_checks": "changed", "permission_full_check_hours": 1}
+        s = admin.add_source(db, tenant, protocol="smb", name="checks", permissions="from-source", config=config,
+                             permission_map={OTHER_USER: "user:bob"})
+        corpus = Corpus(tenant, t.id, s.id, acl_samba.root / "checks")
+
+        def state() -> dict[str, tuple]:
+            with owner_engine.begin() as conn:
+                return {r.key: (r.permission_set, r.access_stamp) for r in conn.execute(text(
+                    "SELECT key, permission_set, access_stamp FROM files WHERE source_id = :s"), {"s": s.id})}
+
+        crawl(worker_engine, corpus)
+        crawl(worker_engine, corpus)  # files written by the first crawl get their stamps here
+        first = state()
+        assert set(first) == {"a.txt", "b.txt"} and all(v[0] and v[1] for v in first.values())
+        smbcacls(acl_samba, "checks/b.txt", "--add", _ace(OTHER_USER, READ))  # Samba: no change time moves
+        crawl(worker_engine, corpus)
+        assert state() == first  # kept: the change time says nothing changed
+        with owner_engine.begin() as conn:
+            conn.execute(text("UPDATE sources SET config = config || '{\"permission_full_check_hours\": 0}'::jsonb "
+                              "WHERE id = :s"), {"s": s.id})
+        crawl(worker_engine, corpus)
+        full = state()
+        assert full["b.txt"][0] != first["b.txt"][0] and full["a.txt"] == first["a.txt"]
+        with owner_engine.begin() as conn:
+            assert conn.execute(text("SELECT permissions_checked_at IS NOT NULL FROM sources WHERE id = :s"),
+                                {"s": s.id}).scalar()
+    finally:
+        shutil.rmtree(acl_samba.root / "checks")
+
+
 # -- through the crawl and row-level security -----------------------------------------------------------
 
 async def test_a_from_source_smb_crawl_gives_each_principal_what_the_dacls_allow(

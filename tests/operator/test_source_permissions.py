@@ -15,6 +15,7 @@ import pytest
 import yaml
 from helpers import Corpus, crawl
 from kdbl_core.access import share_acl
+from kdbl_core.sources.config import PERMISSION_CHECKS
 from kdbl_operator import desired
 from kdbl_operator.desired import InvalidSpec
 from operator_helpers import source, tenant
@@ -143,6 +144,16 @@ def test_the_crd_offers_the_same_names_and_a_map_of_strings():
         assert "default" not in spec["properties"]["permissions"]  # unset: the older acl fields decide
         assert spec["properties"]["permissionMap"]["additionalProperties"]["type"] == "string"
         assert "Deprecated" in spec["properties"]["acl"]["properties"]["honorFilePermissions"]["description"]
+        assert spec["properties"]["permissionChecks"]["enum"] == list(PERMISSION_CHECKS)
+
+
+def test_smb_permission_checks_reach_the_config_and_other_protocols_are_refused():
+    want = desired.source(body("smb", permissions="from-source", permissionChecks="changed",
+                               permissionFullCheckHours=6))
+    assert want.config["permission_checks"] == "changed" and want.config["permission_full_check_hours"] == 6
+    assert "permission_checks" not in desired.source(body("smb", permissions="from-source")).config
+    assert "spec.permissionChecks" in refused(permissions="from-source", permissionChecks="changed")  # fs
+    assert "spec.permissionChecks" in refused(protocol="smb", permissionChecks="sometimes")
 
 
 # ------------------------------------------------------------------------------------------------

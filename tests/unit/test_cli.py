@@ -65,3 +65,12 @@ def test_a_database_url_that_cannot_be_used_ends_the_cli_as_one_config_line(monk
     assert done.value.code == ConfigError.exit_code and err.count("\n") == 1
     assert err.startswith("kdbl-control: the database URL cannot be used") and reason in err
     assert "secret" not in err and "Traceback" not in err
+
+
+def test_smb_permission_checks_are_stored_and_refused_elsewhere(tmp_path):
+    cfg = _cfg("--protocol", "smb", "--server", "fs1", "--share", "docs", "--credentials-env",
+               "username=U,password=P", "--permission-checks", "changed")
+    assert cfg["permission_checks"] == "changed"
+    with pytest.raises(InvalidArgument) as err:
+        _cfg("--protocol", "fs", "--path", str(tmp_path), "--permission-checks", "changed")
+    assert err.value.field == "permission_checks" and "smb only" in str(err.value)

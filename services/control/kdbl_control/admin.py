@@ -152,10 +152,12 @@ def _permission_map(names: dict[str, str] | None) -> dict[str, str]:
 
 
 def set_source_permissions(db: Pool, source_id: uuid.UUID, permissions: str, *,
-                           permission_map: dict[str, str] | None = None, force: bool = False) -> dict[str, Any]:
+                           permission_map: dict[str, str] | None = None, checks: str | None = None,
+                           force: bool = False) -> dict[str, Any]:
     """Switch who may read a source's files. Leaving from-source clears its files' permission sets in the
     same statement (a trigger: nothing stays readable by rules the source no longer uses); entering it, each
-    file is readable by its share's permissions from the next crawl on — until then by grants alone (closed)."""
+    file is readable by its share's permissions from the next crawl on — until then by grants alone (closed).
+    `checks` (smb): the config's permission_checks (kdbl_core.sources.config)."""
     with db.connection() as conn:
         source = conn.execute("SELECT * FROM sources WHERE id = %s FOR UPDATE", (source_id,)).fetchone()
         if source is None:
@@ -163,6 +165,9 @@ def set_source_permissions(db: Pool, source_id: uuid.UUID, permissions: str, *,
         _guard(source, force)
         mode = share_acl.acl_mode(permissions, source.protocol)
         names = source.permission_map if permission_map is None else _permission_map(permission_map)
+        if checks is not None:
+            config = sources.build(source.protocol, **{**source.config, "permission_checks": checks}).stored
+            conn.execute("UPDATE sources SET config = %s WHERE id = %s", (Jsonb(config), source_id))
         [cleared] = conn.execute("SELECT count(permission_set) FROM files WHERE source_id = %s AND %s <> 'source'",
                                  (source_id, mode)).fetchone()
         # leaving from-source, a trigger clears the files' sets (migration 0023: whoever changes the mode)

@@ -37,6 +37,15 @@ def run_bench(args: argparse.Namespace, settings: Settings) -> int:
                           lambda url, work, db: bench_permissions.run_permissions_bench(
                               url, work, files=args.files, n_queries=args.queries,
                               log=lambda line: print(line, file=sys.stderr)), bench_permissions.summarise)
+    if args.action == "smb-permissions":
+        from kdbl_control import bench_smb_permissions
+
+        pairs = dict(item.split("=", 1) for item in args.credentials_env.split(",") if "=" in item)
+        config = {"server": args.server, "share": args.share, "path": args.path, "port": args.port,
+                  "credentials": {"env": pairs}}
+        result = bench_smb_permissions.walk_costs(config, runs=args.runs)
+        print(json.dumps(result, indent=2) if args.json else bench_smb_permissions.summarise(result))
+        return 0
     model = args.model or default_model_path(settings)
     if args.action == "search" and args.response_modes:
         return _bench_response_modes(args, settings, model)

@@ -80,12 +80,12 @@ WITH f AS (
 ){{keyword}}, df AS (
     INSERT INTO term_stats (tenant_id, term, source_id, shard, df, tf_max)
     SELECT %(tenant)s, term, %(source)s, 0, count(*), max(tf) FROM ins GROUP BY term ORDER BY term
-    ON CONFLICT (tenant_id, term, source_id, shard) DO UPDATE SET
+    ON CONFLICT (tenant_id, term, source_id, permission_set, shard) DO UPDATE SET
         df = term_stats.df + EXCLUDED.df, tf_max = greatest(term_stats.tf_max, EXCLUDED.tf_max)
 ), cs AS (
     INSERT INTO corpus_stats (tenant_id, source_id, shard, n_chunks, total_len, dl_min)
     SELECT %(tenant)s, %(source)s, 0, count(*), coalesce(sum(token_count), 0), min(token_count) FROM ch
-    ON CONFLICT (tenant_id, source_id, shard) DO UPDATE SET
+    ON CONFLICT (tenant_id, source_id, permission_set, shard) DO UPDATE SET
         n_chunks = corpus_stats.n_chunks + EXCLUDED.n_chunks, total_len = corpus_stats.total_len + EXCLUDED.total_len,
         dl_min = least(corpus_stats.dl_min, EXCLUDED.dl_min)
 )

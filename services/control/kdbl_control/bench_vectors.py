@@ -14,7 +14,7 @@ does) and random unit vectors.
 - ef_search in 40, 64, 100, 200, 400 at k = 10 and k = 100 (the hybrid depth; the API sets ef_search
   2 x depth = 200 and iterative_scan relaxed_order): recall@k against exact, p50/p95.
 - Restricted principals: the source made `restricted` and every n-th file granted to one subject, so the
-  principal sees ~1% or ~10% of the chunks through RLS (kdbl_granted_files), all inside one transaction that
+  principal sees ~1% or ~10% of the chunks through RLS (files granted one by one: kdbl_grant_files), all inside one transaction that
   is rolled back (nothing is written); iterative_scan relaxed_order against off (off stops at ef_search
   candidates, so it returns fewer than k), recall against exact under the same RLS.
 - Quantisation (skippable: it builds indexes): an HNSW index on binary_quantize(embedding)::bit(D) (Hamming) whose top N are re-ranked by exact cosine; build time, size,

@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from kdbl_core.access.principal import ALL_SCOPES
 from kdbl_core.access.share_acl import PERMISSION_MODES
+from kdbl_core.sources.config import PERMISSION_CHECKS
 from kdbl_core.errors import ConfigError, KdblError, Unavailable, exit_line_of
 from kdbl_core.settings import Settings, load_settings, named_env
 
@@ -172,6 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--permission-map", type=Path, metavar="FILE",
                     help="from-source: a JSON object mapping 'uid:N', 'gid:N' and SIDs to 'user:NAME', "
                     "'group:NAME' or '*' (unmapped ids are looked up on the crawling host, else kept numeric)")
+    sa.add_argument("--permission-checks", choices=list(PERMISSION_CHECKS),
+                    help="smb from-source: read each file's security descriptor at every crawl (default), or only "
+                    "when its change time moved and all of them once a day (Windows servers; not Samba)")
     sa.add_argument("--no-hybrid", action="store_true")
     sa.add_argument("--force", action="store_true", help="even in a tenant the operator manages")
     su = source.add_parser("update", help="change a source's labels (its files are relabelled at once)")
@@ -186,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="who reads its files (see source add); from-source applies from the next crawl")
     su.add_argument("--permission-map", type=Path, metavar="FILE",
                     help="from-source: replace the id / SID map (a JSON object; see source add)")
+    su.add_argument("--permission-checks", choices=list(PERMISSION_CHECKS),
+                    help="smb from-source: when descriptors are read again (see source add)")
     su.add_argument("--force", action="store_true", help="even for a source the operator manages")
     sl = source.add_parser("list")
     sl.add_argument("--tenant")
@@ -313,6 +319,15 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--files", type=int, default=1000, help="generated files (default 1,000)")
     bp.add_argument("--queries", type=int, default=100, help="searches per mode")
     bp.add_argument("--work-dir", type=Path, help="where the folder and the embedded database go")
+    bm = bsub.add_parser("smb-permissions", help="what reading NT ACLs costs a listing of a real SMB share: "
+                         "files/s and messages a file with and without descriptors, and with unchanged change times")
+    bm.add_argument("--server", required=True, help="file server host")
+    bm.add_argument("--share", required=True, help="share name")
+    bm.add_argument("--path", default="", help="a folder in the share (default: its root)")
+    bm.add_argument("--port", type=int, default=445)
+    bm.add_argument("--credentials-env", required=True, metavar="username=VAR,password=VAR",
+                    help="the environment variables holding the account's name and password")
+    bm.add_argument("--runs", type=int, default=3, help="listings per mode (the median is reported)")
     si = bsub.add_parser("similar", help="find_similar's recall@10 on SciFact's multi-citation claims (vector, "
                          "lexical MLT, exact dense reference) and its latency")
     si.add_argument("--dataset", type=Path, default=bs.get_default("dataset"), help="BEIR folder with qrels")
@@ -499,7 +514,8 @@ def source_config(args: argparse.Namespace) -> dict[str, Any]:
     return sources.build(args.protocol, **connection, credentials=credentials,
                          verify_tls=not args.no_verify_tls, ca_file=args.ca_file, include=args.include,
                          exclude=args.exclude, ocr=not args.no_ocr, labels=args.label,
-                         label_globs=label_globs(args) or None, follow_symlinks=args.follow_symlinks).stored
+                         label_globs=label_globs(args) or None, follow_symlinks=args.follow_symlinks,
+                         permission_checks=args.permission_checks).stored
 
 
 def _permission_map_file(path: Path | None) -> dict[str, str] | None:
@@ -605,14 +621,14 @@ def _dispatch(args: argparse.Namespace, settings: Settings, db: Any, admin: Any)
                               permission_map=_permission_map_file(args.permission_map))
         print(source.id)
     elif cmd == "source" and action == "update":
-        if args.permissions or args.permission_map:
+        if args.permissions or args.permission_map or args.permission_checks:
             if args.permissions is None:
-                raise ConfigError("--permission-map goes with --permissions from-source")
+                raise ConfigError("--permission-map and --permission-checks go with --permissions from-source")
             _print(args, admin.set_source_permissions(db, args.source, args.permissions,
                                                       permission_map=_permission_map_file(args.permission_map),
-                                                      force=args.force))
+                                                      checks=args.permission_checks, force=args.force))
         if args.label or args.label_glob or args.no_labels or args.object_tags is not None \
-                or not (args.permissions or args.permission_map):
+                or not (args.permissions or args.permission_map or args.permission_checks):
             globs = label_globs(args)
             _print(args, admin.update_source_labels(
                 db, args.source, labels=[] if args.no_labels else args.label,

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # annotations only; the modules load on first call below
     from kdbl_worker.jobs import JobStatus
     from kdbl_worker.pipeline import CrawlStats, Indexer, SourceRow
 
-__all__ = ["CrawlStats", "Indexer", "SourceRow", "create_api_app", "create_fetch_app", "crawl_stats",
+__all__ = ["CrawlStats", "Indexer", "SourceRow", "connector", "create_api_app", "create_fetch_app", "crawl_stats",
            "embed_pending", "enqueue", "format_markdown", "format_rows", "indexer", "load_embedder",
            "load_sources", "refuse_paths", "wait_for"]
 
@@ -42,6 +42,13 @@ def refuse_paths(*paths: Any) -> None:
     from kdbl_worker.connectors import refuse_paths
 
     refuse_paths(*paths)
+
+
+def connector(protocol: str, config: dict[str, Any]) -> Any:
+    """A source's connector as the worker builds it (`bench smb-permissions` lists a share with it)."""
+    from kdbl_worker.connectors import connector_for
+
+    return connector_for(protocol, config)
 
 
 def load_sources(pool: Pool, **where: Any) -> list[SourceRow]:

@@ -331,9 +331,9 @@ class Indexer:
                 if len(batch) >= ITEM_BATCH:
                     self._queue(job, batch)
 
-            share = SharePermissions(self.pool, source.tenant_id, source.id, source.permission_map) if source.from_share else None
+            share = SharePermissions(self.pool, source, known) if source.from_share else None
             lists_access = share is not None and source.protocol in share_acl.FROM_SOURCE_PROTOCOLS
-            for remote in (connector.walk(access=True) if lists_access else connector.walk()):
+            for remote in (connector.walk(**share.walk_options()) if lists_access else connector.walk()):
                 self.activity.progressed(remote.key)
                 if stop.is_set():
                     with self.pool.connection() as conn:

@@ -128,6 +128,11 @@ class FileAccess:
     nt: NtAccess | None = None
 
 
+# A listed file whose permissions the connector did not read again: their stamp (FileMeta.access_stamp) is the
+# one they were last read with, so they keep their permission set (kdbl_worker.share_permissions).
+UNCHANGED = "unchanged"
+
+
 def parse_posix_acl(blob: bytes) -> PosixAcl:
     """The `system.posix_acl_access` extended attribute (little-endian: a 4-byte version, then 8-byte entries
     of tag u16, perm u16, id u32). Raises ValueError on anything else."""

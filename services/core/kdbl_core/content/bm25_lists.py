@@ -52,15 +52,22 @@ Kind = Literal["full", "add"]
 
 _TENANT = ("SELECT set_config('kdbl.tenant_id', %(t)s, false) AS tenant, "
            "set_config('kdbl.subjects', '', false) AS subjects, hashtextextended('kdbl_bm25_build:' || %(t)s, 0) AS key")
+# Each chunk goes to its file's partition (migration 0024: the file's permission set, 0 for none); only the
+# chunks of sources in 'source' mode look their file up.
 _PACK = f"""
-INSERT INTO bm25_lists (tenant_id, term, source_id, gen, n, list)
-SELECT c.tenant_id, t.term, c.source_id, %(gen)s, count(*),
+INSERT INTO bm25_lists (tenant_id, term, source_id, permission_set, gen, n, list)
+SELECT c.tenant_id, t.term, c.source_id, c.permission_set, %(gen)s, count(*),
        kdbl_bm25_pack(c.id, CAST(t.tf AS integer), c.token_count ORDER BY c.id)
-  FROM chunks c CROSS JOIN LATERAL {analysis.chunk_terms("c")}
- WHERE c.tenant_id = %(t)s AND c.id > %(after)s AND c.id <= %(upto)s
-   AND (%(parts)s = 1 OR mod(hashtext(t.term) & 2147483647, %(parts)s) = %(part)s)
- GROUP BY c.tenant_id, t.term, c.source_id
+  FROM (SELECT c.*, CASE WHEN c.source_id = ANY (CAST(%(share)s AS uuid[]))
+                         THEN coalesce((SELECT f.permission_set FROM files f WHERE f.id = c.file_id), 0)
+                         ELSE 0 END AS permission_set
+          FROM chunks c
+         WHERE c.tenant_id = %(t)s AND c.id > %(after)s AND c.id <= %(upto)s) c
+ CROSS JOIN LATERAL {analysis.chunk_terms("c")}
+ WHERE (%(parts)s = 1 OR mod(hashtext(t.term) & 2147483647, %(parts)s) = %(part)s)
+ GROUP BY c.tenant_id, t.term, c.source_id, c.permission_set
 """
+_SHARE_SOURCES = "SELECT coalesce(array_agg(id), '{}') FROM sources WHERE tenant_id = %(t)s AND acl_mode = 'source'"
 # The pack sorts every (term, chunk) posting it reads, spilling to temporary files: ~60 bytes a posting, so
 # 720M postings (10M chunks) asked for more than 44 GB of disk and filled it. A pack over more postings
 # than the setting bm25_build_part_postings (KDBL_BM25_BUILD_PART_POSTINGS, 40M: ~2.4 GB of temporary files)
@@ -77,6 +84,7 @@ def _pack(conn: psycopg.Connection, tenant_id: uuid.UUID, gen: int, after: int, 
     """Pack the chunks in (after, upto] as generation `gen`, in as many term partitions as keep the sort's
     temporary files bounded (PART_POSTINGS); the number of parts."""
     params = {"t": tenant_id, "gen": gen, "after": after, "upto": upto}
+    [params["share"]] = conn.execute(_SHARE_SOURCES, params).fetchone()
     [postings] = conn.execute(_POSTINGS_UPPER, params).fetchone()  # tokens >= distinct terms a chunk
     per_part = PART_POSTINGS or get_settings().bm25_build_part_postings
     parts = max(1, -(-int(postings) // per_part))

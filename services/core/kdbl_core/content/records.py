@@ -36,6 +36,9 @@ class FileMeta:
     # whose permissions come from the share; typed loosely: content and access are sibling zones
     access: Any = None
     permission_set: int | None = None  # those permissions' permission_sets.id (kdbl_core.access.share_sets)
+    # what says whether those permissions may have changed (an SMB file's change time), and
+    # kdbl_core.access.share_acl.UNCHANGED as `access` where the connector did not read them again
+    access_stamp: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,9 @@ Callers run these inside `tenant_transaction` (the worker role sees one tenant a
 `FileWriter.write` runs its own transaction and sends it with its COMMIT in one round trip, draining
 each statement before the next (`_drain`: psycopg's pipeline could leave a big statement half-sent and
 hang, issue 12). BM25 statistics are kept
-per source (term_stats, corpus_stats: migration 0007) so the query side can sum those of the sources a
-principal sees (kdbl_core.search.lexical).
+per source and permission set (term_stats, corpus_stats: migrations 0007, 0024) so the query side can sum
+those of the sources a principal sees whole and of the share's permission sets that allow it
+(kdbl_core.search.lexical); a file is indexed in the partition of its `permission_set` (0: none).
 A file is written in one transaction: its old chunks, postings and statistics go out and the new
 ones come in together, so a crash at any moment leaves either the old file or the new one.
 
@@ -65,26 +66,32 @@ class FileState:
     status_reason: str | None = None
     stale: bool = False  # its chunks were indexed with an older analysis (files.index_format): index it again
     permission_set: int | None = None  # the share's permissions when they were last applied (migration 0023)
+    access_stamp: str | None = None  # what they were last read with (an SMB change time; migration 0024)
 
 
 # Dropping a file's indexed content, in one statement: its chunks and postings go, and the statistics
 # they contributed to their source are subtracted (term order: two writers never deadlock on term_stats rows).
 _DROP_TEMPLATE = f"""
 WITH old AS ({{old}}),
-gone_chunks AS (DELETE FROM chunks WHERE file_id IN (SELECT id FROM old) RETURNING source_id, token_count, terms, tfs),
+gone_chunks AS (DELETE FROM chunks WHERE file_id IN (SELECT id FROM old)
+                RETURNING source_id, file_id, token_count, terms, tfs),
 gone AS (DELETE FROM postings WHERE file_id IN (SELECT id FROM old)),  -- those written since the last build
+g AS MATERIALIZED (  -- each chunk's partition: its file's permission set (migration 0024; the file row stays)
+    SELECT c.*, coalesce(f.permission_set, 0) AS permission_set
+      FROM gone_chunks c LEFT JOIN files f ON f.id = c.file_id
+),
 df AS (  -- each chunk's terms (its row's vector, migration 0021): one document frequency each
-    INSERT INTO term_stats (tenant_id, term, source_id, shard, df)
-    SELECT %(tenant_id)s, t.term, g.source_id, {_SHARD}, -count(*)
-      FROM gone_chunks g CROSS JOIN LATERAL {analysis.chunk_terms("g")}
-     GROUP BY t.term, g.source_id
-     ORDER BY t.term, g.source_id
-    ON CONFLICT (tenant_id, term, source_id, shard) DO UPDATE SET df = term_stats.df + EXCLUDED.df
+    INSERT INTO term_stats (tenant_id, term, source_id, permission_set, shard, df)
+    SELECT %(tenant_id)s, t.term, g.source_id, g.permission_set, {_SHARD}, -count(*)
+      FROM g CROSS JOIN LATERAL {analysis.chunk_terms("g")}
+     GROUP BY t.term, g.source_id, g.permission_set
+     ORDER BY t.term, g.source_id, g.permission_set
+    ON CONFLICT (tenant_id, term, source_id, permission_set, shard) DO UPDATE SET df = term_stats.df + EXCLUDED.df
 ), cs AS (
-    INSERT INTO corpus_stats (tenant_id, source_id, shard, n_chunks, total_len)
-    SELECT %(tenant_id)s, source_id, {_SHARD}, -count(*), -coalesce(sum(token_count), 0)
-      FROM gone_chunks GROUP BY source_id ORDER BY source_id
-    ON CONFLICT (tenant_id, source_id, shard) DO UPDATE SET
+    INSERT INTO corpus_stats (tenant_id, source_id, permission_set, shard, n_chunks, total_len)
+    SELECT %(tenant_id)s, source_id, permission_set, {_SHARD}, -count(*), -coalesce(sum(token_count), 0)
+      FROM g GROUP BY source_id, permission_set ORDER BY source_id, permission_set
+    ON CONFLICT (tenant_id, source_id, permission_set, shard) DO UPDATE SET
         n_chunks = corpus_stats.n_chunks + EXCLUDED.n_chunks,
         total_len = corpus_stats.total_len + EXCLUDED.total_len
 )
@@ -127,7 +134,7 @@ _FILE_UPSERT = """old AS (
         chunk_count = EXCLUDED.chunk_count, text_chars = EXCLUDED.text_chars, parent_id = NULL,
         index_runs = files.index_runs + 1, indexed_at = now(), seen_at = now(), index_format = EXCLUDED.index_format,
         permission_set = EXCLUDED.permission_set
-    RETURNING id
+    RETURNING id, coalesce(permission_set, 0) AS permission_set
 )"""
 # A member of a listed file (its members were just dropped, so a conflict is another file's key: a real
 # folder 'x!' holding 'y' beside container 'x' with member 'y'; that file keeps its row).
@@ -140,7 +147,7 @@ _MEMBER_INSERT = """old AS (SELECT 0 AS n), f AS (
            %(chunk_count)s, %(text_chars)s, 1, now(), now(), p.id, %(index_format)s, p.permission_set
       FROM files p WHERE p.source_id = %(source_id)s AND p.key = %(parent_key)s AND p.parent_id IS NULL
     ON CONFLICT (source_id, key) DO NOTHING
-    RETURNING id
+    RETURNING id, coalesce(permission_set, 0) AS permission_set
 )"""
 _TERMS_OF_BODY = analysis.TERMS.format(text="i.body")
 _TERMS_OF_HEADING = analysis.TERMS.format(text="h.heading")
@@ -183,15 +190,17 @@ WITH {{file}}, input AS (
       FROM f CROSS JOIN input i LEFT JOIN dl ON dl.seq = i.seq
     RETURNING id, seq, file_id, token_count
 ){{keyword}}, df AS (
-    INSERT INTO term_stats (tenant_id, term, source_id, shard, df, tf_max)
-    SELECT %(tenant_id)s, term, %(source_id)s, {_SHARD}, n, tf_max FROM per_term ORDER BY term
-    ON CONFLICT (tenant_id, term, source_id, shard) DO UPDATE SET
+    INSERT INTO term_stats (tenant_id, term, source_id, permission_set, shard, df, tf_max)
+    SELECT %(tenant_id)s, term, %(source_id)s, (SELECT f.permission_set FROM f), {_SHARD}, n, tf_max
+      FROM per_term ORDER BY term
+    ON CONFLICT (tenant_id, term, source_id, permission_set, shard) DO UPDATE SET
         df = term_stats.df + EXCLUDED.df, tf_max = greatest(term_stats.tf_max, EXCLUDED.tf_max)
 ), cs AS (
-    INSERT INTO corpus_stats (tenant_id, source_id, shard, n_chunks, total_len, dl_min)
-    SELECT %(tenant_id)s, %(source_id)s, {_SHARD}, count(*), coalesce(sum(token_count), 0), min(token_count)
+    INSERT INTO corpus_stats (tenant_id, source_id, permission_set, shard, n_chunks, total_len, dl_min)
+    SELECT %(tenant_id)s, %(source_id)s, (SELECT f.permission_set FROM f), {_SHARD}, count(*),
+           coalesce(sum(token_count), 0), min(token_count)
       FROM ch HAVING count(*) > 0
-    ON CONFLICT (tenant_id, source_id, shard) DO UPDATE SET
+    ON CONFLICT (tenant_id, source_id, permission_set, shard) DO UPDATE SET
         n_chunks = corpus_stats.n_chunks + EXCLUDED.n_chunks,
         total_len = corpus_stats.total_len + EXCLUDED.total_len,
         dl_min = least(corpus_stats.dl_min, EXCLUDED.dl_min)
@@ -225,8 +234,9 @@ _PACKED_LISTS = """, built AS (
     ON CONFLICT (tenant_id) DO NOTHING
 ), per_term AS MATERIALIZED ({per_term}
 ), ins AS (
-    INSERT INTO bm25_lists (tenant_id, term, source_id, gen, n, list)
-    SELECT %(tenant_id)s, term, %(source_id)s, -(SELECT min(id) FROM ch), n, list FROM per_term
+    INSERT INTO bm25_lists (tenant_id, term, source_id, permission_set, gen, n, list)
+    SELECT %(tenant_id)s, term, %(source_id)s, (SELECT f.permission_set FROM f), -(SELECT min(id) FROM ch), n, list
+      FROM per_term
 )""".format(per_term=_PER_TERM.format(list=_PACK_TERM))
 _CHECK = ",\n       kdbl_check((SELECT n FROM old) = 0, 'KL002', 'the file still has indexed content')"
 
@@ -460,11 +470,12 @@ def load_file_states(conn: Connection, source_id: uuid.UUID) -> dict[str, FileSt
     """The listed files of a source (not their members: those come and go with their parent)."""
     rows = conn.execute(
         "SELECT key, size, mtime, etag, status, status_reason, "
-        "       index_format < %(format)s AND chunk_count > 0 AS stale, permission_set FROM files "
+        "       index_format < %(format)s AND chunk_count > 0 AS stale, permission_set, access_stamp FROM files "
         "WHERE source_id = %(s)s AND parent_id IS NULL",
         {"s": source_id, "format": analysis.INDEX_FORMAT},
     )
-    return {r.key: FileState(r.size, r.mtime, r.etag, r.status, r.status_reason, r.stale, r.permission_set)
+    return {r.key: FileState(r.size, r.mtime, r.etag, r.status, r.status_reason, r.stale, r.permission_set,
+                             r.access_stamp)
             for r in rows}
 
 

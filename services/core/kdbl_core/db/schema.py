@@ -82,6 +82,7 @@ sources = Table(
     Column("last_indexed_at", _TS),
     _now("created_at"), _now("updated_at"),
     Column("permission_map", JSONB, nullable=False, server_default=text("'{}'::jsonb")),  # 0023
+    Column("permissions_checked_at", _TS),  # 0024: when an SMB source's descriptors were last all read
     UniqueConstraint("tenant_id", "name", name="sources_tenant_id_name_key"),
     Index("sources_tenant_idx", "tenant_id"),
     CheckConstraint("acl_mode = ANY (ARRAY['tenant'::text, 'restricted'::text, 'source'::text])",
@@ -120,6 +121,7 @@ files = Table(
     Column("own_labels", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),  # 0015
     Column("index_format", SmallInteger, nullable=False, server_default=text("0")),  # 0019: content.analysis
     Column("permission_set", BigInteger, ForeignKey("permission_sets.id")),  # 0023: the share's permissions
+    Column("access_stamp", Text),  # 0024: the SMB change time its permissions were last read with
     UniqueConstraint("source_id", "key", name="files_source_id_key_key"),
     Index("files_permission_set_idx", "permission_set", postgresql_where=text("permission_set IS NOT NULL")),
     Index("files_parent_idx", "parent_id", postgresql_where=text("parent_id IS NOT NULL")),
@@ -169,6 +171,11 @@ postings = Table(
     Index("postings_file_idx", "file_id"),
 )
 
+def _partition() -> Column[int]:
+    """The keyword index's partition (migration 0024): its files' permission set, 0 for none."""
+    return Column("permission_set", BigInteger, nullable=False, server_default=text("0"))
+
+
 term_stats = Table(
     "term_stats", metadata,
     Column("tenant_id", UUID(as_uuid=True), nullable=False),
@@ -177,7 +184,8 @@ term_stats = Table(
     Column("df", Integer, nullable=False),
     _fk("source_id", "sources.id"),
     Column("tf_max", SmallInteger),  # the term's largest tf written (migration 0016): bounds its BM25 score
-    PrimaryKeyConstraint("tenant_id", "term", "source_id", "shard", name="term_stats_pkey"),
+    _partition(),
+    PrimaryKeyConstraint("tenant_id", "term", "source_id", "permission_set", "shard", name="term_stats_pkey"),
 )
 
 corpus_stats = Table(
@@ -188,10 +196,12 @@ corpus_stats = Table(
     _count("total_len"),
     _fk("source_id", "sources.id"),
     Column("dl_min", Integer),  # the shortest chunk written (migration 0016): bounds a posting's BM25 score
-    PrimaryKeyConstraint("tenant_id", "source_id", "shard", name="corpus_stats_pkey"),
+    _partition(),
+    PrimaryKeyConstraint("tenant_id", "source_id", "permission_set", "shard", name="corpus_stats_pkey"),
 )
 
-# Packed BM25 posting lists (migration 0017, kdbl_core.content.bm25_lists): one per (tenant, term, source, gen),
+# Packed BM25 posting lists (migration 0017, kdbl_core.content.bm25_lists): one per (tenant, term, source,
+# permission set, gen),
 # complete up to bm25_built.upto; chunks deleted since are in bm25_dead (a trigger on chunks).
 bm25_lists = Table(
     "bm25_lists", metadata,
@@ -201,7 +211,8 @@ bm25_lists = Table(
     Column("gen", BigInteger, nullable=False),  # < 0: a writer's own generation, -(its first chunk id) (0021)
     Column("n", Integer, nullable=False),
     Column("list", LargeBinary, nullable=False),
-    PrimaryKeyConstraint("tenant_id", "term", "source_id", "gen", name="bm25_lists_pkey"),
+    _partition(),
+    PrimaryKeyConstraint("tenant_id", "term", "source_id", "permission_set", "gen", name="bm25_lists_pkey"),
 )
 
 bm25_built = Table(

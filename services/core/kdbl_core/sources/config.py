@@ -26,7 +26,11 @@ Stored fields (unchanged, so existing rows and Source resources keep working):
           (true when endpoint_url is set), max_attempts 5, base_delay, page_size 1000, connect_timeout 10,
           read_timeout 60, spool_max_bytes 32 MiB, object_tags false (true: object tags become labels)
   smb     server, share, path (a folder in the share), port 445, domain, max_attempts 4, base_delay 0.5,
-          max_depth 64, connect_timeout 10
+          max_depth 64, connect_timeout 10, permission_checks ("every-crawl", the default: each file's
+          security descriptor is read at every crawl of a from-source source; "changed": only for files
+          whose change time moved since it was last read, and all of them once permission_full_check_hours,
+          default 24, have passed since the last full check; for Windows servers, whose change time moves
+          with the ACL; Samba's does not: kdbl_worker.connectors.smb)
   webdav / http   url (http[s], no user:password, query or fragment), max_attempts 4, base_delay 0.5,
           max_depth 64, connect_timeout 10, read_timeout 60, spool_max_bytes 32 MiB
 
@@ -138,6 +142,8 @@ class SmbConfig(SourceConfig):
     base_delay: float
     max_depth: int
     connect_timeout: float
+    permission_checks: str = "every-crawl"  # or "changed" (the module's notes)
+    permission_full_check_hours: float = 24.0
 
     @property
     def where(self) -> str:
@@ -346,7 +352,20 @@ def _smb(config: Mapping[str, Any], common: dict[str, Any]) -> SmbConfig:
         base_delay=float(_number(config, "base_delay", 0.5, 0.0, 60.0)),
         max_depth=_number(config, "max_depth", 64, 1, 1000, integer=True),
         connect_timeout=float(_number(config, "connect_timeout", 10.0, 0.1, 600.0)),
+        permission_checks=_permission_checks(config.get("permission_checks")),
+        permission_full_check_hours=float(_number(config, "permission_full_check_hours", 24.0, 0.0, 24.0 * 366)),
         **common)
+
+
+PERMISSION_CHECKS = ("every-crawl", "changed")
+
+
+def _permission_checks(value: Any) -> str:
+    if value is None:
+        return "every-crawl"
+    if value not in PERMISSION_CHECKS:
+        raise InvalidArgument("permission_checks", "must be every-crawl or changed")
+    return value
 
 
 def _http(config: Mapping[str, Any], common: dict[str, Any]) -> HttpConfig:
@@ -392,6 +411,9 @@ def build(protocol: str, **fields: Any) -> SourceConfig:
                               "protocol fs takes no credentials (mount the folder into the worker)")
     if protocol != "fs" and fields.get("follow_symlinks"):
         raise InvalidArgument("follow_symlinks", f"is a setting of protocol fs only, not {protocol}")
+    for smb_only in ("permission_checks", "permission_full_check_hours"):
+        if protocol != "smb" and fields.get(smb_only) is not None:
+            raise InvalidArgument(smb_only, f"is a setting of protocol smb only, not {protocol}")
     if protocol in _CONNECTION:
         foreign = [k for k in fields if k in _ALL_CONNECTION and k not in _CONNECTION[protocol]
                    and fields[k] not in (None, "", [])]
