@@ -369,7 +369,7 @@ _SPEC_PATH = {
     "protocol": "spec.protocol", "config": "spec",
     "labels": "spec.labels", "label_globs": "spec.labelGlobs", "object_tags": "spec.objectTags",
     "follow_symlinks": "spec.followSymlinks", "permission_checks": "spec.permissionChecks",
-    "permission_full_check_hours": "spec.permissionFullCheckHours",
+    "permission_full_check_hours": "spec.permissionFullCheckHours", "entities": "spec.entities",
 }
 
 
@@ -509,6 +509,7 @@ def source(body: Mapping[str, Any], *, credentials_root: str = DEFAULT_CREDENTIA
     # smb from-source: descriptors read at every crawl, or when the change time moved (kdbl_core.sources.config)
     intent.update(permission_checks=spec.get("permissionChecks"),
                   permission_full_check_hours=spec.get("permissionFullCheckHours"))
+    intent["entities"] = spec.get("entities")  # named entities read behind the crawl (issue 31)
     # labels: every file's, a glob's files', S3 object tags (a change of the first two relabels the files)
     intent.update(labels=spec.get("labels"), label_globs=spec.get("labelGlobs") or None)
     if spec.get("objectTags") not in (None, False):

@@ -179,6 +179,23 @@ def set_source_permissions(db: Pool, source_id: uuid.UUID, permissions: str, *,
                      if mode == "source" and source.acl_mode != "source" else None)}
 
 
+def set_source_entities(db: Pool, source_id: uuid.UUID, on: bool, *, force: bool = False) -> dict[str, Any]:
+    """Switch a source's named entities (config `entities`): on, the worker reads every file's entities
+    behind the crawl; off, row-level security hides them at once and the worker deletes them."""
+    from kdbl_core.content import entity_store
+
+    with db.connection() as conn:
+        source = conn.execute("SELECT * FROM sources WHERE id = %s FOR UPDATE", (source_id,)).fetchone()
+        if source is None:
+            raise NotFound(f"no source {source_id}")
+        _guard(source, force)
+        config = sources.build(source.protocol, **{**source.config, "entities": on or None}).stored
+        conn.execute("UPDATE sources SET config = %s, updated_at = now() WHERE id = %s", (Jsonb(config), source_id))
+        waiting = entity_store.pending_files(conn, source_id) if on else 0
+    return {"id": source_id, "entities": on, "files_to_read": waiting,
+            "note": "the worker reads them behind the crawl (kdbl-control crawl reads them too)" if on else None}
+
+
 def update_source_labels(db: Pool, source_id: uuid.UUID, *, labels: list[str] | None = None,
                          label_globs: dict[str, list[str]] | None = None, object_tags: bool | None = None,
                          force: bool = False) -> dict[str, Any]:

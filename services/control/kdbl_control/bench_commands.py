@@ -37,6 +37,12 @@ def run_bench(args: argparse.Namespace, settings: Settings) -> int:
                           lambda url, work, db: bench_permissions.run_permissions_bench(
                               url, work, files=args.files, n_queries=args.queries,
                               log=lambda line: print(line, file=sys.stderr)), bench_permissions.summarise)
+    if args.action == "entities":
+        from kdbl_control import bench_entities
+
+        result = bench_entities.run_entities_bench(args.labeled, args.text_dir)
+        print(json.dumps(result, indent=2) if args.json else bench_entities.summarise(result))
+        return 0
     if args.action == "smb-permissions":
         from kdbl_control import bench_smb_permissions
 

@@ -176,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--permission-checks", choices=list(PERMISSION_CHECKS),
                     help="smb from-source: read each file's security descriptor at every crawl (default), or only "
                     "when its change time moved and all of them once a day (Windows servers; not Samba)")
+    sa.add_argument("--entities", action="store_true", help="read the named entities of its chunks (people, "
+                    "organisations, places, products, events, dates, money) behind the crawl")
     sa.add_argument("--no-hybrid", action="store_true")
     sa.add_argument("--force", action="store_true", help="even in a tenant the operator manages")
     su = source.add_parser("update", help="change a source's labels (its files are relabelled at once)")
@@ -192,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="from-source: replace the id / SID map (a JSON object; see source add)")
     su.add_argument("--permission-checks", choices=list(PERMISSION_CHECKS),
                     help="smb from-source: when descriptors are read again (see source add)")
+    su.add_argument("--entities", action=argparse.BooleanOptionalAction, default=None,
+                    help="read its named entities (on: every file is read behind the crawl; off: they are gone at once)")
     su.add_argument("--force", action="store_true", help="even for a source the operator manages")
     sl = source.add_parser("list")
     sl.add_argument("--tenant")
@@ -319,6 +323,12 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--files", type=int, default=1000, help="generated files (default 1,000)")
     bp.add_argument("--queries", type=int, default=100, help="searches per mode")
     bp.add_argument("--work-dir", type=Path, help="where the folder and the embedded database go")
+    be = bsub.add_parser("entities", help="the entity extractor: precision and recall on labelled sentences, "
+                         "and chunks a second over a folder of text")
+    be.add_argument("--labeled", type=Path, default=Path("tests/data/entities/labeled.jsonl"),
+                    help="JSON lines of {id, text, entities: [[start, end, TYPE], ...]}")
+    be.add_argument("--text-dir", type=Path, help="a folder of Markdown / text / HTML to time extraction on "
+                    "(default: the labelled sentences)")
     bm = bsub.add_parser("smb-permissions", help="what reading NT ACLs costs a listing of a real SMB share: "
                          "files/s and messages a file with and without descriptors, and with unchanged change times")
     bm.add_argument("--server", required=True, help="file server host")
@@ -515,7 +525,7 @@ def source_config(args: argparse.Namespace) -> dict[str, Any]:
                          verify_tls=not args.no_verify_tls, ca_file=args.ca_file, include=args.include,
                          exclude=args.exclude, ocr=not args.no_ocr, labels=args.label,
                          label_globs=label_globs(args) or None, follow_symlinks=args.follow_symlinks,
-                         permission_checks=args.permission_checks).stored
+                         permission_checks=args.permission_checks, entities=args.entities or None).stored
 
 
 def _permission_map_file(path: Path | None) -> dict[str, str] | None:
@@ -594,6 +604,11 @@ def _crawl(args: argparse.Namespace, settings: Settings, db: Any) -> int:
                 if crawl_with_progress(indexer, source, stop=stop).stopped:
                     print("kdbl-control: crawl stopped; run it again to go on", file=sys.stderr)
                     return stop.exit_code
+            from kdbl_control.progress import entity_progress
+
+            read = compose.extract_entities(db, stop=stop, progress=entity_progress(settings.progress_interval_s))
+            if read:
+                print(f"kdbl-control: named entities read from {read} files", file=sys.stderr)
     finally:
         indexer.close()
     return 0
@@ -627,8 +642,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings, db: Any, admin: Any)
             _print(args, admin.set_source_permissions(db, args.source, args.permissions,
                                                       permission_map=_permission_map_file(args.permission_map),
                                                       checks=args.permission_checks, force=args.force))
+        if args.entities is not None:
+            _print(args, admin.set_source_entities(db, args.source, args.entities, force=args.force))
         if args.label or args.label_glob or args.no_labels or args.object_tags is not None \
-                or not (args.permissions or args.permission_map or args.permission_checks):
+                or not (args.permissions or args.permission_map or args.permission_checks or args.entities is not None):
             globs = label_globs(args)
             _print(args, admin.update_source_labels(
                 db, args.source, labels=[] if args.no_labels else args.label,

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # annotations only; the modules load on first call below
     from kdbl_worker.pipeline import CrawlStats, Indexer, SourceRow
 
 __all__ = ["CrawlStats", "Indexer", "SourceRow", "connector", "create_api_app", "create_fetch_app", "crawl_stats",
-           "embed_pending", "enqueue", "format_markdown", "format_rows", "indexer", "load_embedder",
+           "embed_pending", "enqueue", "extract_entities", "format_markdown", "format_rows", "indexer", "load_embedder",
            "load_sources", "refuse_paths", "wait_for"]
 
 
@@ -75,6 +75,13 @@ def wait_for(pool: Pool, ids: list[int], **options: Any) -> dict[int, JobStatus]
     from kdbl_worker.queue import wait_for
 
     return wait_for(pool, ids, **options)
+
+
+def extract_entities(pool: Pool, **options: Any) -> int:
+    """Read the named entities of waiting files with the worker's own stage (`up`, `crawl`)."""
+    from kdbl_worker.entity_stage import extract_pending
+
+    return extract_pending(pool, **options)
 
 
 def embed_pending(pool: Pool, embedder: Embedder, **options: Any) -> int:

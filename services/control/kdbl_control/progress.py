@@ -78,6 +78,22 @@ def queue_progress(interval_s: float, out: TextIO | None = None) -> Callable[[di
     return show
 
 
+def entity_progress(interval_s: float, out: TextIO | None = None) -> Callable[[int], None]:
+    """For the entity stage after a crawl: a line every `interval_s` with the files read so far."""
+    out = out or sys.stderr
+    started = time.monotonic()
+    last = [started]
+
+    def show(files: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= interval_s:
+            last[0] = now
+            print(f"kdbl: named entities: {files} files read, {now - started:.0f} s; "
+                  f"{files / (now - started):.1f} files/s", file=out, flush=True)
+
+    return show
+
+
 def crawl_with_progress(indexer: Indexer, source: SourceRow, *, stop: threading.Event | None = None,
                         out: TextIO | None = None) -> CrawlStats:
     """Crawl `source` (until done or `stop`), showing progress on `out` (stderr); its statistics."""

@@ -348,6 +348,14 @@ def _background(indexer: compose.Indexer, worker: Pool, worker_pool: Pool, embed
                     return
                 print(f"kdbl: crawl of source {source.id} failed: {exc}", file=sys.stderr)
         first = False
+        try:  # named entities of sources with entities on (kdbl_worker.entity_stage)
+            count = compose.extract_entities(worker_pool, stop=stop)
+            if count:
+                print(f"kdbl: read the named entities of {count} files", file=sys.stderr)
+        except Exception as exc:  # noqa: BLE001 - keep serving
+            if stop.is_set():
+                return
+            print(f"kdbl: entity extraction failed: {exc}", file=sys.stderr)
         if embedder is not None:
             try:
                 # small batches: a stop (and a query, which goes first anyway) waits at most one of them

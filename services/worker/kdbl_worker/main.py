@@ -27,7 +27,7 @@ from kdbl_core.db.connect import assert_runtime_role_sync, sync_pool
 from kdbl_core.embedder import Embedder
 from kdbl_core.errors import ConfigError
 from kdbl_core.settings import Settings, load_settings
-from kdbl_worker import sandbox
+from kdbl_worker import entity_stage, sandbox
 from kdbl_worker.fetch import create_fetch_app
 from kdbl_worker.pipeline import Indexer, limits_from
 from kdbl_worker.queue import QueueOptions, QueueRunner, make_holder
@@ -81,11 +81,17 @@ def run_forever(settings: Settings, stop: threading.Event, args: argparse.Namesp
     if settings.embed_model_path:  # lexical first: vectors fill in behind the crawl, on their own thread
         embedding = threading.Thread(target=_embed_loop, args=(settings, stop), name="embed", daemon=True)
         embedding.start()
+    # named entities of sources that ask for them, behind the crawl too (kdbl_worker.entity_stage)
+    entity_pool = sync_pool(settings.require_database_url(), size=1, name="kdbl-entities")
+    entities = threading.Thread(target=entity_stage.loop, args=(entity_pool, stop), name="entities", daemon=True)
+    entities.start()
     try:
         runner.run(stop, exit_when_idle=args.exit_when_idle)
     finally:
+        stop.set()
+        entities.join(timeout=30)
+        entity_pool.close()
         if embedding is not None:
-            stop.set()
             embedding.join(timeout=30)
         indexer.close()
         box.close()

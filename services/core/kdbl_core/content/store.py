@@ -76,6 +76,7 @@ WITH old AS ({{old}}),
 gone_chunks AS (DELETE FROM chunks WHERE file_id IN (SELECT id FROM old)
                 RETURNING source_id, file_id, token_count, terms, tfs),
 gone AS (DELETE FROM postings WHERE file_id IN (SELECT id FROM old)),  -- those written since the last build
+gone_mentions AS (DELETE FROM entity_mentions WHERE file_id IN (SELECT id FROM old)),  -- read again (0025)
 g AS MATERIALIZED (  -- each chunk's partition: its file's permission set (migration 0024; the file row stays)
     SELECT c.*, coalesce(f.permission_set, 0) AS permission_set
       FROM gone_chunks c LEFT JOIN files f ON f.id = c.file_id
@@ -133,7 +134,7 @@ _FILE_UPSERT = """old AS (
         authors = EXCLUDED.authors, labels = EXCLUDED.labels, own_labels = EXCLUDED.own_labels,
         chunk_count = EXCLUDED.chunk_count, text_chars = EXCLUDED.text_chars, parent_id = NULL,
         index_runs = files.index_runs + 1, indexed_at = now(), seen_at = now(), index_format = EXCLUDED.index_format,
-        permission_set = EXCLUDED.permission_set
+        permission_set = EXCLUDED.permission_set, entities_version = NULL
     RETURNING id, coalesce(permission_set, 0) AS permission_set
 )"""
 # A member of a listed file (its members were just dropped, so a conflict is another file's key: a real

@@ -122,8 +122,12 @@ files = Table(
     Column("index_format", SmallInteger, nullable=False, server_default=text("0")),  # 0019: content.analysis
     Column("permission_set", BigInteger, ForeignKey("permission_sets.id")),  # 0023: the share's permissions
     Column("access_stamp", Text),  # 0024: the SMB change time its permissions were last read with
+    Column("entities_version", SmallInteger),  # 0025: which entity extractor read it (NULL: not yet)
     UniqueConstraint("source_id", "key", name="files_source_id_key_key"),
     Index("files_permission_set_idx", "permission_set", postgresql_where=text("permission_set IS NOT NULL")),
+    Index("files_entities_read_idx", "source_id", postgresql_where=text("entities_version IS NOT NULL")),
+    Index("files_entities_pending_idx", "source_id", "id",
+          postgresql_where=text("entities_version IS NULL AND chunk_count > 0")),
     Index("files_parent_idx", "parent_id", postgresql_where=text("parent_id IS NOT NULL")),
     Index("files_labels_idx", "labels", postgresql_using="gin", postgresql_where=text("labels <> '{}'::text[]")),
     Index("files_tenant_source_key_idx", "tenant_id", "source_id", "key"),
@@ -269,6 +273,31 @@ permission_changes = Table(  # each permission change the crawl took from the sh
     Column("after_set", BigInteger),
     _now("at"),
     Index("permission_changes_source_idx", "source_id", "at"),
+)
+
+entities = Table(  # one per (tenant, type, canonical name): kdbl_core.content.entities (migration 0025)
+    "entities", metadata,
+    _id(),
+    _fk("tenant_id", "tenants.id"),
+    Column("type", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    UniqueConstraint("tenant_id", "type", "key", name="entities_tenant_id_type_key_key"),
+    Index("entities_tenant_key_idx", "tenant_id", "key", postgresql_ops={"key": "text_pattern_ops"}),
+    CheckConstraint("type = ANY (ARRAY['PERSON'::text, 'ORG'::text, 'PLACE'::text, 'PRODUCT'::text, 'EVENT'::text, "
+                    "'DATE'::text, 'MONEY'::text])", name="entities_type_check"),
+)
+
+entity_mentions = Table(  # which chunk (file, seq) names which entity, how often (migration 0025)
+    "entity_mentions", metadata,
+    Column("tenant_id", UUID(as_uuid=True), nullable=False),
+    _fk("entity_id", "entities.id"),
+    _fk("file_id", "files.id"),
+    Column("seq", Integer, nullable=False),
+    Column("source_id", UUID(as_uuid=True), nullable=False),
+    Column("n", SmallInteger, nullable=False),
+    PrimaryKeyConstraint("file_id", "seq", "entity_id", name="entity_mentions_pkey"),
+    Index("entity_mentions_entity_idx", "entity_id", "file_id", "seq"),
 )
 
 embedding_rate = Table(  # each embedding process's recent rate per tenant and model (migration 0022)

@@ -14,6 +14,7 @@ Stored fields (unchanged, so existing rows and Source resources keep working):
                   verify_tls    default true; ca_file: a CA bundle (s3, webdav, http)
                   include / exclude  glob lists (kdbl_core.sources.globs; empty = everything / nothing)
                   ocr           default true; false leaves images and scanned pages unread
+                  entities      default false; true: named entities are extracted from its chunks (issue 31)
                   labels        a list of labels every file of the source gets (search filter `labels`)
                   label_globs   {"glob": ["label", ...]}: more labels for the keys a glob matches (the
                                 include/exclude glob rules); a file's labels are the union, deduplicated
@@ -74,7 +75,8 @@ _CONNECTION: dict[str, tuple[str, ...]] = {
     "http": ("url",),
 }
 # Stored only when they differ from the default (the form both writers used).
-_DEFAULT_OMITTED = {"verify_tls": True, "ocr": True, "honor_file_permissions": False, "follow_symlinks": False}
+_DEFAULT_OMITTED = {"verify_tls": True, "ocr": True, "honor_file_permissions": False, "follow_symlinks": False,
+                    "entities": False}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -94,6 +96,7 @@ class SourceConfig:
     ocr: bool = True
     max_file_bytes: int | None = None
     honor_file_permissions: bool = False
+    entities: bool = False  # named entities extracted from its chunks (issue 31: kdbl_worker.entity_stage)
     labels: tuple[str, ...] = ()
     label_globs: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (glob, its labels), in the config's order
 
@@ -275,6 +278,7 @@ def _common(protocol: str, config: Mapping[str, Any]) -> dict[str, Any]:
         "include": _globs(config, "include"), "exclude": _globs(config, "exclude"),
         "ocr": _bool(config, "ocr", True), "max_file_bytes": max_bytes,
         "honor_file_permissions": _bool(config, "honor_file_permissions", False),
+        "entities": _bool(config, "entities", False),
         "labels": label_list(config.get("labels"), "labels"), "label_globs": label_globs(config),
     }
     if protocol == "s3":
