@@ -40,7 +40,7 @@ DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 SOURCE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$")
 
 TOOLS = ("search_content", "get_file_text", "get_file_window", "get_file_metadata", "list_sources", "list_files")
-ALL_TOOLS = TOOLS + ("get_contents", "find_similar", "answer")  # kdbl_core.access.policy (a unit test keeps them equal)
+ALL_TOOLS = TOOLS + ("get_contents", "find_similar", "answer", "find_entity")  # kdbl_core.access.policy (a unit test keeps them equal)
 MODES = ("hybrid", "lexical")
 DOWNLOAD_MODES = ("off", "inline", "attachment")  # kdbl_core.access.policy.DOWNLOAD_MODES
 SCOPES = ("kdbl.search", "kdbl.read")  # kdbl_core.access.principal.ALL_SCOPES (a unit test keeps them equal)

@@ -113,3 +113,72 @@ async def test_a_source_switched_off_loses_its_entities_at_once(world, api_pool,
         assert again["files_to_read"] == 2
         assert extract_pending(db_of(worker_engine)) == 2
     assert ("ORG", "umbrella holdings") in await _entities(api_pool, world, "alice")
+
+
+# -- find_entity through the official MCP client --------------------------------------------------------------
+
+async def test_find_entity_through_mcp_in_each_response_mode_and_trimmed_per_token(world, owner_engine, owner_url):
+    from helpers import mcp_client, running_api
+
+    from mcp.shared.exceptions import MCPError
+
+    db = db_of(owner_engine)
+    admin.update_tenant(db, world["tenant"], tools="search_content,find_entity", force=True)
+    tokens = {user: admin.create_token(db, tenant_name=world["tenant"], name=f"e-{user}", subject=f"user:{user}")[0]
+              for user in ("alice", "zed")}
+    with running_api(owner_url) as url:
+        async with mcp_client(url, tokens["alice"]) as client:
+            tool = {t.name: t for t in (await client.list_tools()).tools}["find_entity"]
+            assert tool.output_schema and "statistics" in tool.output_schema["properties"]
+
+            async def call(**arguments):
+                return (await client.call_tool("find_entity", arguments)).structured_content
+
+            meta = await call(name="ACME Corporation")  # another spelling of "Acme Corp."
+            # one entity for both spellings, named by the first the worker read
+            assert meta["entity"]["name"] in ("Acme Corp.", "ACME Corporation") and meta["entity"]["entity_type"] == "ORG"
+            stats = meta["statistics"]
+            assert (stats["mentions"], stats["chunks"], stats["files"]) == (3, 3, 3)  # the open files + her grant
+            assert stats["entity_type_distribution"]["PERSON"] == 2 and stats["relationship_count"] == stats["entity_count"]
+            assert meta["entities"] is None and len(meta["top_chunks"]) == 3
+            assert all(c["uri"].startswith("kdbl://file/") for c in meta["top_chunks"])
+
+            ids = await call(name="acme", response_mode="ids_only")
+            assert ids["entity_ids"][0] == meta["entity"]["entity_id"] and len(ids["entity_ids"]) == 1 + stats["entity_count"]
+            assert ids["statistics"] is None and ids["relationship_ids"]
+
+            preview = await call(name="Acme", response_mode="preview")
+            assert len(preview["entities"]) == 5 and len(preview["relationships"]) == 5
+            shared = {e["name"]: e["shared_chunks"] for e in preview["entities"]}
+            assert all(n >= 1 for n in shared.values())
+            edge = next(r for r in preview["relationships"] if meta["entity"]["entity_id"] in (r["source_id"], r["target_id"]))
+            assert edge["relationship_type"] == "CO_OCCURS" and 1 <= len(edge["evidence"]) <= edge["weight"]
+
+            full = await call(name="Acme", response_mode="full")
+            assert len(full["entities"]) == stats["entity_count"] <= 100 and len(full["relationships"]) <= 500
+            names = {e["name"] for e in full["entities"]}
+            assert "Umbrella Holdings plc" in names and "Globex Corporation" not in names  # hidden file's entity
+            bare = await call(name="Acme", response_mode="full", include_relationships=False)
+            assert bare["relationships"] is None and bare["entities"]
+
+            errors = []
+            for name in ("Globex", "Nonexistent Widgets"):  # hidden-only and unknown: the same answer
+                with pytest.raises(MCPError) as err:
+                    await call(name=name)
+                errors.append((err.value.code, err.value.message.replace(name, "NAME")))
+            assert errors[0][0] == -32602 and errors[0][1].split(";")[0] == errors[1][1].split(";")[0]
+            with pytest.raises(MCPError) as err:
+                await call(name="Acm")
+            assert f"did you mean: '{meta['entity']['name']}' (ORG)" in err.value.message
+            with pytest.raises(MCPError) as err:
+                await call(name="x" * 201)
+            assert err.value.code == -32602 and "name" in err.value.message
+        async with mcp_client(url, tokens["zed"]) as client:
+            zed = (await client.call_tool("find_entity", {"name": "Acme Corp."})).structured_content
+            assert zed["statistics"]["mentions"] == 2 and zed["statistics"]["files"] == 2  # no grant: fewer
+            with pytest.raises(MCPError):
+                await client.call_tool("find_entity", {"name": "Umbrella Holdings"})
+    with owner_engine.begin() as conn:
+        refused = conn.execute(text("SELECT count(*) FROM audit WHERE tool = 'find_entity' AND status = 'error'"
+                                    " AND tenant_id = :t"), {"t": world["tenant_id"]}).scalar()
+    assert refused >= 5  # every refusal audited

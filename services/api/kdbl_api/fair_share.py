@@ -94,6 +94,8 @@ def cost(method: str, tool: str, arguments: Any) -> int:
         return 1 + _big(args) + int(text > LONG_TEXT_CHARS) + int(text > VERY_LONG_TEXT_CHARS)
     if tool == "get_contents":
         return 1 + int(_len(args.get("ids")) > 25)
+    if tool == "find_entity":  # full: up to 100 entities, 500 relationships and their evidence
+        return 2 if args.get("response_mode") == "full" else 1
     return 1
 
 

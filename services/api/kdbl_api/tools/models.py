@@ -560,6 +560,78 @@ class FindSimilarResult(_Result):
     terms: list[str] = Field(description="The lexical method's terms (indexed form); empty for vector.")
 
 
+EntityType = Literal["PERSON", "ORG", "PLACE", "PRODUCT", "EVENT", "DATE", "MONEY"]
+
+
+class FindEntityArgs(_Args):
+    name: Text = Field(min_length=1, max_length=200, description=(
+        "The entity's name (case, punctuation and legal suffixes do not matter: 'Acme Corp.' = 'ACME Corporation')."))
+    type: EntityType | None = Field(default=None, description="Only an entity of this type (needed when a name "
+                                    "has several, e.g. a PERSON and a PLACE).")
+    response_mode: ResponseMode = Field(default="metadata", description=(
+        "ids_only (entity and relationship ids), metadata (statistics and type distributions, the top 3 chunks), "
+        "preview (+ the 5 closest entities and relationships, 5 chunks) or full (up to 100 entities and 500 "
+        "relationships with evidence, 10 chunks)."))
+    include_relationships: StrictBool = Field(default=True, description="Include relationships (and their ids).")
+
+
+class EntityRef(BaseModel):
+    entity_id: str
+    name: str
+    entity_type: EntityType
+    shared_chunks: int | None = Field(default=None, description="Chunks naming both it and the entity asked for.")
+
+
+class EntityEvidence(BaseModel):
+    chunk_id: str
+    chunk_uri: str
+    uri: str = Field(description="The file's kdbl:// uri.")
+
+
+class EntityRelationship(BaseModel):
+    relationship_id: str
+    source_id: str = Field(description="One entity's entity_id.")
+    target_id: str = Field(description="The other's entity_id.")
+    relationship_type: Literal["CO_OCCURS"] = Field(description="CO_OCCURS: named in the same chunks.")
+    weight: int = Field(description="Chunks naming both.")
+    evidence: list[EntityEvidence] = Field(description="Chunks naming both (up to 3; with the entity asked for).")
+
+
+class EntityStatistics(BaseModel):
+    mentions: int
+    chunks: int
+    files: int
+    entity_count: int = Field(description="Entities named in the same chunks.")
+    relationship_count: int
+    entity_type_distribution: dict[str, int]
+    relationship_type_distribution: dict[str, int]
+
+
+class EntityChunk(BaseModel):
+    chunk_id: str
+    chunk_uri: str
+    uri: str
+    source_id: str
+    key: str
+    seq: int
+    page_no: int | None
+    mentions: int
+    preview: str
+
+
+class FindEntityResult(_Result):
+    name: str = Field(description="The name asked for.")
+    response_mode: ResponseMode
+    entity: EntityRef
+    entity_ids: list[str] | None = Field(description="ids_only: the entity's and its related entities' ids.")
+    relationship_ids: list[str] | None
+    statistics: EntityStatistics | None
+    entities: list[EntityRef] | None = Field(description="preview / full: the closest related entities.")
+    relationships: list[EntityRelationship] | None
+    top_chunks: list[EntityChunk] | None = Field(description="Chunks naming the entity, most mentions first: read on "
+                                                 "with get_file_window or get_contents.")
+
+
 def _nullable(node: dict[str, Any], output: bool) -> dict[str, Any]:
     """pydantic's `anyOf: [X, {type: null}]` of an optional field, shorter. An argument: X alone (leaving it
     out is how a client says "none"; the server still takes an explicit null). A result field: X's type

@@ -11,7 +11,7 @@ import mcp_types as types
 from pydantic import BaseModel
 
 from kdbl_api.audit import AuditFacts
-from kdbl_api.tools import answer, browse, contents, files, search, similar
+from kdbl_api.tools import answer, browse, contents, entity, files, search, similar
 from kdbl_api.tools.context import Services, ToolContext
 from kdbl_api.tools.models import (
     AnswerArgs,
@@ -21,6 +21,8 @@ from kdbl_api.tools.models import (
     FileTextResult,
     FileWindowArgs,
     FileWindowResult,
+    FindEntityArgs,
+    FindEntityResult,
     FindSimilarArgs,
     FindSimilarResult,
     GetContentsArgs,
@@ -150,6 +152,16 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
             "[n]. 'Not found in the sources.' (found=false) when nothing answers. Takes search_content's filters."),
         args=AnswerArgs, result=AnswerResult, handler=answer.answer,
         offered=lambda services, tool: tool if services.chat is not None else _extractive_only(tool), streams=True,
+    ),
+    ToolSpec(
+        name="find_entity", title="Find an entity", scope=SCOPE_SEARCH,
+        description=(
+            "Everything the documents you may read say about one named entity (a person, organisation, place, "
+            "product, event, date or amount): how often and where it is named, the entities named beside it "
+            "(CO_OCCURS relationships, weighted by shared chunks, with those chunks as evidence) and the chunks "
+            "to read on. Names match whatever their case, punctuation or legal suffix. response_mode: ids_only, "
+            "metadata (default), preview, full. An unknown name is an error with suggestions."),
+        args=FindEntityArgs, result=FindEntityResult, handler=entity.find_entity,
     ),
 )}
 

@@ -5,7 +5,7 @@ The operator (from the Tenant resource) and `kdbl-control tenant update` write t
 them through `parse`, so every reader applies the same defaults:
 
     enabled        true
-    mcp.tools      the six tools (an allowlist may add get_contents, find_similar, answer);  mcp.modes  lexical + hybrid (hybrid also allows the semantic mode)
+    mcp.tools      the six tools (an allowlist may add get_contents, find_similar, answer, find_entity);  mcp.modes  lexical + hybrid (hybrid also allows the semantic mode)
     rate_limit     per token: per_minute/per_hour/per_day (+ burst, the minute bucket's size);
                    rate_limit.tenant: the same tiers for all of the tenant's tokens together.
                    Absent per-token tiers fall back to the installation default (KDBL_RATE_LIMIT_*).
@@ -44,7 +44,7 @@ from kdbl_core.settings import Settings
 
 TOOLS = ("search_content", "get_file_text", "get_file_window", "get_file_metadata", "list_sources", "list_files")
 # Tools beyond the reference's six: off unless a tenant's allowlist names them (issue 17).
-OPTIONAL_TOOLS = ("get_contents", "find_similar", "answer")
+OPTIONAL_TOOLS = ("get_contents", "find_similar", "answer", "find_entity")
 ALL_TOOLS = TOOLS + OPTIONAL_TOOLS
 MODES = ("lexical", "hybrid")
 DOWNLOAD_MODES = ("off", "inline", "attachment")
