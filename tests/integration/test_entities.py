@@ -139,7 +139,8 @@ async def test_find_entity_through_mcp_in_each_response_mode_and_trimmed_per_tok
             assert meta["entity"]["name"] in ("Acme Corp.", "ACME Corporation") and meta["entity"]["entity_type"] == "ORG"
             stats = meta["statistics"]
             assert (stats["mentions"], stats["chunks"], stats["files"]) == (3, 3, 3)  # the open files + her grant
-            assert stats["entity_type_distribution"]["PERSON"] == 2 and stats["relationship_count"] == stats["entity_count"]
+            assert stats["entity_type_distribution"]["PERSON"] == 2
+            assert stats["relationship_count"] == stats["entity_count"] + 3  # co-occurrences and three stated
             assert meta["entities"] is None and len(meta["top_chunks"]) == 3
             assert all(c["uri"].startswith("kdbl://file/") for c in meta["top_chunks"])
 
@@ -152,12 +153,23 @@ async def test_find_entity_through_mcp_in_each_response_mode_and_trimmed_per_tok
             shared = {e["name"]: e["shared_chunks"] for e in preview["entities"]}
             assert all(n >= 1 for n in shared.values())
             edge = next(r for r in preview["relationships"] if meta["entity"]["entity_id"] in (r["source_id"], r["target_id"]))
-            assert edge["relationship_type"] == "CO_OCCURS" and 1 <= len(edge["evidence"]) <= edge["weight"]
+            assert edge["relationship_type"] == "ACQUIRED"  # stated relations first, then co-occurrences
+            assert all(1 <= len(r["evidence"]) <= r["weight"] for r in preview["relationships"])
 
             full = await call(name="Acme", response_mode="full")
             assert len(full["entities"]) == stats["entity_count"] <= 100 and len(full["relationships"]) <= 500
             names = {e["name"] for e in full["entities"]}
             assert "Umbrella Holdings plc" in names and "Globex Corporation" not in names  # hidden file's entity
+            typed = {(r["source_id"], r["relationship_type"], r["target_id"]): r for r in full["relationships"]
+                     if r["relationship_type"] != "CO_OCCURS"}
+            ids_of = {e["name"]: e["entity_id"] for e in full["entities"]}
+            acme = meta["entity"]["entity_id"]
+            assert set(typed) == {(acme, "ACQUIRED", ids_of["Initech GmbH"]), (ids_of["Maria Rossi"], "WORKS_FOR", acme),
+                                  (ids_of["Umbrella Holdings plc"], "PARTNERS_WITH", acme)}  # the last: her grant
+            deal = typed[(acme, "ACQUIRED", ids_of["Initech GmbH"])]
+            assert deal["weight"] == 1 and deal["evidence"][0]["uri"].endswith("/deal.txt")
+            assert full["statistics"]["relationship_type_distribution"] == {
+                "ACQUIRED": 1, "WORKS_FOR": 1, "PARTNERS_WITH": 1, "CO_OCCURS": stats["entity_count"]}
             bare = await call(name="Acme", response_mode="full", include_relationships=False)
             assert bare["relationships"] is None and bare["entities"]
 
@@ -176,6 +188,7 @@ async def test_find_entity_through_mcp_in_each_response_mode_and_trimmed_per_tok
         async with mcp_client(url, tokens["zed"]) as client:
             zed = (await client.call_tool("find_entity", {"name": "Acme Corp."})).structured_content
             assert zed["statistics"]["mentions"] == 2 and zed["statistics"]["files"] == 2  # no grant: fewer
+            assert "PARTNERS_WITH" not in zed["statistics"]["relationship_type_distribution"]  # stated in a hidden file
             with pytest.raises(MCPError):
                 await client.call_tool("find_entity", {"name": "Umbrella Holdings"})
     with owner_engine.begin() as conn:

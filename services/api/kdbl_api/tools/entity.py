@@ -19,6 +19,11 @@ from kdbl_core.search.snippets import preview
 CAPS = {"ids_only": (100, 500, 0, 0), "metadata": (0, 0, 0, 3), "preview": (5, 5, 3, 5), "full": (100, 500, 3, 10)}
 
 
+def _evidence(source_id: Any, key: str, seq: int) -> dict[str, str]:
+    return {"chunk_id": chunk_id(source_id, key, seq), "chunk_uri": chunk_uri(source_id, key, seq),
+            "uri": file_uri(source_id, key)}
+
+
 def _ref(entity: entity_graph.Entity, shared: int | None = None) -> dict[str, Any]:
     return {"entity_id": str(entity.id), "name": entity.name, "entity_type": entity.type, "shared_chunks": shared}
 
@@ -29,13 +34,15 @@ async def find_entity(ctx: ToolContext, args: FindEntityArgs) -> tuple[dict[str,
     graph = await entity_graph.neighbourhood(ctx.conn, entity, related=related,
                                              edges=edges if args.include_relationships else 0,
                                              evidence=per_edge if args.include_relationships else 0, top_chunks=chunks)
-    relationships = []
+    relationships = [
+        {"relationship_id": f"{s}-{kind}-{o}", "source_id": str(s), "target_id": str(o), "relationship_type": kind,
+         "weight": n, "evidence": [_evidence(*e) for e in evidence]} for s, o, kind, n, evidence in graph.typed]
     for a, b, shared in graph.edges:
         evidence = graph.evidence.get((a, b), [])
         relationships.append({"relationship_id": f"{a}-{b}", "source_id": str(a), "target_id": str(b),
-                              "relationship_type": entity_graph.CO_OCCURS, "weight": shared, "evidence": [
-                                  {"chunk_id": chunk_id(s, k, q), "chunk_uri": chunk_uri(s, k, q), "uri": file_uri(s, k)}
-                                  for s, k, q in evidence]})
+                              "relationship_type": entity_graph.CO_OCCURS, "weight": shared,
+                              "evidence": [_evidence(*e) for e in evidence]})
+    relationships = relationships[:edges]
     mode = args.response_mode
     result: dict[str, Any] = {
         "name": args.name, "response_mode": mode, "entity": _ref(entity), "entity_ids": None,
@@ -46,9 +53,11 @@ async def find_entity(ctx: ToolContext, args: FindEntityArgs) -> tuple[dict[str,
     else:
         result["statistics"] = {
             "mentions": graph.mentions, "chunks": graph.chunks, "files": graph.files,
-            "entity_count": graph.related_total, "relationship_count": graph.related_total,
+            "entity_count": graph.related_total,
+            "relationship_count": graph.related_total + sum(graph.typed_types.values()),
             "entity_type_distribution": graph.related_types,
-            "relationship_type_distribution": {entity_graph.CO_OCCURS: graph.related_total} if graph.related_total else {}}
+            "relationship_type_distribution": {**graph.typed_types, **(
+                {entity_graph.CO_OCCURS: graph.related_total} if graph.related_total else {})}}
         result["top_chunks"] = [
             {"chunk_id": chunk_id(c["source_id"], c["key"], c["seq"]), "chunk_uri": chunk_uri(c["source_id"], c["key"], c["seq"]),
              "uri": file_uri(c["source_id"], c["key"]), "source_id": str(c["source_id"]), "key": c["key"], "seq": c["seq"],

@@ -592,9 +592,11 @@ class EntityRelationship(BaseModel):
     relationship_id: str
     source_id: str = Field(description="One entity's entity_id.")
     target_id: str = Field(description="The other's entity_id.")
-    relationship_type: Literal["CO_OCCURS"] = Field(description="CO_OCCURS: named in the same chunks.")
-    weight: int = Field(description="Chunks naming both.")
-    evidence: list[EntityEvidence] = Field(description="Chunks naming both (up to 3; with the entity asked for).")
+    relationship_type: Literal["ACQUIRED", "PARTNERS_WITH", "COMPETES_WITH", "LOCATED_IN", "WORKS_FOR", "CO_OCCURS"] = \
+        Field(description="A relation a sentence states (source_id is its subject: source ACQUIRED target), or "
+              "CO_OCCURS: named in the same chunks.")
+    weight: int = Field(description="Chunks stating it (typed) or naming both (CO_OCCURS).")
+    evidence: list[EntityEvidence] = Field(description="Those chunks (up to 3).")
 
 
 class EntityStatistics(BaseModel):

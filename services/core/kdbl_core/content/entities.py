@@ -190,6 +190,9 @@ def _runs(text: str, taken: bytearray) -> list[list[re.Match]]:
                 and _bare(word) not in _TITLES:
             runs.append(current)  # a sentence ends here
             current, pending, last_end = [], [], -1
+        elif current and len(current) > 1 and current[-1] is m and _bare(word) in _LEGAL:
+            runs.append(current)  # a legal suffix ends a company's name ("Acme Corp. CEO Jane Doe")
+            current, pending = [], []
     if current:
         runs.append(current)
     return runs
@@ -208,6 +211,8 @@ def _classify(words: list[str], text: str, start: int) -> tuple[str, int] | None
     first, last = bare[0], bare[-1]
     if first in _TITLES and len(words) > 1 and words[1][0].isupper():
         return "PERSON", 1
+    if first in _ROLES and 3 <= len(words) <= 5 and all(re.fullmatch(r"[^\W\d_][^\W\d_'’\-]*\.?", w) for w in words[1:]):
+        return "PERSON", 1  # "CEO Jane Doe"
     if last in _ORG_TAIL or (first in _ORG_HEAD and len(bare) > 2 and bare[1] == "of"):
         return ("ORG", 0) if len(words) > 1 or last in _LEGAL else None
     if last in _EVENT_TAIL and len(words) > 1:

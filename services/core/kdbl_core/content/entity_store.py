@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 
-from kdbl_core.content import entities
+from kdbl_core.content import entities, entity_relations
 from kdbl_core.db.connect import Connection
 
 VERSION = 1  # kdbl_core.content.entities' rules; one that finds other entities comes with a migration that sets
@@ -47,8 +47,15 @@ SELECT %(t)s, * FROM unnest(CAST(%(entity)s AS bigint[]), CAST(%(file)s AS bigin
                             CAST(%(source)s AS uuid[]), CAST(%(n)s AS smallint[]))
 ON CONFLICT (file_id, seq, entity_id) DO UPDATE SET n = EXCLUDED.n
 """
+_RELATIONS = """
+INSERT INTO entity_relations (tenant_id, subject_id, object_id, type, file_id, seq, source_id)
+SELECT %(t)s, * FROM unnest(CAST(%(subject)s AS bigint[]), CAST(%(object)s AS bigint[]), CAST(%(type)s AS text[]),
+                            CAST(%(file)s AS bigint[]), CAST(%(seq)s AS int[]), CAST(%(source)s AS uuid[]))
+ON CONFLICT DO NOTHING
+"""
 _DONE = """
-WITH gone AS (DELETE FROM entity_mentions WHERE file_id = ANY(%(ids)s) AND tenant_id = %(t)s)
+WITH gone AS (DELETE FROM entity_mentions WHERE file_id = ANY(%(ids)s) AND tenant_id = %(t)s),
+gone_relations AS (DELETE FROM entity_relations WHERE file_id = ANY(%(ids)s) AND tenant_id = %(t)s)
 UPDATE files SET entities_version = %(v)s WHERE id = ANY(%(ids)s)
 """
 _PENDING = f"""
@@ -78,16 +85,21 @@ def extract_batch(conn: Connection, tenant_id: uuid.UUID, sources: list[uuid.UUI
     ids = [r.id for r in claimed]
     source_of = {r.id: r.source_id for r in claimed}
     per_chunk: list[tuple[int, int, Counter[tuple[str, str]]]] = []
+    stated: list[tuple[tuple[str, str], tuple[str, str], str, int, int]] = []
     names: dict[tuple[str, str], str] = {}
     for row in conn.execute(_CHUNKS, {"ids": ids}):
         found: Counter[tuple[str, str]] = Counter()
-        for m in entities.extract(row.text):
+        mentions = [m for m in entities.extract(row.text) if m.key]
+        for m in mentions:
             ident = (m.type, m.key)
-            if ident[1]:
-                found[ident] += 1
-                names.setdefault(ident, m.name)
+            found[ident] += 1
+            names.setdefault(ident, m.name)
         if found:
             per_chunk.append((row.file_id, row.seq, found))
+        for r in entity_relations.relations(row.text, mentions):
+            if r.subject.key != r.object.key:
+                stated.append(((r.subject.type, r.subject.key), (r.object.type, r.object.key), r.type,
+                               row.file_id, row.seq))
     conn.execute(_DONE, {"ids": ids, "t": tenant_id, "v": VERSION})
     if not names:
         return len(ids), 0
@@ -98,12 +110,18 @@ def extract_batch(conn: Connection, tenant_id: uuid.UUID, sources: list[uuid.UUI
             for file_id, seq, found in per_chunk for ident, n in found.items()]
     conn.execute(_MENTIONS, {"t": tenant_id, "entity": [r[0] for r in rows], "file": [r[1] for r in rows],
                              "seq": [r[2] for r in rows], "source": [r[3] for r in rows], "n": [r[4] for r in rows]})
+    if stated:
+        conn.execute(_RELATIONS, {"t": tenant_id, "subject": [id_of[s[0]] for s in stated],
+                                  "object": [id_of[s[1]] for s in stated], "type": [s[2] for s in stated],
+                                  "file": [s[3] for s in stated], "seq": [s[4] for s in stated],
+                                  "source": [source_of[s[3]] for s in stated]})
     return len(ids), len(rows)
 
 
 _FORGET = """
 WITH read AS (SELECT id FROM files WHERE source_id = ANY(%(s)s) AND entities_version IS NOT NULL),
-gone AS (DELETE FROM entity_mentions WHERE file_id IN (SELECT id FROM read))
+gone AS (DELETE FROM entity_mentions WHERE file_id IN (SELECT id FROM read)),
+gone_relations AS (DELETE FROM entity_relations WHERE file_id IN (SELECT id FROM read))
 UPDATE files SET entities_version = NULL WHERE id IN (SELECT id FROM read)
 """
 

@@ -77,6 +77,7 @@ gone_chunks AS (DELETE FROM chunks WHERE file_id IN (SELECT id FROM old)
                 RETURNING source_id, file_id, token_count, terms, tfs),
 gone AS (DELETE FROM postings WHERE file_id IN (SELECT id FROM old)),  -- those written since the last build
 gone_mentions AS (DELETE FROM entity_mentions WHERE file_id IN (SELECT id FROM old)),  -- read again (0025)
+gone_relations AS (DELETE FROM entity_relations WHERE file_id IN (SELECT id FROM old)),
 g AS MATERIALIZED (  -- each chunk's partition: its file's permission set (migration 0024; the file row stays)
     SELECT c.*, coalesce(f.permission_set, 0) AS permission_set
       FROM gone_chunks c LEFT JOIN files f ON f.id = c.file_id

@@ -300,6 +300,20 @@ entity_mentions = Table(  # which chunk (file, seq) names which entity, how ofte
     Index("entity_mentions_entity_idx", "entity_id", "file_id", "seq"),
 )
 
+entity_relations = Table(  # typed relations a chunk's sentences state (migration 0025)
+    "entity_relations", metadata,
+    Column("tenant_id", UUID(as_uuid=True), nullable=False),
+    _fk("subject_id", "entities.id"),
+    _fk("object_id", "entities.id"),
+    Column("type", Text, nullable=False),
+    _fk("file_id", "files.id"),
+    Column("seq", Integer, nullable=False),
+    Column("source_id", UUID(as_uuid=True), nullable=False),
+    PrimaryKeyConstraint("file_id", "seq", "subject_id", "object_id", "type", name="entity_relations_pkey"),
+    Index("entity_relations_subject_idx", "subject_id"),
+    Index("entity_relations_object_idx", "object_id"),
+)
+
 embedding_rate = Table(  # each embedding process's recent rate per tenant and model (migration 0022)
     "embedding_rate", metadata,
     _fk("tenant_id", "tenants.id"),

@@ -3,8 +3,9 @@ it rests on. Every statement runs in the caller's row-level-security transaction
 those of readable chunks (migration 0025), so an entity named only in hidden files is "not found" exactly as
 an unknown name, and every count is a count of readable mentions.
 
-Relationships are co-occurrences: two entities named in one chunk, weighted by the chunks they share, each
-with the chunks as evidence (`CO_OCCURS`). Typed relations (acquired, works for, ...) are not extracted yet.
+Relationships: the typed relations sentences state (ACQUIRED, PARTNERS_WITH, COMPETES_WITH, LOCATED_IN,
+WORKS_FOR: kdbl_core.content.entity_relations), and co-occurrences — two entities named in one chunk,
+weighted by the chunks they share (`CO_OCCURS`); each with the chunks it rests on as evidence.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ class Graph:
     related_types: dict[str, int] = field(default_factory=dict)
     edges: list[tuple[int, int, int]] = field(default_factory=list)  # (a, b, chunks shared), a < b
     evidence: dict[tuple[int, int], list[tuple[uuid.UUID, str, int]]] = field(default_factory=dict)
+    # (subject, object, type, chunks stating it, up to 3 of them) with the entity on one side
+    typed: list[tuple[int, int, str, int, list[tuple[uuid.UUID, str, int]]]] = field(default_factory=list)
+    typed_types: dict[str, int] = field(default_factory=dict)
     top_chunks: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -72,27 +76,29 @@ SELECT r.entity_id, r.shared, x.type, x.key, x.name, count(*) OVER () AS total,
   FROM r JOIN entities x ON x.id = r.entity_id
  ORDER BY r.shared DESC, r.entity_id
 """
+# edges among the entity and its related entities: the chunks of the entity naming both, up to %(per)s of them
+# as evidence (their files read under row-level security like everything else)
 _EDGES = """
-WITH m AS MATERIALIZED (SELECT file_id, seq FROM entity_mentions WHERE entity_id = %(e)s)
-SELECT a.entity_id AS a, b.entity_id AS b, count(*) AS shared FROM m
-  JOIN entity_mentions a ON a.file_id = m.file_id AND a.seq = m.seq AND a.entity_id = ANY(%(ids)s)
-  JOIN entity_mentions b ON b.file_id = m.file_id AND b.seq = m.seq AND b.entity_id = ANY(%(ids)s)
-                        AND a.entity_id < b.entity_id
- GROUP BY a.entity_id, b.entity_id
- ORDER BY count(*) DESC, a.entity_id, b.entity_id LIMIT %(n)s
+WITH m AS MATERIALIZED (SELECT file_id, seq FROM entity_mentions WHERE entity_id = %(e)s),
+p AS (
+    SELECT a.entity_id AS a, b.entity_id AS b, m.file_id, m.seq FROM m
+      JOIN entity_mentions a ON a.file_id = m.file_id AND a.seq = m.seq AND a.entity_id = ANY(%(ids)s)
+      JOIN entity_mentions b ON b.file_id = m.file_id AND b.seq = m.seq AND b.entity_id = ANY(%(ids)s)
+                            AND a.entity_id < b.entity_id
+)
+SELECT p.a, p.b, count(*) AS shared,
+       (array_agg(ARRAY[f.source_id::text, f.key, p.seq::text] ORDER BY p.file_id, p.seq))[1:%(per)s] AS evidence
+  FROM p JOIN files f ON f.id = p.file_id
+ GROUP BY p.a, p.b
+ ORDER BY count(*) DESC, p.a, p.b LIMIT %(n)s
 """
-# up to %(per)s chunks of evidence per related entity (the chunks it shares with the entity)
-_EVIDENCE = """
-SELECT o.entity_id, f.source_id, f.key, m.seq FROM (
-    SELECT o.entity_id, m.file_id, m.seq,
-           row_number() OVER (PARTITION BY o.entity_id ORDER BY m.file_id, m.seq) AS k
-      FROM entity_mentions m
-      JOIN entity_mentions o ON o.file_id = m.file_id AND o.seq = m.seq AND o.entity_id = ANY(%(ids)s)
-     WHERE m.entity_id = %(e)s
-) m JOIN entity_mentions o ON o.file_id = m.file_id AND o.seq = m.seq AND o.entity_id = m.entity_id
-    JOIN files f ON f.id = m.file_id
- WHERE m.k <= %(per)s
- ORDER BY o.entity_id, m.file_id, m.seq
+_TYPED = """
+SELECT r.subject_id, r.object_id, r.type, count(*) AS n, count(*) OVER (PARTITION BY r.type) AS of_type,
+       (array_agg(ARRAY[f.source_id::text, f.key, r.seq::text] ORDER BY r.file_id, r.seq))[1:3] AS evidence
+  FROM entity_relations r JOIN files f ON f.id = r.file_id
+ WHERE r.subject_id = %(e)s OR r.object_id = %(e)s
+ GROUP BY r.subject_id, r.object_id, r.type
+ ORDER BY count(*) DESC, r.type, r.subject_id, r.object_id
 """
 _TOP_CHUNKS = """
 SELECT f.source_id, f.key, m.seq, m.n, c.page_no, left(c.text, 240) AS head FROM entity_mentions m
@@ -141,12 +147,15 @@ async def neighbourhood(conn: Connection, entity: Entity, *, related: int, edges
     graph.related = [(Entity(r.entity_id, r.type, r.key, r.name), int(r.shared)) for r in rows[:related]]
     ids = [entity.id, *(e.id for e, _ in graph.related)]
     if edges and graph.related:
-        graph.edges = [(r.a, r.b, int(r.shared)) for r in await (await conn.execute(
-            _EDGES, {"e": entity.id, "ids": ids, "n": edges})).fetchall()]
-    if evidence and graph.related:
-        for r in await (await conn.execute(_EVIDENCE, {"e": entity.id, "ids": ids[1:], "per": evidence})).fetchall():
-            pair = (min(entity.id, r.entity_id), max(entity.id, r.entity_id))
-            graph.evidence.setdefault(pair, []).append((r.source_id, r.key, r.seq))
+        for r in await (await conn.execute(_EDGES, {"e": entity.id, "ids": ids, "n": edges,
+                                                    "per": max(evidence, 1)})).fetchall():
+            graph.edges.append((r.a, r.b, int(r.shared)))
+            if evidence:
+                graph.evidence[(r.a, r.b)] = [(uuid.UUID(s), k, int(q)) for s, k, q in r.evidence]
+    typed = await (await conn.execute(_TYPED, {"e": entity.id})).fetchall()
+    graph.typed_types = {r.type: int(r.of_type) for r in typed}
+    graph.typed = [(r.subject_id, r.object_id, r.type, int(r.n),
+                    [(uuid.UUID(s), k, int(q)) for s, k, q in r.evidence]) for r in typed[:edges]]
     if top_chunks:
         graph.top_chunks = [dict(r._asdict()) for r in await (await conn.execute(
             _TOP_CHUNKS, {"e": entity.id, "n": top_chunks})).fetchall()]

@@ -51,10 +51,24 @@ CREATE TABLE entity_mentions (
 );
 CREATE INDEX entity_mentions_entity_idx ON entity_mentions (entity_id, file_id, seq);
 
+-- typed relations a sentence states ("Acme acquired Initech"): kdbl_core.content.entity_relations
+CREATE TABLE entity_relations (
+    tenant_id   uuid NOT NULL,
+    subject_id  bigint NOT NULL REFERENCES entities (id) ON DELETE CASCADE,
+    object_id   bigint NOT NULL REFERENCES entities (id) ON DELETE CASCADE,
+    type        text NOT NULL,
+    file_id     bigint NOT NULL REFERENCES files (id) ON DELETE CASCADE,
+    seq         integer NOT NULL,
+    source_id   uuid NOT NULL,
+    PRIMARY KEY (file_id, seq, subject_id, object_id, type)
+);
+CREATE INDEX entity_relations_subject_idx ON entity_relations (subject_id);
+CREATE INDEX entity_relations_object_idx ON entity_relations (object_id);
+
 DO $$
 DECLARE t text;
 BEGIN
-    FOREACH t IN ARRAY ARRAY['entities', 'entity_mentions']
+    FOREACH t IN ARRAY ARRAY['entities', 'entity_mentions', 'entity_relations']
     LOOP
         EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
         EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
@@ -75,15 +89,19 @@ CREATE POLICY api_read ON entity_mentions FOR SELECT TO kdbl_api
                 OR (source_id IN (SELECT ss.id FROM kdbl_share_sources() AS ss(id))
                     AND EXISTS (SELECT 1 FROM files f WHERE f.id = entity_mentions.file_id
                                    AND f.permission_set IN (SELECT rs.id FROM kdbl_readable_sets() AS rs(id))))));
+CREATE POLICY api_read ON entity_relations FOR SELECT TO kdbl_api
+    USING (EXISTS (SELECT 1 FROM entity_mentions m WHERE m.file_id = entity_relations.file_id
+                      AND m.seq = entity_relations.seq AND m.entity_id = entity_relations.subject_id));
 -- an entity exists for the caller when one of its mentions is readable
 CREATE POLICY api_read ON entities FOR SELECT TO kdbl_api
     USING (tenant_id = kdbl_tenant()
            AND EXISTS (SELECT 1 FROM entity_mentions m WHERE m.entity_id = entities.id));
-GRANT SELECT ON entities, entity_mentions TO kdbl_api;
-GRANT SELECT, INSERT, UPDATE, DELETE ON entities, entity_mentions TO kdbl_worker, kdbl_admin;
+GRANT SELECT ON entities, entity_mentions, entity_relations TO kdbl_api;
+GRANT SELECT, INSERT, UPDATE, DELETE ON entities, entity_mentions, entity_relations TO kdbl_worker, kdbl_admin;
 """
 
 _DOWN = """
+DROP TABLE entity_relations;
 DROP POLICY api_read ON entities;
 DROP TABLE entity_mentions;
 DROP TABLE entities;
