@@ -139,6 +139,7 @@ async def test_find_entity_through_mcp_in_each_response_mode_and_trimmed_per_tok
             assert meta["entity"]["name"] in ("Acme Corp.", "ACME Corporation") and meta["entity"]["entity_type"] == "ORG"
             stats = meta["statistics"]
             assert (stats["mentions"], stats["chunks"], stats["files"]) == (3, 3, 3)  # the open files + her grant
+            assert stats["related_from_chunks"] == stats["chunks"]  # below the sample: every chunk counted
             assert stats["entity_type_distribution"]["PERSON"] == 2
             assert stats["relationship_count"] == stats["entity_count"] + 3  # co-occurrences and three stated
             assert meta["entities"] is None and len(meta["top_chunks"]) == 3
@@ -195,3 +196,87 @@ async def test_find_entity_through_mcp_in_each_response_mode_and_trimmed_per_tok
         refused = conn.execute(text("SELECT count(*) FROM audit WHERE tool = 'find_entity' AND status = 'error'"
                                     " AND tenant_id = :t"), {"t": world["tenant_id"]}).scalar()
     assert refused >= 5  # every refusal audited
+
+
+# -- the leak probe: every entity x every principal, on grants and on the share's own permissions -------------
+
+async def _probe(api_pool, owner_engine, tenant_id, tenant: str, principals: dict[str, tuple[str, ...]],
+                 readable: dict[str, set[str]]) -> int:
+    """For each principal and each entity of the tenant: visible exactly when a file it may read names it, with
+    the mentions of those files only; relations exactly those stated in readable files. The checks made."""
+    with owner_engine.begin() as conn:
+        truth = conn.execute(text(
+            "SELECT e.type, e.key, f.key AS file, m.n FROM entities e JOIN entity_mentions m ON m.entity_id = e.id "
+            "JOIN files f ON f.id = m.file_id WHERE e.tenant_id = :t"), {"t": tenant_id}).all()
+        stated = conn.execute(text(
+            "SELECT s.key AS subject, r.type, o.key AS object, f.key AS file FROM entity_relations r "
+            "JOIN entities s ON s.id = r.subject_id JOIN entities o ON o.id = r.object_id JOIN files f ON f.id = r.file_id "
+            "WHERE r.tenant_id = :t"), {"t": tenant_id}).all()
+    checks = 0
+    for user, groups in principals.items():
+        principal = Principal(tenant_id=tenant_id, tenant_name=tenant, subject=f"user:{user}", groups=groups)
+        async with rls_transaction(api_pool, principal) as conn:
+            seen = {(r.type, r.key): int(r.n) for r in await (await conn.execute(
+                "SELECT e.type, e.key, sum(m.n) AS n FROM entities e JOIN entity_mentions m ON m.entity_id = e.id "
+                "GROUP BY e.type, e.key")).fetchall()}
+            listed = {(r.type, r.key) for r in await (await conn.execute("SELECT type, key FROM entities")).fetchall()}
+            relations = {(r.subject, r.type, r.object) for r in await (await conn.execute(
+                "SELECT s.key AS subject, r.type, o.key AS object FROM entity_relations r "
+                "JOIN entities s ON s.id = r.subject_id JOIN entities o ON o.id = r.object_id")).fetchall()}
+        want: dict[tuple[str, str], int] = {}
+        for row in truth:
+            if row.file in readable[user]:
+                want[(row.type, row.key)] = want.get((row.type, row.key), 0) + row.n
+        assert seen == want and listed == set(want), user
+        assert relations == {(r.subject, r.type, r.object) for r in stated if r.file in readable[user]}, user
+        checks += len({(r.type, r.key) for r in truth}) + len(stated)
+    return checks
+
+
+async def test_the_leak_probe_over_entities_and_relations_on_grants(world, api_pool, owner_engine):
+    readable = {"alice": {*(k.split("/")[1] for k in OPEN), "granted.txt"}, "zed": {k.split("/")[1] for k in OPEN}}
+    checks = await _probe(api_pool, owner_engine, world["tenant_id"], world["tenant"],
+                          {"alice": (), "zed": ()}, readable)
+    assert checks > 20
+
+
+async def test_the_leak_probe_over_entities_on_the_shares_own_permissions(owner_engine, worker_engine, api_pool,
+                                                                        tmp_path):
+    import os
+
+    files = {"eng/plan.txt": (5501, 6501, 0o640, "Acme Corp. acquired Initech GmbH in Berlin."),
+             "hr/review.txt": (5502, 6502, 0o600, "Dr. Maria Rossi joined Globex Corporation in Zurich."),
+             "pub/news.txt": (5502, 6502, 0o644, "Acme Corp. partners with Hooli Inc. in Paris.")}
+    for key, (uid, gid, mode, body) in files.items():
+        path = tmp_path / key
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(body)
+        os.chown(path, uid, gid)
+        path.chmod(mode)
+        path.parent.chmod(0o755)
+    db = db_of(owner_engine)
+    tenant = f"ent-share-{uuid.uuid4().hex[:8]}"
+    t = admin.create_tenant(db, tenant)
+    s = admin.add_source(db, tenant, protocol="fs", config={"root": str(tmp_path), "entities": True}, name="share",
+                         permissions="from-source", permission_map={"uid:5501": "user:alice", "gid:6501": "group:eng",
+                                                                    "uid:5502": "user:hank", "gid:6502": "group:hr"})
+    crawl(worker_engine, Corpus(tenant, t.id, s.id, tmp_path))
+    assert extract_pending(db_of(worker_engine)) == 3
+    principals = {"alice": ("eng",), "bob": ("eng",), "hank": ("hr",), "zed": ()}
+    readable = {"alice": {"eng/plan.txt", "pub/news.txt"}, "bob": {"eng/plan.txt", "pub/news.txt"},
+                "hank": {"hr/review.txt", "pub/news.txt"}, "zed": {"pub/news.txt"}}
+    assert await _probe(api_pool, owner_engine, t.id, tenant, principals, readable) > 30
+
+
+def test_bench_entity_graph_measures_the_stage_the_bytes_and_find_entity(owner_url, tmp_path):
+    from kdbl_control import bench_entity_graph
+
+    lines: list[str] = []
+    result = bench_entity_graph.run_entity_graph_bench(owner_url, tmp_path, files=12, chunks=2, n_queries=3,
+                                                       log=lines.append)
+    assert result["chunks"] == 24 and result["entities"] > 10 and result["mentions"] > result["entities"]
+    assert result["relations"] > 0 and result["graph_bytes_per_chunk"] > 0 and result["stage_chunks_per_s"] > 0
+    for draw in ("find_entity", "find_entity_uniform"):
+        assert set(result[draw]) == {"ids_only", "metadata", "preview", "full"}
+        assert all(row["queries"] == 3 and row["p50_ms"] <= row["max_ms"] for row in result[draw].values())
+    assert "names drawn by frequency" in bench_entity_graph.summarise(result)

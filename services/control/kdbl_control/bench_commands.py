@@ -43,6 +43,13 @@ def run_bench(args: argparse.Namespace, settings: Settings) -> int:
         result = bench_entities.run_entities_bench(args.labeled, args.text_dir)
         print(json.dumps(result, indent=2) if args.json else bench_entities.summarise(result))
         return 0
+    if args.action == "entity-graph":
+        from kdbl_control import bench_entity_graph
+
+        return _run_bench(args, settings, Path(tempfile.gettempdir()) / "kdbl-bench-entity-graph",
+                          lambda url, work, db: bench_entity_graph.run_entity_graph_bench(
+                              url, work, files=args.files, chunks=args.chunks, n_queries=args.queries,
+                              log=lambda line: print(line, file=sys.stderr)), bench_entity_graph.summarise)
     if args.action == "smb-permissions":
         from kdbl_control import bench_smb_permissions
 

@@ -329,6 +329,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="JSON lines of {id, text, entities: [[start, end, TYPE], ...]}")
     be.add_argument("--text-dir", type=Path, help="a folder of Markdown / text / HTML to time extraction on "
                     "(default: the labelled sentences)")
+    bg = bsub.add_parser("entity-graph", help="the entity graph at scale: the worker's entity stage against the "
+                         "crawl, the graph's bytes a chunk, find_entity p50 / p95 per response mode")
+    bg.add_argument("--files", type=int, default=1000, help="generated files (default 1,000)")
+    bg.add_argument("--chunks", type=int, default=10, help="chunks of ~900 characters a file (default 10)")
+    bg.add_argument("--queries", type=int, default=100, help="find_entity calls per response mode")
+    bg.add_argument("--work-dir", type=Path, help="where the folder and the embedded database go")
     bm = bsub.add_parser("smb-permissions", help="what reading NT ACLs costs a listing of a real SMB share: "
                          "files/s and messages a file with and without descriptors, and with unchanged change times")
     bm.add_argument("--server", required=True, help="file server host")

@@ -15,8 +15,6 @@ from kdbl_core.content.uris import chunk_id, chunk_uri, file_uri
 from kdbl_core.search import entity_graph
 from kdbl_core.search.snippets import preview
 
-# response_mode -> (related entities, relationships, evidence chunks per relationship, top chunks)
-CAPS = {"ids_only": (100, 500, 0, 0), "metadata": (0, 0, 0, 3), "preview": (5, 5, 3, 5), "full": (100, 500, 3, 10)}
 
 
 def _evidence(source_id: Any, key: str, seq: int) -> dict[str, str]:
@@ -30,7 +28,7 @@ def _ref(entity: entity_graph.Entity, shared: int | None = None) -> dict[str, An
 
 async def find_entity(ctx: ToolContext, args: FindEntityArgs) -> tuple[dict[str, Any], AuditFacts]:
     entity = await entity_graph.resolve(ctx.conn, args.name, args.type)
-    related, edges, per_edge, chunks = CAPS[args.response_mode]
+    related, edges, per_edge, chunks = entity_graph.CAPS[args.response_mode]
     graph = await entity_graph.neighbourhood(ctx.conn, entity, related=related,
                                              edges=edges if args.include_relationships else 0,
                                              evidence=per_edge if args.include_relationships else 0, top_chunks=chunks)
@@ -53,6 +51,7 @@ async def find_entity(ctx: ToolContext, args: FindEntityArgs) -> tuple[dict[str,
     else:
         result["statistics"] = {
             "mentions": graph.mentions, "chunks": graph.chunks, "files": graph.files,
+            "related_from_chunks": graph.sampled,
             "entity_count": graph.related_total,
             "relationship_count": graph.related_total + sum(graph.typed_types.values()),
             "entity_type_distribution": graph.related_types,

@@ -603,6 +603,9 @@ class EntityStatistics(BaseModel):
     mentions: int
     chunks: int
     files: int
+    related_from_chunks: int = Field(description=(
+        "The chunks entity_count and the CO_OCCURS relationships were counted over: all of them, or the 1,000 "
+        "most recent for a name in more."))
     entity_count: int = Field(description="Entities named in the same chunks.")
     relationship_count: int
     entity_type_distribution: dict[str, int]

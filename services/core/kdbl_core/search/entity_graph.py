@@ -20,6 +20,12 @@ from kdbl_core.errors import InvalidArgument
 
 CO_OCCURS = "CO_OCCURS"
 SUGGESTIONS = 5
+# find_entity's response modes: (related entities, relationships, evidence chunks per relationship, top chunks)
+CAPS = {"ids_only": (100, 500, 0, 0), "metadata": (0, 0, 0, 3), "preview": (5, 5, 3, 5), "full": (100, 500, 3, 10)}
+# Related entities and co-occurrences are counted over an entity's SAMPLE_CHUNKS most recent chunks (the
+# newest files first): a name in 30,000 chunks would otherwise join ~400,000 mentions per call. Its own
+# mentions, chunks and files are always exact.
+SAMPLE_CHUNKS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +46,7 @@ class Graph:
     files: int = 0
     related: list[tuple[Entity, int]] = field(default_factory=list)  # (entity, chunks shared), best first
     related_total: int = 0
+    sampled: int = 0  # the chunks related entities and co-occurrences were counted over
     related_types: dict[str, int] = field(default_factory=dict)
     edges: list[tuple[int, int, int]] = field(default_factory=list)  # (a, b, chunks shared), a < b
     evidence: dict[tuple[int, int], list[tuple[uuid.UUID, str, int]]] = field(default_factory=dict)
@@ -65,48 +72,71 @@ SELECT count(*) AS chunks, coalesce(sum(n), 0) AS mentions, count(DISTINCT file_
   FROM entity_mentions WHERE entity_id = %(e)s
 """
 _RELATED = """
-WITH m AS MATERIALIZED (SELECT file_id, seq FROM entity_mentions WHERE entity_id = %(e)s),
+WITH m AS MATERIALIZED (SELECT file_id, seq FROM entity_mentions WHERE entity_id = %(e)s
+                         ORDER BY file_id DESC, seq LIMIT %(sample)s),
 r AS MATERIALIZED (
     SELECT o.entity_id, count(*) AS shared FROM m
       JOIN entity_mentions o ON o.file_id = m.file_id AND o.seq = m.seq AND o.entity_id <> %(e)s
      GROUP BY o.entity_id
-)
-SELECT r.entity_id, r.shared, x.type, x.key, x.name, count(*) OVER () AS total,
-       count(*) OVER (PARTITION BY x.type) AS of_type
-  FROM r JOIN entities x ON x.id = r.entity_id
- ORDER BY r.shared DESC, r.entity_id
+),
+rx AS MATERIALIZED (SELECT r.entity_id, r.shared, x.type, x.key, x.name FROM r JOIN entities x ON x.id = r.entity_id)
+SELECT rx.entity_id, rx.shared, rx.type, rx.key, rx.name, (SELECT count(*) FROM rx) AS total,
+       (SELECT jsonb_object_agg(t.type, t.n) FROM (SELECT type, count(*) AS n FROM rx GROUP BY type) t) AS types
+  FROM rx ORDER BY rx.shared DESC, rx.entity_id LIMIT %(k)s
 """
-# edges among the entity and its related entities: the chunks of the entity naming both, up to %(per)s of them
-# as evidence (their files read under row-level security like everything else)
+# edges among the entity and its related entities: the chunks of the entity naming both (a hash join of those
+# chunks' mentions with themselves), with up to %(per)s of them as evidence, (file id, seq) pairs: their files
+# are read once for all edges (_FILES) rather than once a row
 _EDGES = """
-WITH m AS MATERIALIZED (SELECT file_id, seq FROM entity_mentions WHERE entity_id = %(e)s),
-p AS (
-    SELECT a.entity_id AS a, b.entity_id AS b, m.file_id, m.seq FROM m
-      JOIN entity_mentions a ON a.file_id = m.file_id AND a.seq = m.seq AND a.entity_id = ANY(%(ids)s)
-      JOIN entity_mentions b ON b.file_id = m.file_id AND b.seq = m.seq AND b.entity_id = ANY(%(ids)s)
-                            AND a.entity_id < b.entity_id
+WITH m AS MATERIALIZED (SELECT file_id, seq FROM entity_mentions WHERE entity_id = %(e)s
+                         ORDER BY file_id DESC, seq LIMIT %(sample)s),
+x AS MATERIALIZED (
+    SELECT o.file_id, o.seq, o.entity_id FROM m
+      JOIN entity_mentions o ON o.file_id = m.file_id AND o.seq = m.seq AND o.entity_id = ANY(%(ids)s)
 )
-SELECT p.a, p.b, count(*) AS shared,
-       (array_agg(ARRAY[f.source_id::text, f.key, p.seq::text] ORDER BY p.file_id, p.seq))[1:%(per)s] AS evidence
-  FROM p JOIN files f ON f.id = p.file_id
- GROUP BY p.a, p.b
- ORDER BY count(*) DESC, p.a, p.b LIMIT %(n)s
+SELECT a.entity_id AS a, b.entity_id AS b, count(*) AS shared,
+       (array_agg(ARRAY[a.file_id, a.seq] ORDER BY a.file_id, a.seq))[1:%(per)s] AS evidence
+  FROM x a JOIN x b ON b.file_id = a.file_id AND b.seq = a.seq AND a.entity_id < b.entity_id
+ GROUP BY a.entity_id, b.entity_id
+ ORDER BY count(*) DESC, a.entity_id, b.entity_id LIMIT %(n)s
 """
+_FILES = "SELECT id, source_id, key FROM files WHERE id = ANY(%(ids)s)"
+# the relations stated with the entity on one side: grouped first, evidence as (file id, seq) pairs (_FILES
+# resolves them), every type counted before the cap
 _TYPED = """
-SELECT r.subject_id, r.object_id, r.type, count(*) AS n, count(*) OVER (PARTITION BY r.type) AS of_type,
-       (array_agg(ARRAY[f.source_id::text, f.key, r.seq::text] ORDER BY r.file_id, r.seq))[1:3] AS evidence
-  FROM entity_relations r JOIN files f ON f.id = r.file_id
- WHERE r.subject_id = %(e)s OR r.object_id = %(e)s
- GROUP BY r.subject_id, r.object_id, r.type
- ORDER BY count(*) DESC, r.type, r.subject_id, r.object_id
+WITH r AS MATERIALIZED (
+    SELECT subject_id, object_id, type, count(*) AS n,
+           (array_agg(ARRAY[file_id, seq] ORDER BY file_id, seq))[1:3] AS evidence
+      FROM entity_relations WHERE subject_id = %(e)s OR object_id = %(e)s
+     GROUP BY subject_id, object_id, type
+)
+SELECT r.subject_id, r.object_id, r.type, r.n, r.evidence,
+       (SELECT jsonb_object_agg(t.type, t.n) FROM (SELECT type, count(*) AS n FROM r GROUP BY type) t) AS types
+  FROM r ORDER BY r.n DESC, r.type, r.subject_id, r.object_id LIMIT %(n)s
 """
+# the chunks naming it most: chosen from its mentions alone, then joined to their files and chunks
 _TOP_CHUNKS = """
-SELECT f.source_id, f.key, m.seq, m.n, c.page_no, left(c.text, 240) AS head FROM entity_mentions m
+SELECT f.source_id, f.key, m.seq, m.n, c.page_no, left(c.text, 240) AS head
+  FROM (SELECT file_id, seq, n FROM entity_mentions WHERE entity_id = %(e)s
+         ORDER BY n DESC, file_id, seq LIMIT %(n)s) m
   JOIN files f ON f.id = m.file_id
   JOIN chunks c ON c.file_id = m.file_id AND c.seq = m.seq
- WHERE m.entity_id = %(e)s
- ORDER BY m.n DESC, m.file_id, m.seq LIMIT %(n)s
+ ORDER BY m.n DESC, m.file_id, m.seq
 """
+
+
+async def _rows(conn: Connection, sql: str, params: dict[str, Any], *, custom: bool = False) -> list[Any]:
+    """A statement's rows. `custom`: planned for these parameters every time (never server-side prepared): for
+    the joins over an entity's chunks, whose generic plan — PostgreSQL may switch to it from the sixth run on —
+    knows neither how often the entity is named nor how many ids an edge query carries, and took 6 s where the
+    custom plan takes 80 ms (bench entity-graph). The others are index lookups, whose cached plan saves the
+    5-10 ms of planning their row-level-security policies cost."""
+    return await (await conn.execute(sql, params, prepare=False if custom else None)).fetchall()
+
+
+async def _files(conn: Connection, ids: set[int]) -> dict[int, tuple[uuid.UUID, str]]:
+    """file id -> (source id, key), for the files the caller may read among `ids`."""
+    return {r.id: (r.source_id, r.key) for r in await _rows(conn, _FILES, {"ids": sorted(ids)})} if ids else {}
 
 
 async def resolve(conn: Connection, name: str, entity_type: str | None) -> Entity:
@@ -117,7 +147,7 @@ async def resolve(conn: Connection, name: str, entity_type: str | None) -> Entit
     key = canonical_key(name)
     if not key:
         raise InvalidArgument("name", "needs letters or digits")
-    rows = await (await conn.execute(_BY_KEY, {"key": key, "type": entity_type})).fetchall()
+    rows = await _rows(conn, _BY_KEY, {"key": key, "type": entity_type})
     if len(rows) == 1:
         r = rows[0]
         return Entity(r.id, r.type, r.key, r.name)
@@ -126,8 +156,8 @@ async def resolve(conn: Connection, name: str, entity_type: str | None) -> Entit
         raise InvalidArgument("name", f"ambiguous: {names}; give `type` to choose one")
     first = key.split()[0]
     like = first.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    found = await (await conn.execute(_SUGGEST, {"prefix": like[:4] + "%", "word": f"% {like}%",
-                                                 "n": SUGGESTIONS})).fetchall()
+    found = await _rows(conn, _SUGGEST, {"prefix": like[:4] + "%", "word": f"% {like}%",
+                                                 "n": SUGGESTIONS})
     hint = ("; did you mean: " + ", ".join(f"'{r.name}' ({r.type})" for r in found)) if found else \
         "; search_content finds the names the documents use"
     raise InvalidArgument("name", f"no entity '{name}'{' of type ' + entity_type if entity_type else ''} in what "
@@ -139,24 +169,29 @@ async def neighbourhood(conn: Connection, entity: Entity, *, related: int, edges
     """The entity's statistics, its `related` best co-occurring entities, up to `edges` edges among them and
     it, `evidence` chunks per edge from the entity, and its `top_chunks` chunks (most mentions first)."""
     graph = Graph(entity)
-    stats = await (await conn.execute(_STATS, {"e": entity.id})).fetchone()
+    [stats] = await _rows(conn, _STATS, {"e": entity.id})
     graph.chunks, graph.mentions, graph.files = int(stats.chunks), int(stats.mentions), int(stats.files)
-    rows = await (await conn.execute(_RELATED, {"e": entity.id})).fetchall()
+    graph.sampled = min(graph.chunks, SAMPLE_CHUNKS)
+    rows = await _rows(conn, _RELATED, {"e": entity.id, "k": max(related, 1), "sample": SAMPLE_CHUNKS}, custom=True)
     graph.related_total = int(rows[0].total) if rows else 0
-    graph.related_types = {r.type: int(r.of_type) for r in rows}
+    graph.related_types = {k: int(v) for k, v in (rows[0].types or {}).items()} if rows else {}
     graph.related = [(Entity(r.entity_id, r.type, r.key, r.name), int(r.shared)) for r in rows[:related]]
     ids = [entity.id, *(e.id for e, _ in graph.related)]
     if edges and graph.related:
-        for r in await (await conn.execute(_EDGES, {"e": entity.id, "ids": ids, "n": edges,
-                                                    "per": max(evidence, 1)})).fetchall():
-            graph.edges.append((r.a, r.b, int(r.shared)))
-            if evidence:
-                graph.evidence[(r.a, r.b)] = [(uuid.UUID(s), k, int(q)) for s, k, q in r.evidence]
-    typed = await (await conn.execute(_TYPED, {"e": entity.id})).fetchall()
-    graph.typed_types = {r.type: int(r.of_type) for r in typed}
-    graph.typed = [(r.subject_id, r.object_id, r.type, int(r.n),
-                    [(uuid.UUID(s), k, int(q)) for s, k, q in r.evidence]) for r in typed[:edges]]
+        rows = await _rows(conn, _EDGES, {"e": entity.id, "ids": ids, "n": edges, "per": max(evidence, 1),
+                                          "sample": SAMPLE_CHUNKS}, custom=True)
+        graph.edges = [(r.a, r.b, int(r.shared)) for r in rows]
+        if evidence:
+            where = await _files(conn, {int(f) for r in rows for f, _ in r.evidence})
+            for r in rows:
+                graph.evidence[(r.a, r.b)] = [(*where[int(f)], int(q)) for f, q in r.evidence if int(f) in where]
+    typed = await _rows(conn, _TYPED, {"e": entity.id, "n": max(edges, 1)})
+    graph.typed_types = {k: int(v) for k, v in (typed[0].types or {}).items()} if typed else {}
+    if edges and typed:
+        where = await _files(conn, {int(f) for r in typed for f, _ in r.evidence})
+        graph.typed = [(r.subject_id, r.object_id, r.type, int(r.n),
+                        [(*where[int(f)], int(q)) for f, q in r.evidence if int(f) in where]) for r in typed]
     if top_chunks:
-        graph.top_chunks = [dict(r._asdict()) for r in await (await conn.execute(
-            _TOP_CHUNKS, {"e": entity.id, "n": top_chunks})).fetchall()]
+        graph.top_chunks = [dict(r._asdict()) for r in await _rows(conn, _TOP_CHUNKS, {"e": entity.id,
+                                                                                          "n": top_chunks})]
     return graph

@@ -23,7 +23,16 @@ down_revision = "0024"
 branch_labels = None
 depends_on = None
 
-_UP = """
+_READABLE = """tenant_id = kdbl_tenant()
+           AND source_id IN (SELECT s.id FROM sources s WHERE s.tenant_id = kdbl_tenant()
+                                AND coalesce((s.config ->> 'entities')::boolean, false))
+           AND (source_id IN (SELECT ws.id FROM kdbl_whole_sources() AS ws(id))
+                OR file_id IN (SELECT gf.id FROM kdbl_grant_files() AS gf(id))
+                OR (source_id IN (SELECT ss.id FROM kdbl_share_sources() AS ss(id))
+                    AND EXISTS (SELECT 1 FROM files f WHERE f.id = {table}.file_id
+                                   AND f.permission_set IN (SELECT rs.id FROM kdbl_readable_sets() AS rs(id)))))"""
+
+_UP = f"""
 ALTER TABLE files ADD COLUMN entities_version smallint;
 -- the files whose entities were read: what a source switched off still has to forget
 CREATE INDEX files_entities_read_idx ON files (source_id) WHERE entities_version IS NOT NULL;
@@ -78,20 +87,10 @@ BEGIN
     END LOOP;
 END
 $$;
--- a mention is readable as its chunk is (migration 0024's policy on chunks, for the file of the mention),
+-- a mention or a relation is readable as its chunk is (migration 0024's policy on chunks, for its file),
 -- while its source has entities on (switched off, they are gone at once; the worker deletes them later)
-CREATE POLICY api_read ON entity_mentions FOR SELECT TO kdbl_api
-    USING (tenant_id = kdbl_tenant()
-           AND source_id IN (SELECT s.id FROM sources s WHERE s.tenant_id = kdbl_tenant()
-                                AND coalesce((s.config ->> 'entities')::boolean, false))
-           AND (source_id IN (SELECT ws.id FROM kdbl_whole_sources() AS ws(id))
-                OR file_id IN (SELECT gf.id FROM kdbl_grant_files() AS gf(id))
-                OR (source_id IN (SELECT ss.id FROM kdbl_share_sources() AS ss(id))
-                    AND EXISTS (SELECT 1 FROM files f WHERE f.id = entity_mentions.file_id
-                                   AND f.permission_set IN (SELECT rs.id FROM kdbl_readable_sets() AS rs(id))))));
-CREATE POLICY api_read ON entity_relations FOR SELECT TO kdbl_api
-    USING (EXISTS (SELECT 1 FROM entity_mentions m WHERE m.file_id = entity_relations.file_id
-                      AND m.seq = entity_relations.seq AND m.entity_id = entity_relations.subject_id));
+CREATE POLICY api_read ON entity_mentions FOR SELECT TO kdbl_api USING ({_READABLE.format(table="entity_mentions")});
+CREATE POLICY api_read ON entity_relations FOR SELECT TO kdbl_api USING ({_READABLE.format(table="entity_relations")});
 -- an entity exists for the caller when one of its mentions is readable
 CREATE POLICY api_read ON entities FOR SELECT TO kdbl_api
     USING (tenant_id = kdbl_tenant()
