@@ -268,6 +268,36 @@ async def test_the_leak_probe_over_entities_on_the_shares_own_permissions(owner_
     assert await _probe(api_pool, owner_engine, t.id, tenant, principals, readable) > 30
 
 
+async def test_get_contents_expands_the_graph_around_a_file_and_a_chunk(world, owner_engine, owner_url):
+    from helpers import mcp_client, running_api
+
+    db = db_of(owner_engine)
+    admin.update_tenant(db, world["tenant"], tools="search_content,get_contents,find_entity", force=True)
+    token = admin.create_token(db, tenant_name=world["tenant"], name="g-zed", subject="user:zed")[0]
+    deal = {"source_id": str(world["open"]), "key": "deal.txt"}
+    hidden = {"source_id": str(world["closed"]), "key": "secret.txt"}
+    with running_api(owner_url) as url:
+        async with mcp_client(url, token) as client:
+            async def get(ids, **expand):
+                return (await client.call_tool("get_contents", {"ids": ids, "expand": expand})).structured_content
+
+            one = (await get([deal], graph=1))["items"][0]
+            names = {e["name"]: e for e in one["graph"]["entities"]}
+            assert {"Acme Corp.", "Initech GmbH", "New York", "$4.2 billion", "12 March 2024"} <= set(names)
+            assert all(e["shared_chunks"] == 1 for e in names.values())  # mentions in this file
+            [stated] = one["graph"]["relationships"]
+            assert stated["relationship_type"] == "ACQUIRED" and stated["evidence"][0]["uri"] == one["uri"]
+            two = (await get([{**deal, "seq": 0}], graph=2))["items"][0]
+            hop2 = [r for r in two["graph"]["relationships"] if r["relationship_type"] == "CO_OCCURS"]
+            assert hop2 and all(r["evidence"] for r in hop2)
+            partners = {e["name"] for e in two["graph"]["entities"] if e["shared_chunks"] is None}
+            assert "Maria Rossi" in partners  # named beside Acme in another file zed may read
+            assert "Globex Corporation" not in {e["name"] for e in two["graph"]["entities"]}  # only in a hidden file
+            plain = (await get([deal, hidden]))["items"]
+            assert plain[0].get("graph") is None and plain[1]["found"] is False  # no expand.graph: none
+            assert (await get([hidden], graph=2))["items"][0]["found"] is False  # hidden: nothing around it either
+
+
 def test_bench_entity_graph_measures_the_stage_the_bytes_and_find_entity(owner_url, tmp_path):
     from kdbl_control import bench_entity_graph
 

@@ -93,7 +93,8 @@ def cost(method: str, tool: str, arguments: Any) -> int:
         text = _len(subject.get("text"))
         return 1 + _big(args) + int(text > LONG_TEXT_CHARS) + int(text > VERY_LONG_TEXT_CHARS)
     if tool == "get_contents":
-        return 1 + int(_len(args.get("ids")) > 25)
+        expand = args.get("expand") if isinstance(args.get("expand"), Mapping) else {}
+        return 1 + int(_len(args.get("ids")) > 25) + int(bool(expand.get("graph")))
     if tool == "find_entity":  # full: up to 100 entities, 500 relationships and their evidence
         return 2 if args.get("response_mode") == "full" else 1
     return 1

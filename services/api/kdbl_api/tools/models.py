@@ -467,6 +467,9 @@ class ContentRef(_Args):
 
 class Expand(_Args):
     neighbours: StrictInt = Field(default=0, ge=0, le=10, description="Chunks either side of a chunk id (0-10).")
+    graph: StrictInt = Field(default=0, ge=0, le=2, description=(
+        "Named entities around each item (0-2 hops): 1, the entities it names (up to 25) and the relations its "
+        "sentences state; 2, also each entity's 3 closest partners elsewhere (CO_OCCURS, with evidence)."))
 
 
 def _id_form(value: Any) -> str:
@@ -484,7 +487,8 @@ class GetContentsArgs(_Args):
         min_length=1, max_length=100, description=(
             "1-100 ids, answered in this order: a file (kdbl://file/... uri, or {source_id, key}) or a chunk "
             "(chunk_id from a search hit, kdbl://chunk/... uri, or {source_id, key, seq})."))
-    expand: Expand | None = Field(default=None, description="neighbours: chunks either side of each chunk id.")
+    expand: Expand | None = Field(default=None, description=(
+        "neighbours: chunks either side of each chunk id; graph: the named entities around each item (0-2 hops)."))
     max_chars_per_item: StrictInt = Field(default=4000, ge=100, le=100_000, description=(
         "Characters of text per item (100-100,000; all items together at most 1,000,000: the effective "
         "value is in the result). A file gives its leading chunks, a chunk itself then its neighbours."))
@@ -509,6 +513,7 @@ class ContentItem(BaseModel):
     chunks: list[ChunkOut] | None = Field(default=None, description="The text, chunk by chunk.")
     truncated: bool | None = Field(default=None, description="The budget (or the read's bound) cut it.")
     next_start: int | None = Field(default=None, description="A file's: get_file_window start to read on.")
+    graph: ContentGraph | None = Field(default=None, description="expand.graph: the entities around it.")
 
 
 class GetContentsResult(_Result):
@@ -635,6 +640,16 @@ class FindEntityResult(_Result):
     relationships: list[EntityRelationship] | None
     top_chunks: list[EntityChunk] | None = Field(description="Chunks naming the entity, most mentions first: read on "
                                                  "with get_file_window or get_contents.")
+
+
+class ContentGraph(BaseModel):
+    entities: list[EntityRef] = Field(description="Named here (shared_chunks: its mentions here), then their "
+                                      "partners elsewhere (hop 2; shared_chunks null).")
+    relationships: list[EntityRelationship] = Field(description="Stated in this item's sentences; hop 2: CO_OCCURS.")
+
+
+ContentItem.model_rebuild()
+GetContentsResult.model_rebuild()
 
 
 def _nullable(node: dict[str, Any], output: bool) -> dict[str, Any]:

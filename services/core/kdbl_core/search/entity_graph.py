@@ -195,3 +195,79 @@ async def neighbourhood(conn: Connection, entity: Entity, *, related: int, edges
         graph.top_chunks = [dict(r._asdict()) for r in await _rows(conn, _TOP_CHUNKS, {"e": entity.id,
                                                                                           "n": top_chunks})]
     return graph
+
+
+# -- the graph around a file or a chunk (get_contents expand.graph) -------------------------------------------
+
+# the entities a file (or one of its chunks) names, most mentioned first
+_NAMED = """
+SELECT e.id, e.type, e.key, e.name, sum(m.n) AS n FROM files f
+  JOIN entity_mentions m ON m.file_id = f.id AND (CAST(%(seq)s AS integer) IS NULL OR m.seq = %(seq)s)
+  JOIN entities e ON e.id = m.entity_id
+ WHERE f.source_id = %(s)s AND f.key = %(k)s AND f.tenant_id = kdbl_tenant()
+ GROUP BY e.id ORDER BY sum(m.n) DESC, e.id LIMIT %(n)s
+"""
+# the relations its sentences state
+_STATED_IN = """
+SELECT r.subject_id, r.object_id, r.type, count(*) AS n,
+       (array_agg(ARRAY[r.file_id, r.seq] ORDER BY r.seq))[1:3] AS evidence
+  FROM files f JOIN entity_relations r ON r.file_id = f.id AND (CAST(%(seq)s AS integer) IS NULL OR r.seq = %(seq)s)
+ WHERE f.source_id = %(s)s AND f.key = %(k)s AND f.tenant_id = kdbl_tenant()
+ GROUP BY r.subject_id, r.object_id, r.type ORDER BY count(*) DESC, r.type LIMIT %(n)s
+"""
+# the second hop: each seed's closest co-occurring entities over its most recent chunks, among those the item
+# itself does not name
+_PARTNERS = """
+WITH m AS MATERIALIZED (
+    SELECT s.seed, x.file_id, x.seq FROM unnest(CAST(%(ids)s AS bigint[])) AS s(seed)
+     CROSS JOIN LATERAL (SELECT file_id, seq FROM entity_mentions WHERE entity_id = s.seed
+                          ORDER BY file_id DESC, seq LIMIT %(sample)s) x
+), r AS (
+    SELECT m.seed, o.entity_id, count(*) AS shared,
+           (array_agg(ARRAY[m.file_id, m.seq] ORDER BY m.file_id DESC, m.seq))[1:2] AS evidence
+      FROM m JOIN entity_mentions o ON o.file_id = m.file_id AND o.seq = m.seq
+                            AND o.entity_id <> ALL(CAST(%(ids)s AS bigint[]))  -- partners not named here
+     GROUP BY m.seed, o.entity_id
+), ranked AS (
+    SELECT r.*, row_number() OVER (PARTITION BY r.seed ORDER BY r.shared DESC, r.entity_id) AS k FROM r
+)
+SELECT ranked.seed, ranked.entity_id, ranked.shared, ranked.evidence, e.type, e.key, e.name
+  FROM ranked JOIN entities e ON e.id = ranked.entity_id WHERE ranked.k <= %(per)s
+ ORDER BY ranked.seed, ranked.k
+"""
+AROUND_ENTITIES = 25  # hop 1: entities named, per item
+AROUND_PARTNERS = 3   # hop 2: partners per hop-1 entity
+AROUND_SAMPLE = 200   # hop 2: chunks of each hop-1 entity looked at
+
+
+@dataclass(slots=True)
+class Around:
+    """The graph around a file or chunk: the entities it names (hop 1) and, with hops 2, theirs."""
+
+    entities: dict[int, tuple[Entity, int | None]] = field(default_factory=dict)  # id -> (entity, mentions here)
+    # (subject, object, type, weight, evidence) — typed from this item's sentences, CO_OCCURS for hop 2
+    relationships: list[tuple[int, int, str, int, list[tuple[uuid.UUID, str, int]]]] = field(default_factory=list)
+
+
+async def around(conn: Connection, source_id: uuid.UUID, key: str, seq: int | None, hops: int) -> Around:
+    """The entities a file (seq None) or chunk names, the relations stated there, and with `hops` 2 each
+    entity's closest partners elsewhere (CO_OCCURS), all under row-level security."""
+    found = Around()
+    if hops < 1:
+        return found
+    params = {"s": source_id, "k": key, "seq": seq}
+    for r in await _rows(conn, _NAMED, {**params, "n": AROUND_ENTITIES}):
+        found.entities[r.id] = (Entity(r.id, r.type, r.key, r.name), int(r.n))
+    stated = await _rows(conn, _STATED_IN, {**params, "n": 100})
+    partners = await _rows(conn, _PARTNERS, {"ids": list(found.entities), "sample": AROUND_SAMPLE,
+                                             "per": AROUND_PARTNERS}, custom=True) if hops > 1 and found.entities else []
+    where = await _files(conn, {int(f) for r in [*stated, *partners] for f, _ in r.evidence})
+    for r in stated:
+        found.relationships.append((r.subject_id, r.object_id, r.type, int(r.n),
+                                    [(*where[int(f)], int(q)) for f, q in r.evidence if int(f) in where]))
+    for r in partners:
+        found.entities.setdefault(r.entity_id, (Entity(r.entity_id, r.type, r.key, r.name), None))
+        a, b = sorted((r.seed, r.entity_id))
+        found.relationships.append((a, b, CO_OCCURS, int(r.shared),
+                                    [(*where[int(f)], int(q)) for f, q in r.evidence if int(f) in where]))
+    return found
