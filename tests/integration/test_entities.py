@@ -298,6 +298,32 @@ async def test_get_contents_expands_the_graph_around_a_file_and_a_chunk(world, o
             assert (await get([hidden], graph=2))["items"][0]["found"] is False  # hidden: nothing around it either
 
 
+async def test_an_admins_alias_and_block_change_what_every_file_names(world, api_pool, owner_url, worker_engine,
+                                                                     monkeypatch, capsys):
+    import json
+
+    from helpers import cli
+
+    def run(*argv: str):
+        return json.loads(cli(monkeypatch, capsys, owner_url, "--json", "entity", *argv, "--tenant", world["tenant"]))
+
+    alias = run("alias", "--name", "Initech GmbH", "--as", "Acme Corp.")
+    assert alias["key"] == "initech" and alias["files_to_read_again"] == 4
+    assert run("block", "--name", "new york")["kind"] == "block"
+    assert {(r["kind"], r["key"]) for r in run("rules")} == {("alias", "initech"), ("block", "new york")}
+    try:
+        assert extract_pending(db_of(worker_engine)) == 4
+        zed = await _entities(api_pool, world, "zed")
+        assert ("ORG", "initech") not in zed and ("PLACE", "new york") not in zed
+        assert zed[("ORG", "acme")] == 3  # its two mentions and Initech's, read as Acme
+    finally:
+        run("remove", "--name", "Initech GmbH")
+        run("remove", "--name", "New York")
+        assert extract_pending(db_of(worker_engine)) == 4
+    zed = await _entities(api_pool, world, "zed")
+    assert ("ORG", "initech") in zed and ("PLACE", "new york") in zed and zed[("ORG", "acme")] == 2
+
+
 def test_bench_entity_graph_measures_the_stage_the_bytes_and_find_entity(owner_url, tmp_path):
     from kdbl_control import bench_entity_graph
 

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
+from kdbl_control import entity_commands
 from kdbl_core.access.principal import ALL_SCOPES
 from kdbl_core.access.share_acl import PERMISSION_MODES
 from kdbl_core.sources.config import PERMISSION_CHECKS
@@ -197,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     su.add_argument("--entities", action=argparse.BooleanOptionalAction, default=None,
                     help="read its named entities (on: every file is read behind the crawl; off: they are gone at once)")
     su.add_argument("--force", action="store_true", help="even for a source the operator manages")
+    entity_commands.add_parser(sub)
     sl = source.add_parser("list")
     sl.add_argument("--tenant")
     sf = source.add_parser("files", help="what the crawl made of each file: statuses and grouped reasons")
@@ -657,6 +659,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings, db: Any, admin: Any)
                 db, args.source, labels=[] if args.no_labels else args.label,
                 label_globs={} if args.no_labels else (globs or None), object_tags=args.object_tags,
                 force=args.force))
+    elif cmd == "entity":
+        _print(args, entity_commands.run(args, db))
     elif cmd == "source" and action == "files":
         from kdbl_control import file_report
 

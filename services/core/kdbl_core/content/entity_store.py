@@ -76,12 +76,36 @@ def pending_files(conn: Connection, source_id: uuid.UUID | None = None) -> int:
     return int(conn.execute(_PENDING.format(where=where), {"s": source_id}).fetchone()[0])
 
 
+_RULES = "SELECT kind, key, target_key, target_name FROM entity_rules WHERE tenant_id = %(t)s"
+
+
+def _apply_rules(mentions: list[entities.Mention], aliases: dict[str, tuple[str, str]],
+                 blocked: frozenset[str]) -> list[entities.Mention]:
+    """An administrator's rules on one chunk's mentions: blocked names dropped, aliases renamed (the alias's
+    target name, so its key is the target's)."""
+    out = []
+    for m in mentions:
+        key = m.key
+        if key in blocked:
+            continue
+        if key in aliases:
+            target_key, target_name = aliases[key]
+            if target_key in blocked:
+                continue
+            m = entities.Mention(m.start, m.end, target_name, m.type)
+        out.append(m)
+    return out
+
+
 def extract_batch(conn: Connection, tenant_id: uuid.UUID, sources: list[uuid.UUID], files: int) -> tuple[int, int]:
     """Claim up to `files` pending files of `sources` (the tenant's with entities on; in the caller's tenant
     transaction), extract their chunks' entities and write them; (files done, mentions written)."""
     claimed = conn.execute(_CLAIM, {"s": sources, "n": files}).fetchall()
     if not claimed:
         return 0, 0
+    rules = conn.execute(_RULES, {"t": tenant_id}).fetchall()
+    aliases = {r.key: (r.target_key, r.target_name) for r in rules if r.kind == "alias"}
+    blocked = frozenset(r.key for r in rules if r.kind == "block")
     ids = [r.id for r in claimed]
     source_of = {r.id: r.source_id for r in claimed}
     per_chunk: list[tuple[int, int, Counter[tuple[str, str]]]] = []
@@ -89,7 +113,7 @@ def extract_batch(conn: Connection, tenant_id: uuid.UUID, sources: list[uuid.UUI
     names: dict[tuple[str, str], str] = {}
     for row in conn.execute(_CHUNKS, {"ids": ids}):
         found: Counter[tuple[str, str]] = Counter()
-        mentions = [m for m in entities.extract(row.text) if m.key]
+        mentions = _apply_rules([m for m in entities.extract(row.text) if m.key], aliases, blocked)
         for m in mentions:
             ident = (m.type, m.key)
             found[ident] += 1

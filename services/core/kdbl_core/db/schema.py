@@ -314,6 +314,18 @@ entity_relations = Table(  # typed relations a chunk's sentences state (migratio
     Index("entity_relations_object_idx", "object_id"),
 )
 
+entity_rules = Table(  # an administrator's aliases and blocked names (migration 0025)
+    "entity_rules", metadata,
+    _fk("tenant_id", "tenants.id"),
+    Column("kind", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    Column("target_key", Text),
+    Column("target_name", Text),
+    PrimaryKeyConstraint("tenant_id", "key", name="entity_rules_pkey"),
+    CheckConstraint("kind = ANY (ARRAY['alias'::text, 'block'::text])", name="entity_rules_kind_check"),
+    CheckConstraint("(kind = 'alias'::text) = (target_key IS NOT NULL)", name="entity_rules_check"),
+)
+
 embedding_rate = Table(  # each embedding process's recent rate per tenant and model (migration 0022)
     "embedding_rate", metadata,
     _fk("tenant_id", "tenants.id"),

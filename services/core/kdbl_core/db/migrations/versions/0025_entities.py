@@ -72,12 +72,22 @@ CREATE TABLE entity_relations (
     PRIMARY KEY (file_id, seq, subject_id, object_id, type)
 );
 CREATE INDEX entity_relations_subject_idx ON entity_relations (subject_id);
+-- an administrator's corrections (kdbl-control entity alias | block): a name read as another, a name dropped
+CREATE TABLE entity_rules (
+    tenant_id   uuid NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    kind        text NOT NULL CHECK (kind IN ('alias', 'block')),
+    key         text NOT NULL,
+    target_key  text,
+    target_name text,
+    PRIMARY KEY (tenant_id, key),
+    CHECK ((kind = 'alias') = (target_key IS NOT NULL))
+);
 CREATE INDEX entity_relations_object_idx ON entity_relations (object_id);
 
 DO $$
 DECLARE t text;
 BEGIN
-    FOREACH t IN ARRAY ARRAY['entities', 'entity_mentions', 'entity_relations']
+    FOREACH t IN ARRAY ARRAY['entities', 'entity_mentions', 'entity_relations', 'entity_rules']
     LOOP
         EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
         EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
@@ -97,9 +107,12 @@ CREATE POLICY api_read ON entities FOR SELECT TO kdbl_api
            AND EXISTS (SELECT 1 FROM entity_mentions m WHERE m.entity_id = entities.id));
 GRANT SELECT ON entities, entity_mentions, entity_relations TO kdbl_api;
 GRANT SELECT, INSERT, UPDATE, DELETE ON entities, entity_mentions, entity_relations TO kdbl_worker, kdbl_admin;
+GRANT SELECT ON entity_rules TO kdbl_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON entity_rules TO kdbl_admin;
 """
 
 _DOWN = """
+DROP TABLE entity_rules;
 DROP TABLE entity_relations;
 DROP POLICY api_read ON entities;
 DROP TABLE entity_mentions;
