@@ -14,6 +14,7 @@ from sqlalchemy import text
 from kdbl_control import admin
 from kdbl_core.access.principal import Principal, rls_transaction
 from kdbl_core.content import entity_store
+from kdbl_core.search import entity_graph
 from kdbl_worker.entity_stage import extract_pending
 
 OPEN = {
@@ -336,3 +337,28 @@ def test_bench_entity_graph_measures_the_stage_the_bytes_and_find_entity(owner_u
         assert set(result[draw]) == {"ids_only", "metadata", "preview", "full"}
         assert all(row["queries"] == 3 and row["p50_ms"] <= row["max_ms"] for row in result[draw].values())
     assert "names drawn by frequency" in bench_entity_graph.summarise(result)
+
+
+async def test_the_names_a_document_states_about_itself_are_its_entities(owner_engine, worker_engine, api_pool,
+                                                                       tmp_path):
+    (tmp_path / "memo.html").write_text(
+        '<html><head><meta name="author" content="Doe, Jane; Globex Corporation; jane@globex.example">'
+        "<title>Memo</title></head><body><p>Initech GmbH hired John Smith, chief executive of Acme Corp.</p>"
+        "</body></html>")
+    db = db_of(owner_engine)
+    tenant = f"ent-props-{uuid.uuid4().hex[:8]}"
+    t = admin.create_tenant(db, tenant)
+    s = admin.add_source(db, tenant, protocol="fs", config={"root": str(tmp_path), "entities": True}, name="memos")
+    crawl(worker_engine, Corpus(tenant, t.id, s.id, tmp_path))
+    assert extract_pending(db_of(worker_engine)) == 1
+    principal = Principal(tenant_id=t.id, tenant_name=tenant, subject="user:zed")
+    async with rls_transaction(api_pool, principal) as conn:
+        rows = {(r.type, r.key): r.seq for r in await (await conn.execute(
+            "SELECT e.type, e.key, m.seq FROM entities e JOIN entity_mentions m ON m.entity_id = e.id")).fetchall()}
+        jane = await entity_graph.resolve(conn, "Jane Doe", None)
+        graph = await entity_graph.neighbourhood(conn, jane, related=10, edges=10, evidence=3, top_chunks=3)
+    assert rows[("PERSON", "jane doe")] == entity_store.PROPERTIES and rows[("ORG", "globex")] == entity_store.PROPERTIES
+    assert rows[("ORG", "acme")] >= 0 and ("PERSON", "john smith") in rows  # and what the text names
+    assert not any("@" in key for _, key in rows)  # an e-mail address is not a name
+    assert (graph.mentions, graph.chunks, graph.files) == (1, 0, 1)  # named by the file, in no chunk
+    assert graph.related == [] and graph.top_chunks == []  # properties co-occur with nothing, cite no chunk

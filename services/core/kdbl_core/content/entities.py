@@ -65,6 +65,7 @@ technologies technology software partners capital airlines airways motors pharma
 school college hospital committee federation union organization organisation office authority services
 industries enterprises networks solutions consulting ventures studios media communications energy electric
 trust fund reserve exchange academy center centre""".split())
+ORG_WORDS = _ORG_TAIL  # words that end an organisation's name (kdbl_core.content.entity_store reads authors)
 _ORG_HEAD = frozenset("university bank department ministry institute office bureau board school college".split())
 _EVENT_TAIL = frozenset("""conference summit olympics games war festival expo symposium workshop pandemic epidemic
 election elections championship championships cup forum congress convention fair meeting crisis""".split())

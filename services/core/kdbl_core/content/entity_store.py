@@ -27,7 +27,7 @@ SELECT s.id FROM sources s
    AND EXISTS (SELECT 1 FROM files f WHERE f.source_id = s.id AND f.entities_version IS NOT NULL)
 """
 _CLAIM = """
-SELECT f.id, f.source_id FROM files f
+SELECT f.id, f.source_id, f.authors FROM files f
  WHERE f.source_id = ANY(%(s)s) AND f.entities_version IS NULL AND f.chunk_count > 0
  ORDER BY f.source_id, f.id LIMIT %(n)s FOR UPDATE OF f SKIP LOCKED
 """
@@ -77,6 +77,24 @@ def pending_files(conn: Connection, source_id: uuid.UUID | None = None) -> int:
 
 
 _RULES = "SELECT kind, key, target_key, target_name FROM entity_rules WHERE tenant_id = %(t)s"
+PROPERTIES = -1  # the seq of a mention the document's properties state (its authors, an e-mail's senders)
+
+
+def document_names(authors: list[str]) -> list[entities.Mention]:
+    """The names a document states about itself (files.authors: PDF /Author, Office and EPUB creators, an
+    e-mail's From, HTML meta author) as mentions: e-mail addresses left out, "Doe, Jane" read as "Jane Doe",
+    an organisation by its suffix, anyone else a person."""
+    out = []
+    for raw in authors:
+        name = " ".join(raw.split())
+        if not name or "@" in name or len(name) > 200:
+            continue
+        last, comma, first = name.partition(",")
+        if comma and first.strip() and " " not in last.strip() and "," not in first:
+            name = f"{first.strip()} {last.strip()}"
+        kind = "ORG" if name.split()[-1].rstrip(".,").casefold() in entities.ORG_WORDS else "PERSON"
+        out.append(entities.Mention(0, len(name), name, kind))
+    return out
 
 
 def _apply_rules(mentions: list[entities.Mention], aliases: dict[str, tuple[str, str]],
@@ -108,9 +126,17 @@ def extract_batch(conn: Connection, tenant_id: uuid.UUID, sources: list[uuid.UUI
     blocked = frozenset(r.key for r in rules if r.kind == "block")
     ids = [r.id for r in claimed]
     source_of = {r.id: r.source_id for r in claimed}
+    stated_names = {r.id: document_names(r.authors) for r in claimed if r.authors}
     per_chunk: list[tuple[int, int, Counter[tuple[str, str]]]] = []
     stated: list[tuple[tuple[str, str], tuple[str, str], str, int, int]] = []
     names: dict[tuple[str, str], str] = {}
+    for file_id, people in stated_names.items():  # the document's own properties: seq PROPERTIES
+        found_here: Counter[tuple[str, str]] = Counter()
+        for m in _apply_rules(people, aliases, blocked):
+            found_here[(m.type, m.key)] = 1
+            names.setdefault((m.type, m.key), m.name)
+        if found_here:
+            per_chunk.append((file_id, PROPERTIES, found_here))
     for row in conn.execute(_CHUNKS, {"ids": ids}):
         found: Counter[tuple[str, str]] = Counter()
         mentions = _apply_rules([m for m in entities.extract(row.text) if m.key], aliases, blocked)

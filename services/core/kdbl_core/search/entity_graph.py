@@ -67,12 +67,13 @@ SELECT e.name, e.type FROM entities e
  WHERE e.tenant_id = kdbl_tenant() AND (e.key LIKE %(prefix)s OR e.key LIKE %(word)s)
  ORDER BY length(e.key), e.key LIMIT %(n)s
 """
+# seq -1: named by a document's own properties (its authors), not by a chunk
 _STATS = """
-SELECT count(*) AS chunks, coalesce(sum(n), 0) AS mentions, count(DISTINCT file_id) AS files
+SELECT count(*) FILTER (WHERE seq >= 0) AS chunks, coalesce(sum(n), 0) AS mentions, count(DISTINCT file_id) AS files
   FROM entity_mentions WHERE entity_id = %(e)s
 """
 _RELATED = """
-WITH m AS MATERIALIZED (SELECT file_id, seq FROM entity_mentions WHERE entity_id = %(e)s
+WITH m AS MATERIALIZED (SELECT file_id, seq FROM entity_mentions WHERE entity_id = %(e)s AND seq >= 0
                          ORDER BY file_id DESC, seq LIMIT %(sample)s),
 r AS MATERIALIZED (
     SELECT o.entity_id, count(*) AS shared FROM m
@@ -88,7 +89,7 @@ SELECT rx.entity_id, rx.shared, rx.type, rx.key, rx.name, (SELECT count(*) FROM 
 # chunks' mentions with themselves), with up to %(per)s of them as evidence, (file id, seq) pairs: their files
 # are read once for all edges (_FILES) rather than once a row
 _EDGES = """
-WITH m AS MATERIALIZED (SELECT file_id, seq FROM entity_mentions WHERE entity_id = %(e)s
+WITH m AS MATERIALIZED (SELECT file_id, seq FROM entity_mentions WHERE entity_id = %(e)s AND seq >= 0
                          ORDER BY file_id DESC, seq LIMIT %(sample)s),
 x AS MATERIALIZED (
     SELECT o.file_id, o.seq, o.entity_id FROM m
@@ -220,7 +221,7 @@ SELECT r.subject_id, r.object_id, r.type, count(*) AS n,
 _PARTNERS = """
 WITH m AS MATERIALIZED (
     SELECT s.seed, x.file_id, x.seq FROM unnest(CAST(%(ids)s AS bigint[])) AS s(seed)
-     CROSS JOIN LATERAL (SELECT file_id, seq FROM entity_mentions WHERE entity_id = s.seed
+     CROSS JOIN LATERAL (SELECT file_id, seq FROM entity_mentions WHERE entity_id = s.seed AND seq >= 0
                           ORDER BY file_id DESC, seq LIMIT %(sample)s) x
 ), r AS (
     SELECT m.seed, o.entity_id, count(*) AS shared,
