@@ -18,12 +18,12 @@ import asyncio
 import os
 import random
 import shutil
-import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 from kdbl_control import admin, compose
+from kdbl_control.ir_metrics import percentile
 from kdbl_core.access.principal import Principal, rls_transaction
 from kdbl_core.db.connect import async_pool, sync_pool
 from kdbl_core.db.urls import for_role
@@ -89,9 +89,9 @@ async def _queries(api_url: str, tenant_id: Any, tenant: str, names: list[str], 
                     await entity_graph.neighbourhood(conn, entity, related=related, edges=edges, evidence=evidence,
                                                      top_chunks=top)
                 ms.append((time.perf_counter() - started) * 1000)
-            ms = sorted(ms[3:])
-            out[mode] = {"p50_ms": round(statistics.median(ms), 2), "p95_ms": round(ms[int(0.95 * (len(ms) - 1))], 2),
-                         "max_ms": round(ms[-1], 2), "queries": len(ms)}
+            ms = ms[3:]
+            out[mode] = {"p50_ms": round(percentile(ms, 50), 2), "p95_ms": round(percentile(ms, 95), 2),
+                         "max_ms": round(max(ms), 2), "queries": len(ms)}
     finally:
         await pool.close()
     return out

@@ -22,12 +22,12 @@ import asyncio
 import os
 import random
 import shutil
-import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 from kdbl_control import admin, compose
+from kdbl_control.ir_metrics import percentile
 from kdbl_core.access.principal import Principal, rls_transaction
 from kdbl_core.content import bm25_lists
 from kdbl_core.db.connect import async_pool, sync_pool
@@ -92,8 +92,7 @@ async def _searches(api_url: str, tenant_id: Any, tenant: str, user: str, querie
     finally:
         await pool.close()
     ms, hits = ms[5:], hits[5:]
-    ordered = sorted(ms)
-    return {"p50_ms": round(statistics.median(ms), 2), "p95_ms": round(ordered[int(0.95 * (len(ms) - 1))], 2),
+    return {"p50_ms": round(percentile(ms, 50), 2), "p95_ms": round(percentile(ms, 95), 2),
             "queries": len(ms), "mean_hits": round(sum(hits) / len(hits), 1), "files_readable": int(readable)}
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from kdbl_api.audit import AuditFacts
+from kdbl_api.tools import entity
 from kdbl_api.tools.context import ToolContext
 from kdbl_api.tools.models import ContentRef, GetContentsArgs
 from kdbl_core.content import contents
@@ -45,18 +46,6 @@ def _ref(value: str | ContentRef, neighbours: int, field: str) -> tuple[contents
     return ref, value, "file" if ref.seq is None else "chunk"
 
 
-def _graph(found: entity_graph.Around) -> dict[str, Any]:
-    def evidence(source_id: Any, key: str, seq: int) -> dict[str, str]:
-        return {"chunk_id": chunk_id(source_id, key, seq), "chunk_uri": chunk_uri(source_id, key, seq),
-                "uri": file_uri(source_id, key)}
-
-    return {"entities": [{"entity_id": str(e.id), "name": e.name, "entity_type": e.type, "shared_chunks": n}
-                         for e, n in found.entities.values()],
-            "relationships": [{"relationship_id": f"{s}-{kind}-{o}" if kind != entity_graph.CO_OCCURS else f"{s}-{o}",
-                               "source_id": str(s), "target_id": str(o), "relationship_type": kind, "weight": n,
-                               "evidence": [evidence(*e) for e in ev]} for s, o, kind, n, ev in found.relationships]}
-
-
 async def get_contents(ctx: ToolContext, args: GetContentsArgs) -> tuple[dict[str, Any], AuditFacts]:
     neighbours = args.expand.neighbours if args.expand else 0
     parsed = [_ref(value, neighbours, f"ids[{i}]") for i, value in enumerate(args.ids)]
@@ -74,7 +63,7 @@ async def get_contents(ctx: ToolContext, args: GetContentsArgs) -> tuple[dict[st
         if entry["mtime"] is not None:
             entry["mtime"] = entry["mtime"].isoformat()
         if args.expand is not None and args.expand.graph:
-            entry["graph"] = _graph(await entity_graph.around(ctx.conn, ref.source_id, ref.key, ref.seq,
+            entry["graph"] = entity.around_out(await entity_graph.around(ctx.conn, ref.source_id, ref.key, ref.seq,
                                                               args.expand.graph))
         items.append(entry)
     seen = [i for i in items if i["found"]]

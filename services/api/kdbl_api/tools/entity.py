@@ -17,13 +17,26 @@ from kdbl_core.search.snippets import preview
 
 
 
-def _evidence(source_id: Any, key: str, seq: int) -> dict[str, str]:
+def evidence_out(source_id: Any, key: str, seq: int) -> dict[str, str]:
     return {"chunk_id": chunk_id(source_id, key, seq), "chunk_uri": chunk_uri(source_id, key, seq),
             "uri": file_uri(source_id, key)}
 
 
-def _ref(entity: entity_graph.Entity, shared: int | None = None) -> dict[str, Any]:
+def entity_out(entity: entity_graph.Entity, shared: int | None = None) -> dict[str, Any]:
     return {"entity_id": str(entity.id), "name": entity.name, "entity_type": entity.type, "shared_chunks": shared}
+
+
+def relationship_out(subject: int, obj: int, kind: str, weight: int, evidence: list) -> dict[str, Any]:
+    """A relationship as the tools answer it: typed ones named subject-TYPE-object, co-occurrences a-b."""
+    ident = f"{subject}-{obj}" if kind == entity_graph.CO_OCCURS else f"{subject}-{kind}-{obj}"
+    return {"relationship_id": ident, "source_id": str(subject), "target_id": str(obj), "relationship_type": kind,
+            "weight": weight, "evidence": [evidence_out(*e) for e in evidence]}
+
+
+def around_out(found: entity_graph.Around) -> dict[str, Any]:
+    """get_contents' expand.graph for one item."""
+    return {"entities": [entity_out(e, n) for e, n in found.entities.values()],
+            "relationships": [relationship_out(*r) for r in found.relationships]}
 
 
 async def find_entity(ctx: ToolContext, args: FindEntityArgs) -> tuple[dict[str, Any], AuditFacts]:
@@ -32,18 +45,13 @@ async def find_entity(ctx: ToolContext, args: FindEntityArgs) -> tuple[dict[str,
     graph = await entity_graph.neighbourhood(ctx.conn, entity, related=related,
                                              edges=edges if args.include_relationships else 0,
                                              evidence=per_edge if args.include_relationships else 0, top_chunks=chunks)
-    relationships = [
-        {"relationship_id": f"{s}-{kind}-{o}", "source_id": str(s), "target_id": str(o), "relationship_type": kind,
-         "weight": n, "evidence": [_evidence(*e) for e in evidence]} for s, o, kind, n, evidence in graph.typed]
-    for a, b, shared in graph.edges:
-        evidence = graph.evidence.get((a, b), [])
-        relationships.append({"relationship_id": f"{a}-{b}", "source_id": str(a), "target_id": str(b),
-                              "relationship_type": entity_graph.CO_OCCURS, "weight": shared,
-                              "evidence": [_evidence(*e) for e in evidence]})
+    relationships = [relationship_out(*r) for r in graph.typed] + [
+        relationship_out(a, b, entity_graph.CO_OCCURS, shared, graph.evidence.get((a, b), []))
+        for a, b, shared in graph.edges]
     relationships = relationships[:edges]
     mode = args.response_mode
     result: dict[str, Any] = {
-        "name": args.name, "response_mode": mode, "entity": _ref(entity), "entity_ids": None,
+        "name": args.name, "response_mode": mode, "entity": entity_out(entity), "entity_ids": None,
         "relationship_ids": None, "statistics": None, "entities": None, "relationships": None, "top_chunks": None}
     if mode == "ids_only":
         result["entity_ids"] = [str(entity.id), *(str(e.id) for e, _ in graph.related)]
@@ -62,7 +70,7 @@ async def find_entity(ctx: ToolContext, args: FindEntityArgs) -> tuple[dict[str,
              "uri": file_uri(c["source_id"], c["key"]), "source_id": str(c["source_id"]), "key": c["key"], "seq": c["seq"],
              "page_no": c["page_no"], "mentions": c["n"], "preview": preview(c["head"])} for c in graph.top_chunks]
     if mode in ("preview", "full"):
-        result["entities"] = [_ref(e, shared) for e, shared in graph.related]
+        result["entities"] = [entity_out(e, shared) for e, shared in graph.related]
         result["relationships"] = relationships if args.include_relationships else None
     cited = [c["source_id"] for c in result["top_chunks"] or []]
     audit = AuditFacts(source_ids=sorted(set(cited)), keys=[c["key"] for c in result["top_chunks"] or []],

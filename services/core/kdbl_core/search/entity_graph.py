@@ -140,6 +140,11 @@ async def _files(conn: Connection, ids: set[int]) -> dict[int, tuple[uuid.UUID, 
     return {r.id: (r.source_id, r.key) for r in await _rows(conn, _FILES, {"ids": sorted(ids)})} if ids else {}
 
 
+def _cited(where: dict[int, tuple[uuid.UUID, str]], pairs: list[list[int]]) -> list[tuple[uuid.UUID, str, int]]:
+    """(file id, seq) evidence pairs as (source id, key, seq), for the files the caller may read (_files)."""
+    return [(*where[int(f)], int(q)) for f, q in pairs if int(f) in where]
+
+
 async def resolve(conn: Connection, name: str, entity_type: str | None) -> Entity:
     """The one entity the caller can see by this name (canonical: case, punctuation and legal suffixes do
     not matter), or InvalidArgument on `name` with suggestions (not found, or one name of several types)."""
@@ -185,13 +190,13 @@ async def neighbourhood(conn: Connection, entity: Entity, *, related: int, edges
         if evidence:
             where = await _files(conn, {int(f) for r in rows for f, _ in r.evidence})
             for r in rows:
-                graph.evidence[(r.a, r.b)] = [(*where[int(f)], int(q)) for f, q in r.evidence if int(f) in where]
+                graph.evidence[(r.a, r.b)] = _cited(where, r.evidence)
     typed = await _rows(conn, _TYPED, {"e": entity.id, "n": max(edges, 1)})
     graph.typed_types = {k: int(v) for k, v in (typed[0].types or {}).items()} if typed else {}
     if edges and typed:
         where = await _files(conn, {int(f) for r in typed for f, _ in r.evidence})
         graph.typed = [(r.subject_id, r.object_id, r.type, int(r.n),
-                        [(*where[int(f)], int(q)) for f, q in r.evidence if int(f) in where]) for r in typed]
+                        _cited(where, r.evidence)) for r in typed]
     if top_chunks:
         graph.top_chunks = [dict(r._asdict()) for r in await _rows(conn, _TOP_CHUNKS, {"e": entity.id,
                                                                                           "n": top_chunks})]
@@ -265,10 +270,10 @@ async def around(conn: Connection, source_id: uuid.UUID, key: str, seq: int | No
     where = await _files(conn, {int(f) for r in [*stated, *partners] for f, _ in r.evidence})
     for r in stated:
         found.relationships.append((r.subject_id, r.object_id, r.type, int(r.n),
-                                    [(*where[int(f)], int(q)) for f, q in r.evidence if int(f) in where]))
+                                    _cited(where, r.evidence)))
     for r in partners:
         found.entities.setdefault(r.entity_id, (Entity(r.entity_id, r.type, r.key, r.name), None))
         a, b = sorted((r.seed, r.entity_id))
         found.relationships.append((a, b, CO_OCCURS, int(r.shared),
-                                    [(*where[int(f)], int(q)) for f, q in r.evidence if int(f) in where]))
+                                    _cited(where, r.evidence)))
     return found
