@@ -118,6 +118,10 @@ def tool_cases(sid: str, other_sid: str) -> list[Case]:
     call("search_content", {**search, "explain": "yes"}, "explain", "explain as a string")
     call("search_content", {**search, "explain": 1}, "explain", "explain as a number")
     call("search_content", {**search, "mode": "vector"}, "mode", "unknown mode")
+    call("search_content", {**search, "rationale": "yes"}, "rationale", "rationale as a string")
+    call("search_content", {**search, "mode": "graph", "query": "Acme Corp " * 99}, None, "graph: 990-character query")
+    call("search_content", {**search, "mode": "graph", "rationale": True, "query": "☃ the of ::"}, None,
+         "graph: no name in the query")
     call("search_content", {**search, "query": "<script>alert(1)</script>"}, None, "markup query")
     call("search_content", {**search, "query": "!!! &&& ||| ::"}, None, "only operators")
     call("search_content", {**search, "source_id": other_sid}, "source_id", "another tenant's source")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from helpers import Corpus, crawl, db_of
+from helpers import Corpus, crawl, db_of, entity_world, one_entity_file
 from sqlalchemy import text
 
 from kdbl_control import admin
@@ -30,22 +30,8 @@ HIDDEN = {
 
 @pytest.fixture(scope="module")
 def world(owner_engine, worker_engine, tmp_path_factory):
-    root = tmp_path_factory.mktemp("entities")
-    for key, body in {**OPEN, **HIDDEN}.items():
-        (root / key).parent.mkdir(parents=True, exist_ok=True)
-        (root / key).write_text(body)
-    db = db_of(owner_engine)
-    tenant = f"ent-{uuid.uuid4().hex[:8]}"
-    t = admin.create_tenant(db, tenant)
-    opened = admin.add_source(db, tenant, protocol="fs", config={"root": str(root / "news"), "entities": True},
-                              name="news")
-    closed = admin.add_source(db, tenant, protocol="fs", config={"root": str(root / "board"), "entities": True},
-                              name="board", restricted=True)
-    admin.add_grant(db, source_id=closed.id, subject="user:alice", file_key="granted.txt")
-    for source in (opened, closed):
-        crawl(worker_engine, Corpus(tenant, t.id, source.id, root))
-    assert extract_pending(db_of(worker_engine)) == 4
-    return {"tenant": tenant, "tenant_id": t.id, "open": opened.id, "closed": closed.id, "root": root}
+    return entity_world(owner_engine, worker_engine, tmp_path_factory.mktemp("entities"), {**OPEN, **HIDDEN},
+                        prefix="ent", grant=("user:alice", "granted.txt"))
 
 
 async def _entities(api_pool, world, user: str) -> dict[tuple[str, str], int]:
@@ -339,22 +325,18 @@ def test_bench_entity_graph_measures_the_stage_the_bytes_and_find_entity(owner_u
     for draw in ("find_entity", "find_entity_uniform"):
         assert set(result[draw]) == {"ids_only", "metadata", "preview", "full"}
         assert all(row["queries"] == 3 and row["p50_ms"] <= row["max_ms"] for row in result[draw].values())
+    search = result["search"]
+    assert search["lexical"]["queries"] == search["graph"]["queries"] == 3
+    assert search["served"].get("graph", 0) == 3  # every question names an entity the corpus names
     assert "names drawn by frequency" in bench_entity_graph.summarise(result)
 
 
 async def test_the_names_a_document_states_about_itself_are_its_entities(owner_engine, worker_engine, api_pool,
                                                                        tmp_path):
-    (tmp_path / "memo.html").write_text(
-        '<html><head><meta name="author" content="Doe, Jane; Globex Corporation; jane@globex.example">'
-        "<title>Memo</title></head><body><p>Initech GmbH hired John Smith, chief executive of Acme Corp.</p>"
-        "</body></html>")
-    db = db_of(owner_engine)
-    tenant = f"ent-props-{uuid.uuid4().hex[:8]}"
-    t = admin.create_tenant(db, tenant)
-    s = admin.add_source(db, tenant, protocol="fs", config={"root": str(tmp_path), "entities": True}, name="memos")
-    crawl(worker_engine, Corpus(tenant, t.id, s.id, tmp_path))
-    assert extract_pending(db_of(worker_engine)) == 1
-    principal = Principal(tenant_id=t.id, tenant_name=tenant, subject="user:zed")
+    memo = ('<html><head><meta name="author" content="Doe, Jane; Globex Corporation; jane@globex.example">'
+            "<title>Memo</title></head><body><p>Initech GmbH hired John Smith, chief executive of Acme Corp.</p>"
+            "</body></html>")
+    principal = one_entity_file(owner_engine, worker_engine, tmp_path, "memo.html", memo, prefix="ent-props")
     async with rls_transaction(api_pool, principal) as conn:
         rows = {(r.type, r.key): r.seq for r in await (await conn.execute(
             "SELECT e.type, e.key, m.seq FROM entities e JOIN entity_mentions m ON m.entity_id = e.id")).fetchall()}
@@ -365,3 +347,28 @@ async def test_the_names_a_document_states_about_itself_are_its_entities(owner_e
     assert not any("@" in key for _, key in rows)  # an e-mail address is not a name
     assert (graph.mentions, graph.chunks, graph.files) == (1, 0, 1)  # named by the file, in no chunk
     assert graph.related == [] and graph.top_chunks == []  # properties co-occur with nothing, cite no chunk
+
+
+async def test_an_e_mails_recipients_are_entities_of_its_header_chunk(owner_engine, worker_engine, api_pool,
+                                                                     tmp_path):
+    mail = ("From: Ann Lee <ann@acme.example>\n"
+            'To: "Doe, Jane" <jane@globex.example>, Bob Roe <bob@initech.example>\n'
+            "Cc: Initech GmbH <legal@initech.example>, archive@acme.example\n"
+            "Subject: The Globex Corporation offer\nDate: Tue, 3 Mar 2026 10:00:00 +0000\n"
+            "Message-ID: <1@acme.example>\n\n"
+            "Acme Corp. accepted the offer.\n")
+    principal = one_entity_file(owner_engine, worker_engine, tmp_path, "deal.eml", mail, prefix="ent-mail")
+    async with rls_transaction(api_pool, principal) as conn:
+        rows: dict[tuple[str, str], set[tuple[int, int]]] = {}
+        for r in await (await conn.execute(
+                "SELECT e.type, e.key, m.seq, m.n FROM entities e JOIN entity_mentions m ON m.entity_id = e.id")).fetchall():
+            rows.setdefault((r.type, r.key), set()).add((r.seq, r.n))
+        jane = await entity_graph.resolve(conn, "Jane Doe", None)
+        graph = await entity_graph.neighbourhood(conn, jane, related=10, edges=10, evidence=3, top_chunks=3)
+    # the sender is the file's author (seq -1); the recipients are named by the chunk holding the header block
+    assert (entity_store.PROPERTIES, 1) in rows[("PERSON", "ann lee")]  # (the header chunk names her too)
+    assert rows[("PERSON", "jane doe")] == {(0, 1)} and rows[("PERSON", "bob roe")] == {(0, 1)}
+    assert rows[("ORG", "initech")] == {(0, 1)}
+    assert not any("@" in key for _, key in rows)  # a bare address is not a name
+    related = {e.name for e, _ in graph.related}
+    assert {"Bob Roe", "Acme Corp."} <= related  # she co-occurs with what the message names

@@ -140,12 +140,14 @@ async def test_a_streamed_answer_is_never_gzipped_or_buffered(world):
     assert events[0]["method"] == "notifications/progress" and "result" in events[-1]
 
 
-def test_tools_list_is_a_third_smaller_and_keeps_what_agents_read(world):
+def test_tools_list_stays_over_a_quarter_smaller_and_keeps_what_agents_read(world):
     raw = post(world, "tools/list")
     tools = raw.json()["result"]["tools"]
     six = [t for t in tools if t["name"] in SIX]
     size = len(json.dumps({"tools": six}, separators=(",", ":")))
-    assert size < 17_500  # 25,400 before (the six tools' definitions, compact JSON)
+    # 25,400 before the trim (the six tools' definitions, compact JSON); 17,077 after it; 18,135 with search mode
+    # graph and the typed per-hit rationale (issue 31: +830 bytes of output schema, +220 of descriptions)
+    assert size < 18_300
     for tool in tools:  # every argument described; results still typed for clients that validate them
         assert tool["description"] and all(p.get("description") for p in tool["inputSchema"]["properties"].values())
         assert tool["outputSchema"]["type"] == "object" and tool["outputSchema"]["required"]

@@ -11,7 +11,7 @@ from mcp.shared.exceptions import MCPError
 from kdbl_control import admin
 from kdbl_core.settings import Settings
 
-MODES = {"hybrid", "lexical", "semantic"}
+MODES = {"hybrid", "lexical", "semantic", "graph"}
 FILES = {
     "pets.md": "The feline rested quietly upon the woven rug by the fireplace.",
     "garden.md": "Tomatoes need full sun, regular watering and support stakes.",
@@ -38,7 +38,7 @@ async def search(url: str, token: str, **args) -> dict:
     return structured
 
 
-async def test_the_search_tool_lists_exactly_hybrid_lexical_and_semantic_and_refuses_vector(world):
+async def test_the_search_tool_lists_exactly_hybrid_lexical_semantic_and_graph_and_refuses_vector(world):
     async with mcp(world["url"], world["token"]) as client:
         tool = {t.name: t for t in (await client.list_tools()).tools}["search_content"]
         with pytest.raises(MCPError) as err:

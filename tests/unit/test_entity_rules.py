@@ -120,3 +120,15 @@ def test_sentences_the_patterns_do_not_cover_state_no_relation(text):
     from kdbl_core.content.entity_relations import relations
 
     assert relations(text, extract(text)) == []
+
+
+def test_an_e_mails_recipients_are_read_from_its_header_block_only():
+    from kdbl_core.content.entity_store import recipients
+
+    text = ('From: Ann <a@acme.example>\nTo: "Doe, Jane" <jane@x.example>, Bob Roe <b@y.example>, c@z.example\n'
+            "Cc: Initech GmbH <x@initech.example>\nSubject: hi\n\nTo: Quoted Person <q@q.example>")
+    assert [(m.name, m.type) for m in recipients(text)] == [("Jane Doe", "PERSON"), ("Bob Roe", "PERSON"),
+                                                           ("Initech GmbH", "ORG")]
+    assert [m.name for m in recipients("From: Ann\nTo: Jane Doe; John Smith\n\nbody")] == ["Jane Doe", "John Smith"]
+    assert recipients("Minutes\nTo: Jane Doe <j@x.example>") == []  # not a message's header block
+    assert recipients("From: Ann\nTo: <<<@@@,,,\n\n") == []

@@ -9,7 +9,9 @@ background stage (kdbl_worker.entity_stage) reading every chunk's entities. Then
 near the ~3.6 of the docs corpus) and find_entity's core (resolve + neighbourhood under
 row-level security, kdbl_core.search.entity_graph) for `queries` names in each response mode, p50 / p95, for
 names drawn by how often they are named (the much-named ones come up most), for names drawn alike (the
-typical entity), and for the most-named entity.
+typical entity), and for the most-named entity. Last, search mode graph (the whole pipeline: the keyword and
+entity arms fused, windows and snippets; 20 hits) beside lexical, the reference, on the same questions
+("what did <name> acquire", names drawn by frequency), in one run.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from kdbl_control.ir_metrics import percentile
 from kdbl_core.access.principal import Principal, rls_transaction
 from kdbl_core.db.connect import async_pool, sync_pool
 from kdbl_core.db.urls import for_role
-from kdbl_core.search import entity_graph
+from kdbl_core.search import entity_graph, pipeline
 from kdbl_core.settings import Settings
 
 _SYLLABLES = "ac me ni tech glo bex hoo li um bre lla ini so vo ra ka zen tri ton mar lex cor vi da na po qui".split()
@@ -97,6 +99,31 @@ async def _queries(api_url: str, tenant_id: Any, tenant: str, names: list[str], 
     return out
 
 
+async def _searches(api_url: str, tenant_id: Any, tenant: str, names: list[str]) -> dict[str, Any]:
+    """search p50 / p95 per mode, lexical and graph in turns (the same questions, the same load)."""
+    pool = await async_pool(api_url, size=1, name="kdbl-bench-entity-graph")
+    principal = Principal(tenant_id=tenant_id, tenant_name=tenant, subject="user:bench")
+    settings = Settings()
+    times: dict[str, list[float]] = {"lexical": [], "graph": []}
+    served: dict[str, int] = {}
+    try:
+        for i, name in enumerate([*names[:3], *names]):  # the first three warm the plans
+            for mode in times:
+                request = pipeline.SearchRequest(query=f"what did {name} acquire", mode=mode, limit=20)
+                started = time.perf_counter()
+                async with rls_transaction(pool, principal) as conn:
+                    result = await pipeline.search(conn, request, settings=settings)
+                if i >= 3:
+                    times[mode].append((time.perf_counter() - started) * 1000)
+                    served[result.mode] = served.get(result.mode, 0) + 1
+    finally:
+        await pool.close()
+    out: dict[str, Any] = {mode: {"p50_ms": round(percentile(ms, 50), 2), "p95_ms": round(percentile(ms, 95), 2),
+                                  "queries": len(ms)} for mode, ms in times.items()}
+    out["served"] = served
+    return out
+
+
 def run_entity_graph_bench(owner_url: str, work_dir: Path, *, files: int, chunks: int, n_queries: int,
                            log: Any) -> dict[str, Any]:
     folder = work_dir / "corpus"
@@ -149,6 +176,7 @@ def run_entity_graph_bench(owner_url: str, work_dir: Path, *, files: int, chunks
     result["find_entity_uniform"] = asyncio.run(_queries(api, t.id, tenant, uniform, caps))
     result["find_entity_most_named"] = asyncio.run(_queries(api, t.id, tenant, ranked[:1] * 10, {"full": caps["full"]}))
     result["most_named"] = ranked[0] if ranked else None
+    result["search"] = asyncio.run(_searches(api, t.id, tenant, asked))
     shutil.rmtree(folder, ignore_errors=True)
     result["date"] = time.strftime("%Y-%m-%d %H:%M")
     result["load_average"] = round(os.getloadavg()[0], 2)
@@ -169,4 +197,8 @@ def summarise(result: dict[str, Any]) -> str:
                      f"{other['p50_ms']:>10} / {other['p95_ms']} / {other['max_ms']}")
     top = result["find_entity_most_named"]["full"]
     lines.append(f"  the most-named entity ({result['most_named']}), full: p50 {top['p50_ms']} ms, max {top['max_ms']} ms")
+    search = result["search"]
+    lines.append(f"search 'what did <name> acquire', 20 hits, p50 / p95 ms: lexical {search['lexical']['p50_ms']} / "
+                 f"{search['lexical']['p95_ms']}, graph {search['graph']['p50_ms']} / {search['graph']['p95_ms']} "
+                 f"(served as {search['served']})")
     return "\n".join(lines)

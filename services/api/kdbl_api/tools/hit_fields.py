@@ -90,6 +90,8 @@ def shape(hits: list[dict[str, Any]], chosen: tuple[str, ...],
                 e = hit.get("explain") or {}
                 row[name] = {"keyword": e.get("lexical_score"), "vector": e.get("vector_score"),
                              "fused": e.get("fused", hit["rank"])}
+            elif name == "rationale":  # asked for by the tool's `rationale`, not offered by a mode
+                row[name] = hit.get("rationale")
             elif name == "duplicates":
                 row[name] = hit.get("duplicates") or []
             elif name == "total_chunks":

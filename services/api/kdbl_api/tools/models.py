@@ -97,7 +97,7 @@ class _Result(BaseModel):
     meta: RequestMeta | None = None
 
 
-SearchMode = Literal["hybrid", "lexical", "semantic"]
+SearchMode = Literal["hybrid", "lexical", "semantic", "graph"]
 ResponseMode = Literal["ids_only", "metadata", "preview", "full"]
 
 
@@ -146,8 +146,11 @@ class SearchContentArgs(SearchFilters):
     limit: StrictInt = Field(default=20, ge=1, le=100, description="Number of hits (1-100).")
     mode: SearchMode = Field(
         default="hybrid", description="hybrid (semantic + keyword, fused; default), lexical (keyword only: "
-        "faster, exact terms) or semantic (meaning only: embeddings, no keyword match needed).")
+        "faster, exact terms), semantic (meaning only: embeddings, no keyword match needed) or graph (keywords + "
+        "the chunks naming the entities the query names).")
     explain: StrictBool = Field(default=False, description="Add each hit's per-arm ranks and scores.")
+    rationale: StrictBool | None = Field(default=None, description=(
+        "Say why each hit matched (query words and entities it holds, each arm's rank). Default: on for graph."))
     response_mode: ResponseMode | None = Field(
         default=None, description="How much of each hit: ids_only (chunk_id, rank, score), metadata (+ file, "
         "uri, title, seq, total_chunks, locators, content_type, mtime, token_count), preview (+ snippet, "
@@ -193,7 +196,29 @@ class HitExplain(BaseModel):
     lexical_score: float | None
     vector_rank: int | None
     vector_score: float | None
+    graph_rank: int | None = None
+    graph_score: float | None = None
     fused: float
+    pinned_identifier: bool
+
+
+class RationaleEntity(BaseModel):
+    name: str
+    type: str
+
+
+class ArmRanks(BaseModel):
+    keyword: int | None
+    vector: int | None
+    graph: int | None
+
+
+class HitRationale(BaseModel):
+    """The query's words and entities the chunk holds; its rank in each arm (null: not a candidate)."""
+
+    terms: list[str]
+    entities: list[RationaleEntity]
+    ranks: ArmRanks
     pinned_identifier: bool
 
 
@@ -225,6 +250,7 @@ class Hit(BaseModel):
     duplicates: list[Duplicate] | None = Field(default=None, description=(
         "Other places of this hit's text (copies), not listed as hits."))
     explain: HitExplain | None = Field(default=None, description="Present when explain=true.")
+    rationale: HitRationale | None = None
 
 
 class HitScores(BaseModel):
@@ -269,6 +295,7 @@ class ModeHit(BaseModel):
     truncated: bool = None  # type: ignore[assignment]
     url: str | None = None
     scores: HitScores = None  # type: ignore[assignment]
+    rationale: HitRationale = None  # type: ignore[assignment]
 
 
 class SearchContentResult(_Result):

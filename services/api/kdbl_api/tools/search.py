@@ -36,16 +36,22 @@ def _validate(settings: Settings, args: SearchContentArgs) -> tuple[str, ...] | 
     chosen = hit_fields.selection(args.response_mode, args.fields)
     if chosen is not None and args.explain:
         raise InvalidArgument("explain", "applies to classic hits; with response_mode ask for the `scores` field")
+    if chosen is not None and _rationale(args):
+        chosen = (*chosen, "rationale")
     return chosen
 
 
+def _rationale(args: SearchContentArgs) -> bool:
+    return args.rationale if args.rationale is not None else args.mode == "graph"
+
+
 # Arguments that shape a page but not the ranking: a cursor stays valid when they change between pages.
-_NOT_RANKING = frozenset({"cursor", "limit", "explain", "response_mode", "fields"})
+_NOT_RANKING = frozenset({"cursor", "limit", "explain", "rationale", "response_mode", "fields"})
 
 
 def _request(args: SearchContentArgs, chosen: tuple[str, ...] | None) -> pipeline.SearchRequest:
     return pipeline.SearchRequest(
-        query=args.query, mode=args.mode, limit=args.limit,
+        query=args.query, mode=args.mode, limit=args.limit, rationale=_rationale(args),
         explain=args.explain or (chosen is not None and "scores" in chosen), filters=args.filters())
 
 
@@ -67,14 +73,14 @@ async def search_content(ctx: ToolContext, args: SearchContentArgs) -> tuple[dic
     # the state of what this result depends on: a lexical one ignores vectors, a vector one other sources
     served, state = pipeline.index_state(request, pre, embedder=ctx.services.embedder,
                                          allowed_modes=ctx.policy.modes)
-    if served != "lexical":  # vectors of one model are another ranking than another model's (a rollout)
+    if served not in ("lexical", "graph"):  # vectors of one model are another ranking than another model's
         assert ctx.services.embedder is not None
         served = f"{served}@{ctx.services.embedder.model_id}"
     if args.cursor:
         offset = paging.decode(ctx.services.cursors, args.cursor, ctx.principal, listing, state=state, mode=served)
         request = dataclasses.replace(request, offset=offset)
     key = (ctx.principal.tenant_id, ctx.principal.subject, listing, tuple(sorted(ctx.policy.modes)), args.limit,
-           request.explain, request.offset, served, state)
+           request.explain, request.rationale, request.offset, served, state)
     results = ctx.services.search_cache
     result = results.get(key) if results is not None else None
     if result is None:
@@ -90,6 +96,8 @@ async def search_content(ctx: ToolContext, args: SearchContentArgs) -> tuple[dic
         hit["url"] = ctx.download_url(hit["source_id"], hit["key"])
         if args.explain:
             hit["explain"] = hit.pop("explain", None)  # last, after the links, as the result always had it
+        if request.rationale:
+            hit["rationale"] = hit.pop("rationale", None)
     facts = AuditFacts(source_ids=[h["source_id"] for h in hits], keys=[h["key"] for h in hits],
                        row_count=len(hits), mode=result.mode)
     if chosen is not None:

@@ -153,6 +153,12 @@ def _bare(word: str) -> str:
     return word.rstrip(".").casefold()
 
 
+def is_plain_word(word: str) -> bool:
+    """A word that is never a name alone ("the", "what", "May", "pdf"), whatever its case."""
+    bare = _bare(word)
+    return bare in _NOT_NAMES or bare in _FORMATS
+
+
 def _capitalised(word: str) -> bool:
     """Capitalised, or lower-case with an inner capital ("iPhone")."""
     return word[0].isupper() or (word[0].islower() and word != word.lower())

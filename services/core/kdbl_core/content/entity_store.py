@@ -9,14 +9,18 @@ replacing its old ones, and the version. A source switched off loses its mention
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections import Counter
+from email.utils import getaddresses
 
 from kdbl_core.content import entities, entity_relations
 from kdbl_core.db.connect import Connection
 
-VERSION = 1  # kdbl_core.content.entities' rules; one that finds other entities comes with a migration that sets
-# every files.entities_version back to NULL (NULL: waiting; the pending index has exactly those)
+VERSION = 2  # kdbl_core.content.entities' rules; one that finds other entities comes with a migration that sets
+# the files it reads otherwise back to NULL (NULL: waiting; the pending index has exactly those). 2: e-mail
+# recipients (migration 0026 set the e-mail files back).
+MAIL_TYPES = ("message/rfc822", "application/vnd.ms-outlook")
 
 _ON = "coalesce((s.config ->> 'entities')::boolean, false)"
 _TENANTS = f"SELECT s.tenant_id, array_agg(s.id) FILTER (WHERE {_ON}) AS sources FROM sources s GROUP BY s.tenant_id"
@@ -27,7 +31,7 @@ SELECT s.id FROM sources s
    AND EXISTS (SELECT 1 FROM files f WHERE f.source_id = s.id AND f.entities_version IS NOT NULL)
 """
 _CLAIM = """
-SELECT f.id, f.source_id, f.authors FROM files f
+SELECT f.id, f.source_id, f.authors, f.content_type FROM files f
  WHERE f.source_id = ANY(%(s)s) AND f.entities_version IS NULL AND f.chunk_count > 0
  ORDER BY f.source_id, f.id LIMIT %(n)s FOR UPDATE OF f SKIP LOCKED
 """
@@ -97,6 +101,27 @@ def document_names(authors: list[str]) -> list[entities.Mention]:
     return out
 
 
+_ADDRESSED = re.compile(r"^(?:To|Cc): (.+)$", re.MULTILINE)
+
+
+def recipients(text: str) -> list[entities.Mention]:
+    """The people (or organisations) an e-mail is addressed to: the display names of the To and Cc lines of the
+    header block its text starts with (kdbl_worker.extract.eml / msg), as document_names reads them."""
+    head = text.split("\n\n", 1)[0]
+    if not head.startswith("From: "):
+        return []
+    names: list[str] = []
+    for value in _ADDRESSED.findall(head):
+        if "@" not in value and "<" not in value:  # display names alone (an Outlook .msg): "Jane Doe; Bob Roe"
+            names.extend(part for part in value.split(";") if part.strip())
+            continue
+        try:
+            names.extend(name for name, _ in getaddresses([value]) if name)
+        except (ValueError, TypeError, IndexError):  # a malformed header names nobody
+            continue
+    return document_names(names)
+
+
 def _apply_rules(mentions: list[entities.Mention], aliases: dict[str, tuple[str, str]],
                  blocked: frozenset[str]) -> list[entities.Mention]:
     """An administrator's rules on one chunk's mentions: blocked names dropped, aliases renamed (the alias's
@@ -127,6 +152,7 @@ def extract_batch(conn: Connection, tenant_id: uuid.UUID, sources: list[uuid.UUI
     ids = [r.id for r in claimed]
     source_of = {r.id: r.source_id for r in claimed}
     stated_names = {r.id: document_names(r.authors) for r in claimed if r.authors}
+    mail = {r.id for r in claimed if r.content_type in MAIL_TYPES}
     per_chunk: list[tuple[int, int, Counter[tuple[str, str]]]] = []
     stated: list[tuple[tuple[str, str], tuple[str, str], str, int, int]] = []
     names: dict[tuple[str, str], str] = {}
@@ -144,6 +170,10 @@ def extract_batch(conn: Connection, tenant_id: uuid.UUID, sources: list[uuid.UUI
             ident = (m.type, m.key)
             found[ident] += 1
             names.setdefault(ident, m.name)
+        if row.seq == 0 and row.file_id in mail:  # its recipients, named in the header block (once each)
+            for m in _apply_rules(recipients(row.text), aliases, blocked):
+                found[(m.type, m.key)] = found[(m.type, m.key)] or 1
+                names.setdefault((m.type, m.key), m.name)
         if found:
             per_chunk.append((row.file_id, row.seq, found))
         for r in entity_relations.relations(row.text, mentions):

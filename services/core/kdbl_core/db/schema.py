@@ -412,7 +412,8 @@ rate_buckets = Table(
 )
 
 # The index state searches are cut from (migration 0014: triggers bump it; no foreign keys, see there):
-# `generation` for content, grants and policy, `vector_generation` for vectors written (migration 0018).
+# `generation` for content, grants and policy, `vector_generation` for vectors written (migration 0018),
+# `entity_generation` for entity mentions read (migration 0026).
 index_generations = Table(
     "index_generations", metadata,
     Column("tenant_id", UUID(as_uuid=True), nullable=False),
@@ -420,6 +421,7 @@ index_generations = Table(
     Column("shard", SmallInteger, nullable=False),
     Column("generation", BigInteger, nullable=False),
     _count("vector_generation"),
+    _count("entity_generation"),
     PrimaryKeyConstraint("tenant_id", "scope", "shard", name="index_generations_pkey"),
 )
 

@@ -36,7 +36,7 @@ from collections.abc import Hashable
 from typing import Any
 
 # The index state, as a scalar subquery the search pipeline's preflight carries (no round trip of its own):
-# three numbers from one index range scan over the tenant's rows (migrations 0014, 0018), each the largest
+# four numbers from one index range scan over the tenant's rows (migrations 0014, 0018), each the largest
 # generation over what one kind of result depends on (state_for picks by the mode that serves the search):
 #   [0] lexical: the tenant's own row and the content of every source the principal sees (whole or through
 #       a file grant) and of every source whose permissions come from the share (migration 0023: whether
@@ -45,13 +45,16 @@ from typing import Any
 #       moves the scores; a source it cannot see moves nothing;
 #   [1] semantic: the tenant's own row, content and vectors of the sources the query reads (source_id,
 #       source_ids, else every source it sees): a cosine does not depend on any other chunk;
-#   [2] the vectors of those sources alone; hybrid is max([0], [2]).
-# A vector written moves [1] and [2], never [0]: lexical results and cursors survive embedding.
+#   [2] the vectors of those sources alone; hybrid is max([0], [2]);
+#   [3] the entity mentions of those sources (migration 0026); graph (keywords and entities) is max([0], [3]).
+# A vector written moves [1] and [2], never [0]: lexical results and cursors survive embedding; entities read
+# move [3] alone.
 INDEX_STATE = """(WITH per AS MATERIALIZED (  -- one row a scope: the shards folded first
-           SELECT g.scope, max(g.generation) AS content, max(g.vector_generation) AS vectors
+           SELECT g.scope, max(g.generation) AS content, max(g.vector_generation) AS vectors,
+                  max(g.entity_generation) AS entities
              FROM index_generations g WHERE g.tenant_id = kdbl_tenant() GROUP BY g.scope
        ), marked AS MATERIALIZED (
-           SELECT per.content, per.vectors, per.scope = kdbl_tenant() AS own,
+           SELECT per.content, per.vectors, per.entities, per.scope = kdbl_tenant() AS own,
                   (per.scope IN (SELECT ws.id FROM kdbl_whole_sources() AS ws(id))
                    OR per.scope IN (SELECT gr.source_id FROM grants gr
                                      WHERE gr.tenant_id = kdbl_tenant() AND gr.file_key IS NOT NULL
@@ -62,16 +65,19 @@ INDEX_STATE = """(WITH per AS MATERIALIZED (  -- one row a scope: the shards fol
              FROM per)
        SELECT ARRAY[coalesce(max(content) FILTER (WHERE own OR seen), 0),
                     coalesce(max(greatest(content, vectors)) FILTER (WHERE own OR (seen AND read)), 0),
-                    coalesce(max(vectors) FILTER (WHERE seen AND read), 0)]
+                    coalesce(max(vectors) FILTER (WHERE seen AND read), 0),
+                    coalesce(max(entities) FILTER (WHERE seen AND read), 0)]
          FROM marked)"""
 
 
 def state_for(states: tuple[int, ...], mode: str) -> int:
-    """The index state a result served in `mode` depends on, from INDEX_STATE's three numbers."""
+    """The index state a result served in `mode` depends on, from INDEX_STATE's four numbers."""
     if mode == "lexical":
         return states[0]
     if mode == "semantic":
         return states[1]
+    if mode == "graph":
+        return max(states[0], states[3])
     return max(states[0], states[2])
 
 

@@ -1,5 +1,5 @@
-"""Fusion of the keyword and semantic arms: weighted reciprocal-rank fusion, identifier safety,
-diversification, and per-hit explanations.
+"""Fusion of the keyword and semantic arms (and, in search mode graph, the entity arm): weighted
+reciprocal-rank fusion, identifier safety, diversification, and per-hit explanations.
 
 RRF (score = Σ w_arm / (k + rank_arm)) needs no score calibration between BM25 and cosine, which have
 unrelated scales. Two safeguards on top:
@@ -22,7 +22,7 @@ is the fused order; with nothing embedded, the keyword order.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kdbl_core.search import duplicates
@@ -41,10 +41,13 @@ class Fused:
     vector_score: float | None = None
     pinned: bool = False
     copies: list[ChunkHit] = field(default_factory=list)  # chunks with the same text, folded into this one
+    graph_rank: int | None = None  # search mode graph: the entity arm's (kdbl_core.search.entity_arm)
+    graph_score: float | None = None
 
     def explanation(self) -> dict:
         return {"lexical_rank": self.lexical_rank, "lexical_score": self.lexical_score,
                 "vector_rank": self.vector_rank, "vector_score": self.vector_score,
+                "graph_rank": self.graph_rank, "graph_score": self.graph_score,
                 "fused": round(self.score, 6), "pinned_identifier": self.pinned}
 
 
@@ -53,7 +56,9 @@ def is_identifier(term: str) -> bool:
 
 
 def fuse(lexical: list[ChunkHit], vector: list[ChunkHit], *, k: int = 60, vector_weight: float = 1.0,
-         pinned_chunks: set[int] | None = None) -> list[Fused]:
+         pinned_chunks: set[int] | None = None, graph: Sequence[ChunkHit] = (), graph_weight: float = 1.0
+         ) -> list[Fused]:
+    """RRF of the keyword, vector and (search mode graph) entity arms: Σ weight / (k + rank)."""
     by_chunk: dict[int, Fused] = {}
     for rank, hit in enumerate(lexical, 1):
         entry = by_chunk.setdefault(hit.chunk_id, Fused(hit=hit, score=0.0))
@@ -63,6 +68,10 @@ def fuse(lexical: list[ChunkHit], vector: list[ChunkHit], *, k: int = 60, vector
         entry = by_chunk.setdefault(hit.chunk_id, Fused(hit=hit, score=0.0))
         entry.score += vector_weight / (k + rank)
         entry.vector_rank, entry.vector_score = rank, round(hit.score, 6)
+    for rank, hit in enumerate(graph, 1):
+        entry = by_chunk.setdefault(hit.chunk_id, Fused(hit=hit, score=0.0))
+        entry.score += graph_weight / (k + rank)
+        entry.graph_rank, entry.graph_score = rank, round(hit.score, 6)
     for chunk_id in pinned_chunks or ():
         if chunk_id in by_chunk:
             by_chunk[chunk_id].pinned = True

@@ -13,7 +13,10 @@ Round trips (one search, counted on the wire in docs/architecture.md): one prefl
 at once whether the filtered source is visible, the tenant's and source's hybrid toggles and the query's
 lexemes, and sets the HNSW scan settings for the transaction (was four statements: source check, toggles,
 query terms, settings); the rare-identifier pin is one statement (was two). hybrid: 10 -> 7 statements,
-lexical: unchanged (2, or 3 with a source_id filter).
+lexical: unchanged (2, or 3 with a source_id filter). Search mode graph and `rationale` (issue 31,
+kdbl_core.search.entity_arm) look the query's candidate names up among the caller's entities in the same
+preflight; graph runs the keyword and entity arms and fuses them (RRF), and is served lexically, saying why,
+when the query names no entity the caller can read.
 
 `timings` (optional, milliseconds by part) receives where the time went: embed, keyword (the BM25 arm
 and the identifier pin), vector (the vector arm), rerank (fusion, rescoring, diversification), windows
@@ -30,13 +33,13 @@ from typing import Any
 from kdbl_core.db.async_pool import Connection, Statement
 from kdbl_core.embedder import Embedder
 from kdbl_core.errors import InvalidArgument
-from kdbl_core.search import bm25_topk, duplicates, hybrid, lexical, phrases, vector
+from kdbl_core.search import bm25_topk, duplicates, entity_arm, hybrid, lexical, phrases, vector
 from kdbl_core.search.cache import INDEX_STATE, state_for
 from kdbl_core.search.lexical import ChunkHit, Filters
 from kdbl_core.search.windows import HitRef, expand_hits
 from kdbl_core.settings import Settings
 
-MODES = ("hybrid", "lexical", "semantic")
+MODES = ("hybrid", "lexical", "semantic", "graph")
 
 # Source visibility (a source_id filter the caller cannot see is an error), the hybrid toggles, the
 # query's lexemes (hybrid's identifier pinning) and the vector arm's HNSW settings, in one round trip.
@@ -51,7 +54,9 @@ SELECT (SELECT t.hybrid_enabled FROM tenants t WHERE t.id = kdbl_tenant()) AS te
            AS terms,
        CASE WHEN %(tune)s THEN set_config('hnsw.ef_search', %(ef)s, true) END AS ef_search,
        CASE WHEN %(tune)s THEN set_config('hnsw.iterative_scan', 'relaxed_order', true) END AS iterative_scan,
-       {INDEX_STATE} AS state
+       {INDEX_STATE} AS state,
+       (SELECT jsonb_agg(jsonb_build_array(e.id, e.type, e.key, e.name) ORDER BY e.id) FROM entities e
+         WHERE e.tenant_id = kdbl_tenant() AND e.key = ANY (CAST(%(ekeys)s AS text[]))) AS entities
 """
 
 
@@ -80,6 +85,7 @@ class SearchRequest:
     limit: int = 20
     filters: Filters = field(default_factory=Filters)
     explain: bool = False
+    rationale: bool = False  # each hit says why it matched: the query's words and entities it holds, its arms' ranks
     offset: int = 0  # a cursor's page: hits [offset, offset + limit) of the ranking (kdbl_core.search.paging)
 
 
@@ -108,12 +114,18 @@ class _Preflight:
     source_on: bool | None
     terms: list[str]
     sources_on: bool | None = None  # source_ids: NULL when one is not visible, else whether any has hybrid on
-    states: tuple[int, ...] = (0, 0, 0)  # the index states a result may be cut from (kdbl_core.search.cache)
+    states: tuple[int, ...] = (0, 0, 0, 0)  # the index states a result may be cut from (kdbl_core.search.cache)
+    entities: tuple[entity_arm.QueryEntity, ...] = ()  # the query's, when graph or rationale asked for them
 
 
 def _vectors(request: SearchRequest, allowed_modes: tuple[str, ...] | frozenset[str],
              embedder: Embedder | None) -> bool:
-    return request.mode != "lexical" and "hybrid" in allowed_modes and embedder is not None
+    return request.mode in ("hybrid", "semantic") and "hybrid" in allowed_modes and embedder is not None
+
+
+def _windows(request: SearchRequest) -> tuple[entity_arm.Window, ...]:
+    """The query's candidate entity names, when the request needs its entities (graph, rationale)."""
+    return entity_arm.windows(request.query) if request.mode == "graph" or request.rationale else ()
 
 
 def _preflight_statement(request: SearchRequest, settings: Settings, *, vectors: bool) -> Statement:
@@ -123,7 +135,7 @@ def _preflight_statement(request: SearchRequest, settings: Settings, *, vectors:
     return Statement(_PREFLIGHT, {
         "sid": str(sid) if sid else None, "sids": [str(s) for s in sids], "cfg": settings.text_search_config,
         "query": request.query if vectors and request.mode == "hybrid" else None,
-        "tune": vectors, "ef": str(min(1000, max(64, 2 * depth))),
+        "tune": vectors, "ef": str(min(1000, max(64, 2 * depth))), "ekeys": entity_arm.keys(_windows(request)),
     })
 
 
@@ -144,7 +156,7 @@ async def _preflight(conn: Connection, request: SearchRequest, settings: Setting
     if opened is not None and opened.rows is not None:
         row = opened.rows[0]
     else:
-        if not vectors and sid is None and not sids and not always:
+        if not vectors and sid is None and not sids and not always and not _windows(request):
             return None
         statement = _preflight_statement(request, settings, vectors=vectors)
         cur = await conn.execute(statement.sql, statement.params)
@@ -154,8 +166,9 @@ async def _preflight(conn: Connection, request: SearchRequest, settings: Setting
         raise InvalidArgument("source_id", f"unknown source {sid} (or not visible to you)")
     if sids and row.sources_on is None:  # one message whether a source is missing or hidden: no oracle
         raise InvalidArgument("source_ids", "an unknown source (or one not visible to you)")
+    entities = entity_arm.chosen(_windows(request), row.entities) if row.entities else []
     return _Preflight(row.tenant_on, row.source_on, list(row.terms or ()), row.sources_on,
-                      tuple(int(s) for s in row.state))
+                      tuple(int(s) for s in row.state), tuple(entities))
 
 
 def _choose_mode(request: SearchRequest, allowed_modes: tuple[str, ...] | frozenset[str],
@@ -163,6 +176,11 @@ def _choose_mode(request: SearchRequest, allowed_modes: tuple[str, ...] | frozen
     """(mode to run, reason it was degraded or None)."""
     if request.mode == "lexical":
         return "lexical", None
+    if request.mode == "graph":
+        if pre is not None and entity_arm.seeds(pre.entities):
+            return "graph", None
+        return "lexical", ("graph: the query names no person, organisation, place, product or event found in "
+                           "what you can read (or its sources have entities off); served by keywords")
     if "hybrid" not in allowed_modes:  # the tenant's policy allows lexical search only
         return "lexical", "semantic search is not allowed for this tenant (policy: lexical only)"
     if embedder is None:
@@ -268,6 +286,47 @@ async def _with_vectors(conn: Connection, request: SearchRequest, mode: str, set
     return [group.item for group in groups], keys, reason
 
 
+async def _with_entities(conn: Connection, request: SearchRequest, settings: Settings,
+                         entities: tuple[entity_arm.QueryEntity, ...], timings: dict[str, float] | None = None
+                         ) -> tuple[list[hybrid.Fused], dict[int, duplicates.TextKey]]:
+    """graph: the keyword arm and the entity arm (the chunks naming the query's entities), fused by RRF, one hit
+    per text, diversified like hybrid; with the text keys."""
+    depth = max(request.limit, settings.hybrid_depth)
+    wanted = _ranking_length(request, settings)
+    while True:
+        lap = time.perf_counter()
+        lex = await bm25_topk.search(conn, request.query, request.filters, limit=depth,
+                                     ts_config=settings.text_search_config,
+                                     exhaustive=settings.bm25_exhaustive, native=settings.bm25_native)
+        lap = _lap(timings, "keyword", lap)
+        named = await entity_arm.search(conn, entities, request.filters, limit=depth)
+        lap = _lap(timings, "graph", lap)
+        fused = hybrid.fuse(lex, [], k=settings.hybrid_rrf_k, graph=named)
+        # one hit per text as lexical finds them: copies share their BM25 score, so only the chosen hits' ties
+        # are hashed (the entity arm's own candidates, scored 0 here, are ties of each other)
+        keys = {}
+        groups, folded = await duplicates.collapse_ranked(
+            conn, fused, keys, {h.chunk_id: h.score for h in lex}, chunk=lambda f: f.hit, limit=wanted,
+            admit=lambda: hybrid.diverse(settings.hybrid_max_per_file))
+        _lap(timings, "rerank", lap)
+        again = duplicates.deeper(depth, max(len(lex), len(named)), wanted, len(groups), folded)
+        if again is None:
+            break
+        depth = again
+    for group in groups:
+        group.item.copies = group.copies
+    return [group.item for group in groups], keys
+
+
+def _why(explanation: dict | None, found: tuple[list[str], list[entity_arm.QueryEntity]] | None) -> dict[str, Any]:
+    """A hit's rationale: the query's words and entities it holds, and its rank in each arm (None: not there)."""
+    e = explanation or {}
+    words, entities = found or ([], [])
+    return {"terms": words, "entities": [{"name": x.name, "type": x.type} for x in entities],
+            "ranks": {"keyword": e.get("lexical_rank"), "vector": e.get("vector_rank"), "graph": e.get("graph_rank")},
+            "pinned_identifier": bool(e.get("pinned_identifier"))}
+
+
 async def prepare(conn: Connection, request: SearchRequest, *, settings: Settings, embedder: Embedder | None = None,
                   allowed_modes: tuple[str, ...] | frozenset[str] = MODES,
                   opened: Statement | None = None) -> _Preflight:
@@ -324,8 +383,15 @@ async def search(conn: Connection, request: SearchRequest, *, settings: Settings
         refs = [HitRef(g.item.file_id, g.item.source_id, g.item.key, g.item.seq, g.item.score) for g in groups]
         copies = [g.copies for g in groups]
         explanations = [{"lexical_rank": i, "lexical_score": round(g.item.score, 6), "vector_rank": None,
-                         "vector_score": None, "fused": round(g.item.score, 6), "pinned_identifier": False}
+                         "vector_score": None, "graph_rank": None, "graph_score": None,
+                         "fused": round(g.item.score, 6), "pinned_identifier": False}
                         for i, g in enumerate(groups, 1)]
+    elif mode == "graph":
+        assert pre is not None
+        chosen, keys = await _with_entities(conn, request, settings, pre.entities, timings)
+        refs = [HitRef(f.hit.file_id, f.hit.source_id, f.hit.key, f.hit.seq, f.score) for f in chosen]
+        copies = [f.copies for f in chosen]
+        explanations = [f.explanation() for f in chosen]
     else:
         assert embedder is not None and pre is not None
         chosen, keys, partial = await _with_vectors(conn, request, mode, settings, embedder, pre.terms, timings)
@@ -349,5 +415,13 @@ async def search(conn: Connection, request: SearchRequest, *, settings: Settings
         explain_by_pos = {(str(r.source_id), r.key, r.seq): e for r, e in zip(refs, explanations)}
         for hit in hits:
             hit["explain"] = explain_by_pos.get((hit["source_id"], hit["key"], hit["seq"]))
+    if request.rationale:
+        assert pre is not None  # _windows(request): the preflight ran
+        found = await entity_arm.rationale(conn, request.query, pre.entities, [(r.file_id, r.seq) for r in refs],
+                                           ts_config=settings.text_search_config)
+        why_by_pos = {(str(r.source_id), r.key, r.seq): _why(e, found.get((r.file_id, r.seq)))
+                      for r, e in zip(refs, explanations)}
+        for hit in hits:
+            hit["rationale"] = why_by_pos.get((hit["source_id"], hit["key"], hit["seq"]))
     return SearchResult(hits=hits, mode=mode, degraded_reason=degraded_reason, **paging)
 
