@@ -72,12 +72,30 @@ MODEL_LOCK = REPO_ROOT / "airgap" / "model" / "model.lock.json"
 INSTALL_HELM = REPO_ROOT / ".ci" / "install-helm.sh"
 DEFAULT_LLAMA_CMAKE_ARGS = "-DGGML_NATIVE=OFF"
 # Images the chart can use that this bundle does not build (named here so the admin mirrors them).
+# The CloudNativePG ones (postgres.mode=cloudnativepg, docs/operations/cloudnativepg.md): the operand
+# image (the chart's default postgres.cloudnativepg.image) and the operator the chart was checked against.
+CNPG_OPERATOR_VERSION = "1.30.0"
 EXTERNAL_IMAGES = (
     (
         "pgvector/pgvector:pg18",
         "postgres.bundled.image",
         "only with postgres.bundled.enabled=true; not built here: copy it into the private registry "
         "yourself (skopeo copy docker://pgvector/pgvector:pg18 docker://REGISTRY/pgvector/pgvector:pg18)",
+    ),
+    (
+        "ghcr.io/cloudnative-pg/postgresql:18-standard-bookworm",
+        "postgres.cloudnativepg.image",
+        "only with postgres.mode=cloudnativepg (CloudNativePG's operand; its standard images carry "
+        "pgvector); not built here: copy it yourself (skopeo copy --all docker://ghcr.io/cloudnative-pg/postgresql:"
+        "18-standard-bookworm docker://REGISTRY/cloudnative-pg/postgresql:18-standard-bookworm)",
+    ),
+    (
+        f"ghcr.io/cloudnative-pg/cloudnative-pg:{CNPG_OPERATOR_VERSION}",
+        "none: the CloudNativePG operator, installed before the chart",
+        "only with postgres.mode=cloudnativepg; not built here: copy it yourself (skopeo copy --all "
+        f"docker://ghcr.io/cloudnative-pg/cloudnative-pg:{CNPG_OPERATOR_VERSION} "
+        f"docker://REGISTRY/cloudnative-pg/cloudnative-pg:{CNPG_OPERATOR_VERSION}) with its release manifest "
+        f"cnpg-{CNPG_OPERATOR_VERSION}.yaml, whose image references you point at REGISTRY",
     ),
 )
 

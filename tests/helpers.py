@@ -18,6 +18,7 @@ import pytest
 import uvicorn
 
 from kdbl_control import admin
+from kdbl_core.access.principal import Principal
 from kdbl_core.db.connect import Pool, sync_pool
 from kdbl_core.settings import Settings
 from kdbl_worker.bench_samples import pdf_file
@@ -123,16 +124,55 @@ def serving(app, **config) -> Iterator[str]:
 
 
 @contextmanager
-def running_api(owner_url: str, settings: Settings | None = None) -> Iterator[str]:
-    """The real API app under uvicorn on a loopback port, as the kdbl_api role; yields its base URL."""
+def running_api(owner_url: str, settings: Settings | None = None, *, read_url: str | None = None) -> Iterator[str]:
+    """The real API app under uvicorn on a loopback port, as the kdbl_api role (MCP calls reading at `read_url`,
+    a replica's kdbl_api URL, when given); yields its base URL."""
     from kdbl_api.app import create_app
     from kdbl_core.db.urls import for_role
 
     settings = settings or Settings(mcp_enabled=True)
-    app = create_app(settings, for_role(owner_url, "kdbl_api"))
+    app = create_app(settings, for_role(owner_url, "kdbl_api"), read_url=read_url)
     # proxy_headers=False as kdbl-api (kdbl_api.main): uvicorn's default believes X-Forwarded-For from loopback
     with serving(app, proxy_headers=False) as url:
         yield url
+
+
+def entity_world(owner_engine, worker_engine, root: Path, files: dict[str, str], *, prefix: str,
+                 grant: tuple[str, str]) -> dict:
+    """A tenant with two folder sources with entities on, crawled and their entities read: `news` (open to
+    all) over root/news and `board` (restricted; `grant` = (subject, file key) opens one file) over root/board;
+    `files` are keyed 'news/...' or 'board/...'. Returns {tenant, tenant_id, open, closed, root}."""
+    from kdbl_worker.entity_stage import extract_pending
+
+    for key, body in files.items():
+        (root / key).parent.mkdir(parents=True, exist_ok=True)
+        (root / key).write_text(body)
+    db = db_of(owner_engine)
+    tenant = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    t = admin.create_tenant(db, tenant)
+    opened = admin.add_source(db, tenant, protocol="fs", config={"root": str(root / "news"), "entities": True},
+                              name="news")
+    closed = admin.add_source(db, tenant, protocol="fs", config={"root": str(root / "board"), "entities": True},
+                              name="board", restricted=True)
+    admin.add_grant(db, source_id=closed.id, subject=grant[0], file_key=grant[1])
+    for source in (opened, closed):
+        crawl(worker_engine, Corpus(tenant, t.id, source.id, root))
+    assert extract_pending(db_of(worker_engine)) == len(files)
+    return {"tenant": tenant, "tenant_id": t.id, "open": opened.id, "closed": closed.id, "root": root}
+
+
+def one_entity_file(owner_engine, worker_engine, folder: Path, name: str, body: str, *, prefix: str) -> Principal:
+    """`body` as folder/name in a fresh tenant's source with entities on, crawled and read; a reader of it."""
+    from kdbl_worker.entity_stage import extract_pending
+
+    (folder / name).write_text(body)
+    db = db_of(owner_engine)
+    tenant = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    t = admin.create_tenant(db, tenant)
+    s = admin.add_source(db, tenant, protocol="fs", config={"root": str(folder), "entities": True}, name=prefix)
+    crawl(worker_engine, Corpus(tenant, t.id, s.id, folder))
+    assert extract_pending(db_of(worker_engine)) == 1
+    return Principal(tenant_id=t.id, tenant_name=tenant, subject="user:zed")
 
 
 @contextmanager

@@ -6,13 +6,17 @@ files the wider test suite holds.
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
+import json
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -22,6 +26,7 @@ HELM = REPO_ROOT / "tools" / "bin" / "helm"
 INSTALL_SCRIPT = REPO_ROOT / ".ci" / "install-helm.sh"
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 HELM_SHA256 = "210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9"
 
 NAMESPACE = "kdbl"
@@ -179,3 +184,35 @@ def container_images(docs: list[dict[str, Any]]) -> list[str]:
         images += [c["image"] for c in pod.containers()]
         images += [v["image"]["reference"] for v in pod.spec.get("volumes") or [] if "image" in v]
     return images
+
+
+# --- custom resources of other projects, validated offline -----------------------------------------
+
+# (apiVersion, kind) -> the CRD's openAPIV3Schema, vendored (see the file's $comment; never downloaded)
+CUSTOM_RESOURCE_SCHEMAS = {
+    ("postgresql.cnpg.io/v1", "Cluster"): FIXTURES / "cnpg-cluster-v1.30.0.schema.json",
+}
+
+
+def _strict(node: Any) -> Any:
+    """openAPIV3Schema -> JSON Schema that, like `kubectl apply` with strict field validation, rejects
+    unknown fields (x-kubernetes-* keywords, CEL rules among them, are dropped: not checked offline)."""
+    if isinstance(node, dict):
+        out = {k: _strict(v) for k, v in node.items() if not k.startswith("x-kubernetes-")}
+        closed = "properties" in node and not node.get("x-kubernetes-preserve-unknown-fields")
+        if node.get("type") == "object" and closed:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(node, list):
+        return [_strict(v) for v in node]
+    return node
+
+
+@functools.cache
+def custom_resource_validator(api_version: str, kind: str) -> jsonschema.Draft7Validator | None:
+    path = CUSTOM_RESOURCE_SCHEMAS.get((api_version, kind))
+    if path is None:
+        return None
+    schema = _strict(copy.deepcopy(json.loads(path.read_text())))
+    schema["properties"]["metadata"] = {"type": "object"}
+    return jsonschema.Draft7Validator(schema)

@@ -1,5 +1,6 @@
 """The chart lints strictly, renders for every values variant, and every rendered object is valid
-Kubernetes (kubernetes-validate --strict) for the oldest supported and the newest known version."""
+Kubernetes (kubernetes-validate --strict) for the oldest supported and the newest known version; custom
+resources of other projects (CloudNativePG's Cluster) against their CRD's schema, vendored."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import tarfile
 
 import kubernetes_validate
 import pytest
-from chart_helpers import CHART_DIR, VARIANTS, Chart, variant_args
+from chart_helpers import CHART_DIR, VARIANTS, Chart, custom_resource_validator, variant_args
 
 OLDEST_SUPPORTED = "1.30"
 NEWEST_KNOWN = kubernetes_validate.latest_version()
@@ -18,6 +19,7 @@ def test_there_is_a_values_variant_for_each_supported_shape() -> None:
         "default",
         "default-external-db",
         "bundled-postgres",
+        "cloudnativepg",
         "ingress-hpa-digest",
         "operator-disabled",
         "private-registry",
@@ -49,6 +51,11 @@ def test_rendered_objects_are_valid_kubernetes_strictly(chart: Chart, variant: s
     errors = []
     for doc in chart.render_variant(variant):
         ident = f"{doc['kind']}/{doc['metadata']['name']}"
+        validator = custom_resource_validator(doc["apiVersion"], doc["kind"])
+        if validator is not None:
+            for error in validator.iter_errors(doc):
+                errors.append(f"{ident}: {'.'.join(str(p) for p in error.path)}: {error.message}")
+            continue
         try:
             kubernetes_validate.validate(doc, k8s_version, strict=True)
         except kubernetes_validate.ValidationError as exc:

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import make_url
 
-from kdbl_core.db.embedded_postgres import EmbeddedDatabase, _as_server_user, pg_binary
+from kdbl_core.db.embedded_postgres import EmbeddedDatabase, as_server_user, pg_binary
 from kdbl_core.db.connect import conninfo
 from kdbl_core.db.urls import for_role
 
@@ -167,7 +167,7 @@ def test_a_data_dir_from_an_earlier_release_with_trust_auth_gets_a_password(priv
 
     pgdata = private_parent / "d" / "pgdata"
     pgdata.mkdir(parents=True, mode=0o700)
-    subprocess.run(embedded._as_server_user([embedded.pg_binary("initdb"), "-D", str(pgdata), "-U", "postgres",
+    subprocess.run(embedded.as_server_user([embedded.pg_binary("initdb"), "-D", str(pgdata), "-U", "postgres",
                                              "--auth=trust", "--no-instructions"]),
                    check=True, capture_output=True)
     with EmbeddedDatabase(private_parent / "d") as db:
@@ -203,7 +203,7 @@ def test_pg_ctl_restart_brings_the_server_back_with_its_options_and_stop_ends_it
         opts = (db.pgdata / "postmaster.opts").read_text()
         assert "$" not in opts and "-c" not in opts
         before = _postmaster_pid(db.pgdata)
-        restart = _as_server_user([pg_binary("pg_ctl"), "restart", "-D", str(db.pgdata), "-w", "-t", "300",
+        restart = as_server_user([pg_binary("pg_ctl"), "restart", "-D", str(db.pgdata), "-w", "-t", "300",
                                    "-m", "fast", "-l", str(db.pgdata / "log")])
         result = subprocess.run(restart, capture_output=True, text=True, timeout=600, check=False)
         assert result.returncode == 0, result.stdout + result.stderr

@@ -23,7 +23,7 @@ from kdbl_core import errors
 from kdbl_core.content import store
 from kdbl_core.errors import (
     ConfigError, Conflict, DeadlineExceeded, Forbidden, InvalidArgument, KdblError, MalformedMessage, MisdirectedRequest,
-    NotFound, PermanentError, RateLimited, RequestTimeout, RequestTooLarge, TemporaryError, Unauthenticated,
+    NotFound, PermanentError, RateLimited, ReadBehind, RequestTimeout, RequestTooLarge, TemporaryError, Unauthenticated,
     Unavailable, UpstreamError, http_response_of, jsonrpc_response_of,
 )
 from kdbl_core.settings import Settings
@@ -52,6 +52,7 @@ SAMPLES: list[KdblError] = [
     LoadgenError("connection closed"), InvalidSpec("TenantNotFound", "no tenant 'a'"),
     InvalidSpec("InvalidSchedule", "bad"), k8s.NamespaceMissing("team-a"), k8s.KubernetesUnavailable("503"),
     EnvelopeError(InvalidArgument("params", "must be an object"), 7),
+    ReadBehind("the replica is behind the cursor", reason="behind"),
 ]
 
 

@@ -49,6 +49,35 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s-postgres" (include "kdbl.prefix" .) -}}
 {{- end -}}
 
+{{/*
+Where PostgreSQL comes from: external | bundled | cloudnativepg. postgres.mode unset: bundled when
+postgres.bundled.enabled (the switch before postgres.mode existed), otherwise external.
+*/}}
+{{- define "kdbl.postgresMode" -}}
+{{- $mode := .Values.postgres.mode | default "" -}}
+{{- if not $mode -}}
+{{- $mode = ternary "bundled" "external" (.Values.postgres.bundled.enabled | default false) -}}
+{{- else if and .Values.postgres.bundled.enabled (ne $mode "bundled") -}}
+{{- fail (printf "postgres.bundled.enabled=true contradicts postgres.mode=%s: unset one of them" $mode) -}}
+{{- end -}}
+{{- $mode -}}
+{{- end -}}
+
+{{/*
+The CloudNativePG Cluster (postgres.mode=cloudnativepg); its Services are <name>-rw (the primary) and
+<name>-ro (the hot standbys), its Pods carry the label cnpg.io/cluster=<name>.
+*/}}
+{{- define "kdbl.cnpgClusterName" -}}
+{{- printf "%s-pg" (include "kdbl.prefix" .) -}}
+{{- end -}}
+
+{{/*
+The CloudNativePG Secret with the owner's password (the superuser postgres, key "password").
+*/}}
+{{- define "kdbl.cnpgSuperuserSecret" -}}
+{{- .Values.postgres.cloudnativepg.superuserSecret | default (printf "%s-superuser" (include "kdbl.cnpgClusterName" .)) -}}
+{{- end -}}
+
 {{- define "kdbl.operatorServiceAccountName" -}}
 {{- if .Values.operator.serviceAccount.create -}}
 {{- .Values.operator.serviceAccount.name | default (printf "%s-operator" (include "kdbl.prefix" .)) -}}
@@ -176,21 +205,40 @@ key: {{ .key }}
 
 {{/*
 Environment variables with a database connection for one role: (dict "root" $ "role" "owner|api|worker").
-External: KDBL_DATABASE_URL from the Secret. Bundled: a password-less URL plus PGPASSWORD (libpq reads
-it), so passwords never need URL-encoding.
+External: KDBL_DATABASE_URL from the Secret. Bundled and cloudnativepg: a password-less URL plus PGPASSWORD
+(libpq reads it), so passwords never need URL-encoding. The API also gets KDBL_DATABASE_READ_URL (MCP
+calls read on a streaming replica) where one is configured, with KDBL_READ_MAX_LAG_S and KDBL_READ_POOL_SIZE.
 */}}
 {{- define "kdbl.databaseEnv" -}}
 {{- $root := .root -}}
 {{- $v := $root.Values -}}
-{{- if $v.postgres.bundled.enabled -}}
+{{- $mode := include "kdbl.postgresMode" $root -}}
+{{- if has $mode (list "bundled" "cloudnativepg") -}}
 {{- $auth := $v.postgres.bundled.auth -}}
 {{- $user := $auth.username -}}
+{{- $host := include "kdbl.postgresName" $root -}}
+{{- $port := int $v.postgres.bundled.port -}}
+{{- $database := $auth.database -}}
+{{- $readHost := "" -}}
+{{- if eq $mode "cloudnativepg" -}}
+{{- $cnpg := $v.postgres.cloudnativepg -}}
+{{- $user = "postgres" -}}
+{{- $host = printf "%s-rw" (include "kdbl.cnpgClusterName" $root) -}}
+{{- $port = 5432 -}}
+{{- $database = $cnpg.database -}}
+{{- if and $cnpg.readReplicas (gt (int $cnpg.instances) 1) -}}
+{{- $readHost = printf "%s-ro" (include "kdbl.cnpgClusterName" $root) -}}
+{{- end -}}
+{{- end -}}
 {{- if eq .role "api" }}{{ $user = "kdbl_api" }}{{ end -}}
 {{- if eq .role "worker" }}{{ $user = "kdbl_worker" }}{{ end -}}
 - name: PGPASSWORD
   valueFrom:
     secretKeyRef:
-{{- if eq .role "owner" }}
+{{- if and (eq .role "owner") (eq $mode "cloudnativepg") }}
+      name: {{ include "kdbl.cnpgSuperuserSecret" $root }}
+      key: password
+{{- else if eq .role "owner" }}
       {{- include "kdbl.secretKeyRef" (dict "root" $root "value" $auth.password "existingSecret" $auth.existingSecret "key" $auth.existingSecretKey "chartKey" "postgres-password" "what" "postgres.bundled.auth.existingSecret or postgres.bundled.auth.password is required for the bundled PostgreSQL") | nindent 6 }}
 {{- else if eq .role "api" }}
       {{- include "kdbl.secretKeyRef" (dict "root" $root "value" $v.database.runtimeRoles.apiPassword "existingSecret" $v.database.runtimeRoles.existingSecret "key" $v.database.runtimeRoles.existingSecretKeys.apiPassword "chartKey" "api-db-password" "what" "database.runtimeRoles (kdbl_api password)") | nindent 6 }}
@@ -198,7 +246,12 @@ it), so passwords never need URL-encoding.
       {{- include "kdbl.secretKeyRef" (dict "root" $root "value" $v.database.runtimeRoles.workerPassword "existingSecret" $v.database.runtimeRoles.existingSecret "key" $v.database.runtimeRoles.existingSecretKeys.workerPassword "chartKey" "worker-db-password" "what" "database.runtimeRoles (kdbl_worker password)") | nindent 6 }}
 {{- end }}
 - name: KDBL_DATABASE_URL
-  value: {{ printf "postgresql://%s@%s:%d/%s" $user (include "kdbl.postgresName" $root) (int $v.postgres.bundled.port) $auth.database | quote }}
+  value: {{ printf "postgresql://%s@%s:%d/%s" $user $host $port $database | quote }}
+{{- if and (eq .role "api") $readHost }}
+- name: KDBL_DATABASE_READ_URL
+  value: {{ printf "postgresql://%s@%s:%d/%s" $user $readHost $port $database | quote }}
+{{- include "kdbl.readReplicaEnv" $root }}
+{{- end }}
 {{- else -}}
 {{- $ext := $v.database.external -}}
 - name: KDBL_DATABASE_URL
@@ -211,6 +264,26 @@ it), so passwords never need URL-encoding.
 {{- else }}
       {{- include "kdbl.secretKeyRef" (dict "root" $root "value" $ext.workerUrl "existingSecret" $ext.existingSecret "key" $ext.existingSecretKeys.workerUrl "chartKey" "database-worker-url" "what" "database.external (kdbl_worker URL)") | nindent 6 }}
 {{- end }}
+{{- if and (eq .role "api") (or $ext.readUrl $ext.existingSecretKeys.readUrl) }}
+- name: KDBL_DATABASE_READ_URL
+  valueFrom:
+    secretKeyRef:
+      {{- include "kdbl.secretKeyRef" (dict "root" $root "value" $ext.readUrl "existingSecret" $ext.existingSecret "key" $ext.existingSecretKeys.readUrl "chartKey" "database-read-url" "what" "database.external (kdbl_api read URL)") | nindent 6 }}
+{{- include "kdbl.readReplicaEnv" $root }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The API's bound on a replica's lag and its read pool (only beside KDBL_DATABASE_READ_URL).
+*/}}
+{{- define "kdbl.readReplicaEnv" -}}
+{{- $r := .Values.api.readReplica }}
+- name: KDBL_READ_MAX_LAG_S
+  value: {{ $r.maxLagSeconds | quote }}
+{{- with $r.poolSize }}
+- name: KDBL_READ_POOL_SIZE
+  value: {{ . | quote }}
 {{- end }}
 {{- end -}}
 
@@ -346,10 +419,11 @@ Writable scratch space for a read-only root filesystem.
 {{- end -}}
 
 {{/*
-NetworkPolicy egress rule to PostgreSQL (bundled Pod or external CIDR).
+NetworkPolicy egress rule to PostgreSQL (bundled Pod, CloudNativePG instances or external CIDR).
 */}}
 {{- define "kdbl.postgresEgressRule" -}}
-{{- if .Values.postgres.bundled.enabled -}}
+{{- $mode := include "kdbl.postgresMode" . -}}
+{{- if eq $mode "bundled" -}}
 - to:
     - podSelector:
         matchLabels:
@@ -357,6 +431,15 @@ NetworkPolicy egress rule to PostgreSQL (bundled Pod or external CIDR).
   ports:
     - protocol: TCP
       port: {{ .Values.postgres.bundled.port }}
+{{- else if eq $mode "cloudnativepg" -}}
+{{- /* the -rw and -ro Services both select these Pods; a failover moves the primary among them */}}
+- to:
+    - podSelector:
+        matchLabels:
+          cnpg.io/cluster: {{ include "kdbl.cnpgClusterName" . }}
+  ports:
+    - protocol: TCP
+      port: 5432
 {{- else -}}
 - ports:
     - protocol: TCP
@@ -370,10 +453,11 @@ NetworkPolicy egress rule to PostgreSQL (bundled Pod or external CIDR).
 {{- end -}}
 
 {{/*
-Hook annotations of the migration Job and of what it needs before it runs.
+Hook annotations of the migration Job and of what it needs before it runs (after install when the
+chart itself creates the database: bundled or cloudnativepg).
 */}}
 {{- define "kdbl.migrationHook" -}}
-{{- if .Values.postgres.bundled.enabled -}}
+{{- if ne (include "kdbl.postgresMode" .) "external" -}}
 post-install,pre-upgrade
 {{- else -}}
 pre-install,pre-upgrade

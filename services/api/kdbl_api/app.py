@@ -9,7 +9,9 @@ While the database is unreachable every request that needs it gets 503 with `Ret
 (kdbl_core.errors.Unavailable, raised by the request path's pool), and /readyz says so.
 Everything the app reads or writes goes through one psycopg pool (kdbl_core.db.async_pool.AsyncPool,
 `settings.db_pool_size` connections, opened in the lifespan): tool calls, token and OIDC tenant
-lookups, policies, rate limits, downloads, audit rows, readiness, /capacity and the start-up checks.
+lookups, policies, rate limits, downloads, audit rows, readiness, /capacity and the start-up checks —
+unless KDBL_DATABASE_READ_URL names a read replica: then MCP calls read there (kdbl_api.read_route) and
+everything else stays on the primary.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from kdbl_api.http_auth import PRM_PATH, McpFrontDoor, public_base
 from kdbl_api.legacy_sse import MESSAGES_PATH, SSE_PATH, LegacySse
 from kdbl_api.observability import MetricsPort
 from kdbl_api.ratelimit import RateLimiter
+from kdbl_api.read_route import ReadRoute
 from kdbl_api.server import AppState, build_server
 from kdbl_api.tools.context import Services
 from kdbl_core.access.oidc import OidcVerifier
@@ -104,15 +107,20 @@ def load_chat_model(settings: Settings) -> ChatModel | None:
 
 
 def create_app(settings: Settings, database_url: str, embedder: Embedder | None = None,
-               chat: ChatModel | None = None) -> Starlette:
-    """The API on the database at `database_url` (the kdbl_api role's). `embedder` (and `chat`) let a
-    process that already loaded the model share it (kdbl-control up, tests)."""
+               chat: ChatModel | None = None, read_url: str | None = None) -> Starlette:
+    """The API on the database at `database_url` (the kdbl_api role's), MCP calls reading at `read_url` (a
+    replica, as kdbl_api) when given. `embedder` (and `chat`) let a process that already loaded the model
+    share it (kdbl-control up, tests)."""
     state = AppState()
     # every statement bounded, also outside a call's own deadline (the front door's token, policy and rate
     # limit lookups, downloads' token state, /readyz): a call's transaction sets its own with SET LOCAL
     pool = AsyncPool(connect.conninfo(database_url), settings.db_pool_size, name="kdbl-api",
                      statement_timeout_ms=round(settings.call_timeout_s * 1000))  # opened below
-    server = build_server(pool, state)
+    replica = AsyncPool(connect.conninfo(read_url), settings.read_pool_size or settings.db_pool_size,
+                        name="kdbl-api-reads", statement_timeout_ms=round(settings.call_timeout_s * 1000)
+                        ) if read_url else None  # opened at its first call
+    route = ReadRoute(pool, replica, max_lag_s=settings.read_max_lag_s, observability=state.observability)
+    server = build_server(route, state)
 
     def session_manager(json_response: bool) -> StreamableHTTPSessionManager:
         return StreamableHTTPSessionManager(
@@ -150,7 +158,7 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
                       else f"database check failed ({type(exc).__name__})")
             return JSONResponse({"status": "unavailable", "database": "unreachable", "reason": reason},
                                 status_code=503, headers={"Retry-After": "1"})
-        return JSONResponse({"status": "ok", "database": "ok"})
+        return JSONResponse({"status": "ok", "database": "ok", "reads": route.describe()})
 
     async def authenticate(request: Request) -> Principal | Response:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
@@ -201,6 +209,9 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
                 "hybrid": hybrid,
                 "semantic": {**hybrid, "latency": obs.mode_latency("semantic"),
                              "cost": "query embedding (~4 ms CPU, cached) + HNSW scan"},
+                "graph": {"available": True, "latency": obs.mode_latency("graph"),
+                          "cost": "BM25 + the chunks naming the query's entities, fused",
+                          "note": "needs sources with entities on; a query naming no entity is served as lexical"},
             },
             "rate_limit": await front_door.quota(principal),
         }
@@ -243,10 +254,12 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
                                       embedder=loaded, search_cache=ResultCache(
                                           settings.search_cache_bytes, settings.search_cache_ttl_seconds),
                                       chat=chat_model)
+            await route.start()
             async with manager.run(), streaming.run():
                 yield
         finally:
             await downloads.aclose()
+            await route.stop()
             await pool.close()
 
     routes = [

@@ -29,6 +29,7 @@ from psycopg.errors import QueryCanceled
 
 from kdbl_core.access.principal import Principal, rls_transaction
 from kdbl_core.db.async_pool import AsyncPool, Connection, Statement
+from kdbl_core.db.replica import Replay
 from kdbl_core.errors import DeadlineExceeded
 
 GRACE_S = 1.0
@@ -51,13 +52,15 @@ def _statement_timeout(exc: QueryCanceled, elapsed_s: float, deadline_ms: int) -
 @asynccontextmanager
 async def bounded_transaction(pool: AsyncPool, principal: Principal, *, tool: str, deadline_ms: int,
                               extra_s: float = 0.0, also: Statement | None = None,
-                              on_exceeded: Callable[[str], None] | None = None) -> AsyncIterator[Connection]:
+                              on_exceeded: Callable[[str], None] | None = None,
+                              replay: Replay | None = None) -> AsyncIterator[Connection]:
     """`rls_transaction` under the call's deadline; past it DeadlineExceeded, after `on_exceeded(where)`
     ('statement': the server cancelled one; 'call': the Python-side bound fired)."""
     bound = asyncio.timeout(deadline_ms / 1000 + GRACE_S + extra_s)
     started = time.monotonic()
     try:
-        async with bound, rls_transaction(pool, principal, also=also, statement_timeout_ms=deadline_ms) as conn:
+        async with bound, rls_transaction(pool, principal, also=also, statement_timeout_ms=deadline_ms,
+                                             replay=replay) as conn:
             yield conn
     except QueryCanceled as exc:  # rolled back; the connection is back in the pool, idle
         if not _statement_timeout(exc, time.monotonic() - started, deadline_ms):

@@ -30,7 +30,8 @@ def build() -> Starlette:
     """The app from the environment (also the uvicorn factory each worker process calls)."""
     settings = get_settings()
     logging_setup.configure(settings.log_level, settings.log_format)
-    return create_app(settings, settings.require_database_url())  # one pool of KDBL_DB_POOL_SIZE
+    read_url = settings.database_read_url.get_secret_value() if settings.database_read_url else None
+    return create_app(settings, settings.require_database_url(), read_url=read_url)  # reads: a replica, if any
 
 
 def listen_sockets(settings: Settings) -> list[socket.socket]:

@@ -47,6 +47,9 @@ class Observability:
                                      ["reason"], registry=self.registry)
         self.deadline_exceeded = Counter("kdbl_call_deadline_exceeded", "Calls stopped at their deadline",
                                          ["tool", "where"], registry=self.registry)
+        # read replicas (kdbl_api.read_route): calls the replica did not serve, and why
+        self.read_fallbacks = Counter("kdbl_read_fallbacks", "MCP calls run on the primary instead of the replica",
+                                      ["reason"], registry=self.registry)
         self._window = window
         self._modes: dict[str, deque[float]] = {}
         self._lock = threading.Lock()

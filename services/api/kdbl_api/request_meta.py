@@ -47,6 +47,7 @@ class CallMeta:
     started: float = field(default_factory=time.perf_counter)
     took_ms: dict[str, float] = field(default_factory=dict)
     cache_hit: bool = False
+    progressed: bool = False  # a progress notification went out (a streamed answer is not run again)
 
     @classmethod
     def begin(cls, client_id: str | None = None) -> CallMeta:

@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from kdbl_api import audit, bearer, request_meta
 from kdbl_api.audit import AuditFacts
-from kdbl_api.deadlines import bounded_transaction
+from kdbl_api.read_route import ReadRoute
 from kdbl_api.observability import Observability
 from kdbl_api.request_meta import CallMeta
 from kdbl_api.tools import blocks, files
@@ -43,7 +43,7 @@ from kdbl_api.tools.models import FileRefArgs
 from kdbl_api.tools.registry import TOOLS
 from kdbl_core import __version__, pacing
 from kdbl_core.content import contents, reads
-from kdbl_core.db.async_pool import AsyncPool, Statement
+from kdbl_core.db.async_pool import Connection, Statement
 from kdbl_core.errors import (
     FORBIDDEN, DeadlineExceeded, Forbidden, InvalidArgument, KdblError, RateLimited, Unauthenticated,
     jsonrpc_error_of,
@@ -114,6 +114,7 @@ def _progress(ctx: ServerRequestContext[Any]) -> Callable[[str, float, float | N
         return None
 
     async def send(message: str, progress: float, total: float | None) -> None:
+        _meta(ctx).progressed = True
         await ctx.session.report_progress(progress, total, message)
 
     return send
@@ -149,8 +150,10 @@ def validation_error(exc: ValidationError) -> MCPError:
 Work = Callable[[ToolContext], Awaitable[tuple[dict[str, Any], AuditFacts]]]
 
 
-def build_server(pool: AsyncPool, state: AppState) -> Server[Any]:
+def build_server(route: ReadRoute, state: AppState) -> Server[Any]:
+    """The SDK server over `route` (kdbl_api.read_route: where calls read, audit rows on the primary)."""
     definitions = [spec.definition() for spec in TOOLS.values()]
+    pool = route.primary
 
     async def run(ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any], work: Work,
                   opening: Callable[[], Statement | None] | None = None) -> dict[str, Any]:
@@ -164,20 +167,24 @@ def build_server(pool: AsyncPool, state: AppState) -> Server[Any]:
         def exceeded(where: str) -> None:
             state.observability.deadline_exceeded.labels(name, where).inc()
 
+        services = state.services
+
+        async def body(conn: Connection, opened: Statement | None) -> tuple[dict[str, Any], AuditFacts]:
+            tctx = ToolContext(conn=conn, principal=principal, services=services, policy=policy, meta=meta,
+                               opened=opened)
+            parts = len(meta.took_ms)
+            result, facts = await work(tctx)
+            if len(meta.took_ms) == parts:  # the handler did not break its time down: its reads
+                meta.add("db", started)
+            return result, facts
+
         try:
             opened = opening() if opening is not None else None  # may refuse the arguments: audited below
-            async with bounded_transaction(
-                    pool, principal, tool=name, deadline_ms=policy.limits.deadline_ms(name), also=opened,
-                    extra_s=state.services.settings.chat_timeout_s if name == "answer" else 0.0,
-                    on_exceeded=exceeded) as conn:
-                tctx = ToolContext(conn=conn, principal=principal, services=state.services, policy=policy,
-                                   meta=meta, opened=opened)
-                parts = len(meta.took_ms)
-                result, facts = await work(tctx)
-                if len(meta.took_ms) == parts:  # the handler did not break its time down: its reads
-                    meta.add("db", started)
-                row = audit.audit_row(principal, ctx.request, name, arguments, facts, started)
-                await audit.write(conn, row)
+            result, facts = await route.run(
+                principal, tool=name, deadline_ms=policy.limits.deadline_ms(name),
+                extra_s=services.settings.chat_timeout_s if name == "answer" else 0.0, opened=opened, body=body,
+                row_of=lambda facts: audit.audit_row(principal, ctx.request, name, arguments, facts, started),
+                rerunnable=lambda: not meta.progressed, on_exceeded=exceeded)
             ok, mode = True, facts.mode
             await pacing.checkpoint()  # its connection is back; the result's rendering may wait its turn
             return result

@@ -50,6 +50,17 @@ def run_bench(args: argparse.Namespace, settings: Settings) -> int:
                           lambda url, work, db: bench_entity_graph.run_entity_graph_bench(
                               url, work, files=args.files, chunks=args.chunks, n_queries=args.queries,
                               log=lambda line: print(line, file=sys.stderr)), bench_entity_graph.summarise)
+    if args.action == "replica":
+        from kdbl_control import bench_replica
+
+        if settings.database_url is not None and args.data_dir is None:
+            raise ConfigError("bench replica makes a standby of the embedded database: unset KDBL_DATABASE_URL "
+                              "(or give --data-dir DIR)")
+        return _run_bench(args, settings, Path(tempfile.gettempdir()) / "kdbl-bench-replica",
+                          lambda url, work, db: bench_replica.run_replica_bench(
+                              db, args.dataset, work, clients=args.clients, seconds=args.seconds,
+                              n_queries=args.queries, log=lambda line: print(line, file=sys.stderr)),
+                          bench_replica.summarise)
     if args.action == "smb-permissions":
         from kdbl_control import bench_smb_permissions
 

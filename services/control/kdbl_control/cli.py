@@ -337,6 +337,13 @@ def build_parser() -> argparse.ArgumentParser:
     bg.add_argument("--chunks", type=int, default=10, help="chunks of ~900 characters a file (default 10)")
     bg.add_argument("--queries", type=int, default=100, help="find_entity calls per response mode")
     bg.add_argument("--work-dir", type=Path, help="where the folder and the embedded database go")
+    br = bsub.add_parser("replica", help="searches reading on a hot standby of the embedded database beside the "
+                         "same searches on the primary, the standby's lag during a bulk crawl, WAL bytes a chunk")
+    br.add_argument("--dataset", type=Path, default=bs.get_default("dataset"), help="BEIR folder to crawl and query")
+    br.add_argument("--clients", type=int, default=16, help="concurrent clients of the throughput run")
+    br.add_argument("--seconds", type=float, default=20.0, help="length of each throughput run")
+    br.add_argument("--queries", type=int, default=300, help="queries of the 1-client run")
+    br.add_argument("--work-dir", type=Path, help="where the documents, the database and its standby go")
     bm = bsub.add_parser("smb-permissions", help="what reading NT ACLs costs a listing of a real SMB share: "
                          "files/s and messages a file with and without descriptors, and with unchanged change times")
     bm.add_argument("--server", required=True, help="file server host")

@@ -196,6 +196,17 @@ class Unavailable(TemporaryError):
         self.retry_after_sec = retry_after_sec
 
 
+class ReadBehind(TemporaryError):
+    """A read replica has not replayed what a call depends on (past KDBL_READ_MAX_LAG_S, or behind the index
+    state a cursor was cut from): the API runs the call on the primary instead (kdbl_api.read_route); it
+    reaches a client only if the primary itself is behind the cursor (a failover to a lagging standby).
+    `reason`: 'lag' (past the bound) or 'behind' (behind a cursor)."""
+
+    def __init__(self, message: str, *, reason: str = "behind") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class UpstreamError(TemporaryError):
     """A service behind this one failed or answered nonsense (a file source, the worker's fetch endpoint, a
     server under load test): HTTP 502 Bad Gateway, no `Retry-After`."""

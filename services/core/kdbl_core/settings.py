@@ -102,6 +102,16 @@ class Settings(BaseSettings):
     db_pool_size: int = Field(default=10, ge=1, le=200, description=(
         "Database connections per process for the request path (kdbl-api: one pool per worker process, "
         "which also serves readiness, /capacity and the start-up checks)."))
+    database_read_url: SecretStr | None = Field(default=None, description=(
+        "kdbl-api only: where MCP calls read (a streaming replica: CloudNativePG's <cluster>-ro Service), as "
+        "kdbl_api. Tokens, tenant policy, the rate limit, audit rows and downloads' token state stay on "
+        "KDBL_DATABASE_URL (the primary). Unset: everything on KDBL_DATABASE_URL."))
+    read_max_lag_s: float = Field(default=10.0, gt=0, le=3600, description=(
+        "A replica further behind the primary than this (seconds of the primary's WAL) is not read: the call "
+        "runs on the primary instead (counted in /metrics, reported by /readyz)."))
+    read_pool_size: int | None = Field(default=None, ge=1, le=200, description=(
+        "Connections per API process to KDBL_DATABASE_READ_URL (default: KDBL_DB_POOL_SIZE; the primary's "
+        "pool then carries the front door, audit rows and fallbacks)."))
     text_search_config: str = Field(default="english", pattern=r"^[a-z_]+$")
     allow_privileged_db_role: bool = Field(
         default=False,

@@ -20,6 +20,7 @@ from kdbl_core.access.share_acl import is_sid
 from kdbl_core.db.async_pool import AsyncPool, Statement
 from kdbl_core.db.async_pool import Connection as AsyncConnection
 from kdbl_core.db.connect import Connection
+from kdbl_core.db.replica import Replay
 
 SCOPE_SEARCH = "kdbl.search"
 SCOPE_READ = "kdbl.read"
@@ -62,7 +63,8 @@ def principal_params(principal: Principal) -> dict[str, str]:
 
 @asynccontextmanager
 async def rls_transaction(pool: AsyncPool, principal: Principal, *, also: Statement | None = None,
-                          statement_timeout_ms: int | None = None) -> AsyncIterator[AsyncConnection]:
+                          statement_timeout_ms: int | None = None, replay: Replay | None = None
+                          ) -> AsyncIterator[AsyncConnection]:
     """One transaction scoped to `principal` (row-level security reads `kdbl.tenant_id` and
     `kdbl.subjects`; SET LOCAL: they vanish at COMMIT/ROLLBACK). The settings travel with BEGIN in one
     round trip, and `also` (the call's first statement, under RLS already) with them. With
@@ -73,7 +75,7 @@ async def rls_transaction(pool: AsyncPool, principal: Principal, *, also: Statem
     sql = _SET_PRINCIPAL
     if statement_timeout_ms is not None:
         sql, params = _SET_PRINCIPAL_AND_TIMEOUT, {**params, "timeout": str(int(statement_timeout_ms))}
-    async with pool.transaction(sql, params, also=also) as conn:
+    async with pool.transaction(sql, params, also=also, replay=replay) as conn:
         yield conn
 
 

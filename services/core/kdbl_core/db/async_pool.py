@@ -35,6 +35,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.types import TypeInfo
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
+from kdbl_core.db.replica import REPLAY, Replay, parse_lsn
 from kdbl_core.errors import Unavailable
 
 log = logging.getLogger(__name__)
@@ -226,12 +227,13 @@ class AsyncPool:
         raise AssertionError("unreachable")
 
     @asynccontextmanager
-    async def transaction(self, first_sql: str, params: Params, *, also: Statement | None = None
-                          ) -> AsyncIterator[Connection]:
+    async def transaction(self, first_sql: str, params: Params, *, also: Statement | None = None,
+                          replay: Replay | None = None) -> AsyncIterator[Connection]:
         """BEGIN and `first_sql` (e.g. the principal's settings) in one round trip, with `also` (the
         caller's first statement, e.g. the search preflight: its rows land in `also.rows`) in the same
         one; COMMIT on a clean exit (nothing when the block already sent one: the audit row's pipeline),
-        ROLLBACK on an error. Yields psycopg's connection.
+        ROLLBACK on an error. Yields psycopg's connection. `replay`: filled with where the server has replayed
+        the primary's WAL to (kdbl_core.db.replica: a read on a standby checks its lag), in the same round trip.
 
         The pool's connections are in autocommit and the BEGIN is an explicit statement of the
         pipeline: psycopg's own BEGIN (non-autocommit) is followed by a Sync that waits for its answer
@@ -242,9 +244,13 @@ class AsyncPool:
             async with raw.pipeline():
                 await raw.execute("BEGIN")
                 await raw.execute(first_sql, params)
+                position = await raw.execute(REPLAY) if replay is not None else None
                 cur = await raw.execute(also.sql, also.params) if also is not None else None
             if also is not None and cur is not None:
                 also.rows = await cur.fetchall()
+            if replay is not None and position is not None:
+                row = await position.fetchone()
+                replay.standby, replay.lsn = bool(row.standby), parse_lsn(row.lsn)
 
         pool, raw = await self._start(begin)
         try:

@@ -78,7 +78,7 @@ def pg_binary(name: str) -> str:
     return str(Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin" / name)
 
 
-def _as_server_user(argv: list[str]) -> list[str]:
+def as_server_user(argv: list[str]) -> list[str]:
     """The command line that runs `argv` as a user PostgreSQL accepts (see the module docstring)."""
     if os.geteuid() != 0:
         return argv
@@ -207,7 +207,7 @@ class EmbeddedDatabase:
         if self.pgdata.exists():
             shutil.rmtree(self.pgdata)  # a half-made cluster from an interrupted initdb (no PG_VERSION)
         self.pgdata.mkdir(mode=0o700)
-        argv = _as_server_user([pg_binary("initdb"), "-D", str(self.pgdata), "-U", SUPERUSER, "-E", "utf8",
+        argv = as_server_user([pg_binary("initdb"), "-D", str(self.pgdata), "-U", SUPERUSER, "-E", "utf8",
                                 "--auth=scram-sha-256", f"--pwfile={self.password_file}",
                                 "--no-instructions"])
         result = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
@@ -262,7 +262,7 @@ class EmbeddedDatabase:
         if ext_dir:
             options.update(_settings_of(pgext.server_options(ext_dir)))
         _write_server_conf(self.pgdata, options)
-        argv = _as_server_user([pg_binary("postgres"), "-D", str(self.pgdata)])
+        argv = as_server_user([pg_binary("postgres"), "-D", str(self.pgdata)])
         with open(log_file, "ab") as out:
             # Its own session: a Ctrl-C in the terminal reaches `up`, which stops the server in order.
             self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,

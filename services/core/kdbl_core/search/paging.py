@@ -12,7 +12,9 @@ extra one answers has_more) and returns [offset, offset + limit). The pipeline's
 a longer one (BM25 orders by score then chunk id; fusion and diversification are greedy over a
 candidate depth that does not depend on the page), so while the index state is unchanged the pages
 neither repeat nor skip a hit. When the state changed since the cursor was cut, the call is -32602 on
-`cursor` with a reason starting "stale:" and the client starts over without a cursor. The state is the
+`cursor` with a reason starting "stale:" and the client starts over without a cursor; a state *before* the cursor's
+(one sequence, never reused: the read came from a replica that has not replayed that far) is ReadBehind,
+which the API answers by reading on the primary (issue 32). The state is the
 serving mode's (kdbl_core.search.cache.state_for: a lexical cursor survives vectors being written, a
 vector one writes to sources it does not read), and the serving mode is part of it (the API adds the
 embedding model to a vector mode): a hybrid search served lexically on one replica (no embedder there) and
@@ -30,7 +32,7 @@ from typing import Any
 
 from kdbl_core.access.principal import Principal
 from kdbl_core.access.signing import CursorCodec
-from kdbl_core.errors import InvalidArgument
+from kdbl_core.errors import InvalidArgument, ReadBehind
 
 STALE = "stale: the index changed since this cursor was issued; start over without a cursor"
 
@@ -53,6 +55,8 @@ def decode(codec: CursorCodec, cursor: str, principal: Principal, listing_: str,
     offset, cut_from = position.get("o"), position.get("s")
     if not isinstance(offset, int) or offset < 1 or not isinstance(cut_from, int):
         raise InvalidArgument("cursor", "malformed or tampered cursor (pass back next_cursor unchanged)")
-    if cut_from != state or position.get("m") != mode:
+    if position.get("m") != mode or cut_from < state:
         raise InvalidArgument("cursor", STALE)
+    if cut_from > state:  # cut where the index is further on: this read (a replica) is behind, not the cursor
+        raise ReadBehind(f"this replica is behind the cursor's index state ({state} < {cut_from})")
     return offset
