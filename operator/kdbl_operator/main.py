@@ -77,8 +77,11 @@ async def run(cfg: Settings, args: argparse.Namespace, *, stop: asyncio.Event | 
     Returns the exit status: 1 when leadership was lost or the handlers failed."""
     import kopf
 
-    import kdbl_operator.handlers  # noqa: F401 - registers the handlers with kopf's default registry
+    from kdbl_operator import handlers
 
+    # the handlers with the settings given here, in a registry of its own (kopf's default one adds only
+    # fallback login handlers, which handlers.login replaces anyway)
+    registry = handlers.register(cfg, kopf.OperatorRegistry())
     health = health or Health()
     op = cfg.operator
     k8s.use(op.kubeconfig)  # the election's client: from the settings given here
@@ -103,7 +106,7 @@ async def run(cfg: Settings, args: argparse.Namespace, *, stop: asyncio.Event | 
         kopf_stop = asyncio.Event()
         operator = asyncio.create_task(kopf.operator(
             clusterwide=True, standalone=args.peering is None, peering_name=args.peering,
-            priority=args.priority, stop_flag=kopf_stop, memo=kopf.Memo(cfg=cfg)))  # the handlers' settings
+            priority=args.priority, stop_flag=kopf_stop, registry=registry))
         waiters: list[asyncio.Task[Any]] = [operator, asyncio.create_task(stop.wait())]
         holder = asyncio.create_task(elector.hold(stop)) if elector is not None else None
         if holder is not None:

@@ -79,7 +79,7 @@ def test_wheelhouse_installs_offline_in_a_clean_venv(bundle: Path, tmp_path: Pat
             "--no-index",
             "--find-links",
             str(bundle / "wheels"),
-            "kdbl-context-lake",
+            "kdbl-context-lake[operator]",  # the base install runs the API and worker; the operator's extra
         ],
         capture_output=True,
         text=True,

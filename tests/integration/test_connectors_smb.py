@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 from helpers import db_of, free_port
 from kdbl_control import admin
-from kdbl_control.cli import build_parser, source_config
+from kdbl_control.cli import build_parser
+from kdbl_control.cli_source import source_config
 from kdbl_core.errors import InvalidArgument, PermanentError
 from kdbl_core.settings import Settings
 from kdbl_core.sources import parse

@@ -113,6 +113,21 @@ def test_metrics_are_served_only_on_the_metrics_port_and_name_no_tenant(owner_ur
     assert others == [404, 404, 404] and mcp.status_code == 404
 
 
+def test_capacity_takes_tokens_through_the_one_front_door_refusals_audited_and_counted(owner_url, owner_engine):
+    db = db_of(owner_engine)
+    admin.create_tenant(db, "expo-three", exist_ok=True)
+    token = admin.create_token(db, tenant_name="expo-three", name="to-revoke")[0]
+    assert admin.revoke_token(db, token) == 1
+    with kdbl_api(owner_url) as settings, httpx.Client() as http:
+        revoked = http.get(f"{base(settings)}/capacity", headers={"Authorization": f"Bearer {token}"})
+        metrics = http.get(f"{base(settings, settings.metrics_port)}/metrics").text
+    assert revoked.status_code == 401 and "error" in revoked.json()  # a plain HTTP answer, not JSON-RPC
+    assert 'invalid_token' in revoked.headers["www-authenticate"]
+    assert 'kdbl_auth_failures_total{reason="invalid"} 1.0' in metrics
+    [row] = admin.audit_rows(db_of(owner_engine), tenant_name="expo-three", tool="/capacity", limit=5)
+    assert row["status"] == "unauthenticated" and "revoked" in row["error"]
+
+
 def test_capacity_needs_a_valid_token_and_shows_only_the_callers_tenant(owner_url, world):
     with kdbl_api(owner_url) as settings, httpx.Client() as http:
         anonymous = http.get(f"{base(settings)}/capacity")

@@ -295,7 +295,8 @@ async def test_a_hostile_file_swapped_for_a_link_after_indexing_is_refused_by_th
 
 
 def test_follow_symlinks_is_an_fs_option_the_cli_and_the_operator_store_only_when_on(tmp_path):
-    from kdbl_control.cli import build_parser, source_config
+    from kdbl_control.cli import build_parser
+    from kdbl_control.cli_source import source_config
     from kdbl_core.errors import InvalidArgument
     from kdbl_core.sources import build, parse
     from kdbl_operator.desired import source as desired_source

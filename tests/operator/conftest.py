@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from operator_helpers import Cluster, Emulator, declare, write_kubeconfig
 
-# The timers' interval is read when kdbl_operator.handlers is imported (by KopfRunner): set it first.
+# The operator's knobs for every operator below (each reads the settings when it starts, as a process would).
 # Only KDBL_OPERATOR_* knobs, which nothing outside the operator reads.
 os.environ.update({
     "KDBL_OPERATOR_RESYNC_SECONDS": "1",
@@ -49,10 +49,16 @@ async def cluster(kube_env: Any) -> Any:
 
 @pytest.fixture
 async def operator(cluster: Cluster) -> Any:
-    """The real operator (`kopf run --standalone -A -m kdbl_operator.handlers`) in a background thread."""
+    """The real operator (`kopf run --standalone -A` with the handlers kdbl_operator.kopf_run registers) in a
+    background thread: each test's operator reads the settings afresh (its emulator's KUBECONFIG, the test
+    database), as `kopf run -m kdbl_operator.kopf_run` does when its process starts, into a registry of its own."""
+    import kopf
+    from kdbl_core.settings import load_settings
+    from kdbl_operator import handlers
     from kopf.testing import KopfRunner
 
-    runner = KopfRunner(["run", "--standalone", "-A", "-m", "kdbl_operator.handlers"], timeout=30)
+    registry = handlers.register(load_settings(), kopf.OperatorRegistry())
+    runner = KopfRunner(["run", "--standalone", "-A"], registry=registry, timeout=30)
     await asyncio.to_thread(runner.__enter__)
     try:
         yield cluster

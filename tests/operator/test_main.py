@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -32,6 +34,28 @@ def test_the_operator_refuses_to_start_without_kubernetes_credentials(monkeypatc
         main.main(["--kubeconfig", str(tmp_path / "missing")])
     assert exc.value.code == 2
     assert "no Kubernetes credentials" in capsys.readouterr().err
+
+
+def test_kopf_run_registers_the_handlers_with_the_settings_of_the_environment(monkeypatch):
+    """`kopf run -m kdbl_operator.kopf_run`: importing it (in a fresh process, as kopf's CLI does) registers
+    every handler in kopf's default registry, the resync timers at KDBL_OPERATOR_RESYNC_SECONDS; importing
+    kdbl_operator.handlers alone registers nothing and reads no settings."""
+    monkeypatch.setenv("KDBL_OPERATOR_RESYNC_SECONDS", "7")
+    probe = ("import kopf, sys\n"
+             "import kdbl_operator.handlers\n"
+             "registry = kopf.get_default_registry()\n"
+             "assert not registry._spawning.get_all_handlers() and not registry._changing.get_all_handlers()\n"
+             "import kdbl_operator.kopf_run\n"
+             "print(sorted((h.id, h.interval) for h in registry._spawning.get_all_handlers()))\n"
+             "print(sorted({h.id for h in registry._changing.get_all_handlers()}))\n"
+             "print(sorted(h.id for h in registry._activities.get_all_handlers() if not h._fallback))\n")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "[('source_resync', 7.0), ('tenant_resync', 7.0)]",
+        "['source_changed', 'source_deleted', 'tenant_changed', 'tenant_deleted']",
+        "['cleanup', 'login', 'startup']",
+    ]
 
 
 class Replica:

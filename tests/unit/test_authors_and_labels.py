@@ -150,7 +150,8 @@ def test_a_valid_labels_config_parses_to_its_typed_record(tmp_path):
 
 
 def test_the_cli_stores_a_sources_labels_and_label_globs_and_refuses_a_glob_without_labels():
-    from kdbl_control.cli import build_parser, source_config
+    from kdbl_control.cli import build_parser
+    from kdbl_control.cli_source import source_config
 
     def config(*argv: str) -> dict:
         return source_config(build_parser().parse_args(["source", "add", "--tenant", "t", "--protocol", "fs", "--path", "/data",

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kdbl_control.cli import build_parser, parse_expiry, source_config
+from kdbl_control.cli import build_parser
+from kdbl_control.cli_source import source_config
+from kdbl_control.cli_values import parse_expiry
 from kdbl_core.errors import InvalidArgument
 
 

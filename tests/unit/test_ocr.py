@@ -235,7 +235,8 @@ def test_the_source_config_key_ocr_false_turns_ocr_off_and_anything_else_leaves_
 
 
 def test_kdbl_control_source_add_no_ocr_and_the_operator_spec_ocr_false_store_ocr_false():
-    from kdbl_control.cli import build_parser, source_config
+    from kdbl_control.cli import build_parser
+    from kdbl_control.cli_source import source_config
     from kdbl_operator import desired
 
     args = build_parser().parse_args(["source", "add", "--tenant", "t", "--path", "/data", "--no-ocr"])

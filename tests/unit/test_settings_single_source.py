@@ -139,13 +139,13 @@ def test_the_process_reads_its_settings_once(monkeypatch, restore_process_settin
     assert load_settings(api_port=8383).api_port == 8383 and get_settings().api_port == 8383
 
 
-def test_the_default_model_is_looked_for_in_the_configured_model_dir(tmp_path, restore_process_settings):
+def test_the_default_model_is_looked_for_in_the_configured_model_dir(tmp_path):
     from kdbl_core.embedder import DEFAULT_MODEL_FILE, default_model_path
 
-    load_settings(model_dir=tmp_path)
-    assert default_model_path() is None
+    settings = Settings(model_dir=tmp_path)
+    assert default_model_path(settings.model_dir) is None
     (tmp_path / DEFAULT_MODEL_FILE).write_bytes(b"GGUF")
-    assert default_model_path() == tmp_path / DEFAULT_MODEL_FILE
+    assert default_model_path(settings.model_dir) == tmp_path / DEFAULT_MODEL_FILE
     assert Settings(model_dir="~/models").model_dir == Path.home() / "models"
 
 

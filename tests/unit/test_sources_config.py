@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kdbl_control.cli import build_parser, source_config, source_schedule
+from kdbl_control.cli import build_parser
+from kdbl_control.cli_source import source_config, source_schedule
 from kdbl_core import sources
 from kdbl_core.errors import InvalidArgument
 from kdbl_core.sources import FsConfig, HttpConfig, S3Config, ScheduleError, SmbConfig

@@ -52,10 +52,8 @@ from kdbl_core.db import connect
 from kdbl_core.db.async_pool import AsyncPool
 from kdbl_core.chat import ChatModel
 from kdbl_core.embedder import Embedder
-from kdbl_core.errors import (
-    Forbidden, RateLimited, TemporaryError, Unauthenticated, http_response_of, jsonrpc_response_of,
-)
-from kdbl_core.access.principal import ALL_SCOPES, Principal
+from kdbl_core.errors import TemporaryError, http_response_of, jsonrpc_response_of
+from kdbl_core.access.principal import ALL_SCOPES
 from kdbl_core.access.signing import CursorCodec
 from kdbl_core.search.cache import ResultCache
 from kdbl_core.settings import Settings
@@ -160,19 +158,6 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
                                 status_code=503, headers={"Retry-After": "1"})
         return JSONResponse({"status": "ok", "database": "ok", "reads": route.describe()})
 
-    async def authenticate(request: Request) -> Principal | Response:
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        challenge = f'Bearer realm="kdbl", resource_metadata="{public_base(request, settings)}{PRM_PATH}/mcp"'
-        if scheme.lower() != "bearer" or not token.strip():
-            missing = Unauthenticated("authentication required: send Authorization: Bearer <token>")
-            return http_response_of(missing, {"WWW-Authenticate": challenge}).response()
-        try:
-            return await verifier.verify(token.strip())
-        except Unauthenticated as exc:
-            return http_response_of(exc, {"WWW-Authenticate": challenge + ', error="invalid_token"'}).response()
-        except (RateLimited, Forbidden) as exc:  # 429 + Retry-After, 403
-            return http_response_of(exc).response()
-
     async def protected_resource(request: Request) -> JSONResponse:
         base = public_base(request, settings)
         return JSONResponse({
@@ -185,9 +170,10 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
 
     async def capacity(request: Request) -> Response:
         """The caller's view: service-wide modes and latency, its tenant's embedding progress."""
-        principal = await authenticate(request)
-        if isinstance(principal, Response):
-            return principal
+        access = await front_door.authenticate(request, route="/capacity")  # the one front door for tokens
+        if isinstance(access, Response):
+            return access
+        principal = access.principal
         obs = state.observability
         embedder = state.services.embedder if state.services else None
         async with rls_transaction(pool, principal) as conn:

@@ -64,6 +64,11 @@ def _refuse(exc: KdblError, headers: dict[str, str] | None = None) -> Response:
     return jsonrpc_response_of(exc, headers=headers).response()
 
 
+def _plain(exc: KdblError, headers: dict[str, str] | None = None) -> Response:
+    """The error as a plain HTTP answer, `{"error": message, ...}` (a route that is not JSON-RPC)."""
+    return http_response_of(exc, headers).response()
+
+
 def disabled_message(tenant_name: str) -> str:
     return f"tenant '{tenant_name}' is disabled: its tokens are refused until an administrator enables it"
 
@@ -90,15 +95,18 @@ class McpFrontDoor:
         return {**policy.describe()["rate_limit"], "remaining": decision.as_json() if decision else None,
                 "scope": "shared by every API replica (token buckets in PostgreSQL)"}
 
-    async def authenticate(self, request: Request) -> PrincipalToken | Response:
+    async def authenticate(self, request: Request, *, route: str | None = None) -> PrincipalToken | Response:
         """The request's bearer token verified, or the refusal to send: 401 with its challenge, 429 +
-        Retry-After, 403 (an admin token); a known token's refusal is audited. /mcp and the legacy SSE
-        endpoints (kdbl_api.legacy_sse) authenticate here, so both refuse alike."""
+        Retry-After, 403 (an admin token); a known token's refusal is audited and every refusal counted.
+        Every route that takes a token authenticates here (/mcp, the legacy SSE endpoints, /capacity), so all
+        refuse alike. `route`: a plain HTTP route (not JSON-RPC): its refusals are `{"error": ...}` bodies and
+        its audit rows name it."""
+        refuse = _refuse if route is None else _plain
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             self.obs.auth_failures.labels("missing").inc()
-            return _refuse(Unauthenticated("authentication required: send Authorization: Bearer <token>"),
-                           {"WWW-Authenticate": self._challenge(request)})
+            return refuse(Unauthenticated("authentication required: send Authorization: Bearer <token>"),
+                          {"WWW-Authenticate": self._challenge(request)})
         started = time.perf_counter()
         try:
             return await self.verifier.authenticate(token.strip())
@@ -107,17 +115,18 @@ class McpFrontDoor:
             if exc.tenant_id is not None:
                 who = Principal(tenant_id=exc.tenant_id, tenant_name=exc.tenant_name, subject=exc.subject,
                                 token_id=exc.token_id)
-                await self._refused(request, who, [], "unauthenticated", exc.message, started)
-            return _refuse(exc, {"WWW-Authenticate": self._challenge(request, "invalid_token", exc.message)})
+                await self._refused(request, who, [(route, route, {})] if route else [], "unauthenticated",
+                                    exc.message, started)
+            return refuse(exc, {"WWW-Authenticate": self._challenge(request, "invalid_token", exc.message)})
         except Unauthenticated as exc:
             self.obs.auth_failures.labels("invalid").inc()
-            return _refuse(exc, {"WWW-Authenticate": self._challenge(request, "invalid_token", exc.message)})
+            return refuse(exc, {"WWW-Authenticate": self._challenge(request, "invalid_token", exc.message)})
         except RateLimited as exc:
             self.obs.auth_failures.labels("throttled").inc()
-            return _refuse(exc)
+            return refuse(exc)
         except Forbidden as exc:
             self.obs.auth_failures.labels("forbidden").inc()
-            return _refuse(exc)
+            return refuse(exc)
 
     async def _refused(self, request: Request, principal: Principal, calls: list[tuple[str, str, Any]],
                        status: str, reason: str, started: float) -> None:

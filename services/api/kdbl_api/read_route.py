@@ -23,6 +23,7 @@ streaming replica), and:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -156,7 +157,7 @@ class ReadRoute:
 
 def _fresh(opened: Statement | None) -> Statement | None:
     """The opening statement for one more attempt (its rows are filled by that attempt's BEGIN)."""
-    return Statement(opened.sql, opened.params) if opened is not None else None
+    return dataclasses.replace(opened, rows=None) if opened is not None else None
 
 
 class _ReplicaFailed(Exception):

@@ -252,7 +252,7 @@ def build_server(route: ReadRoute, state: AppState) -> Server[Any]:
         structured = await run(ctx, spec.name, arguments, work, opening if spec.opening is not None else None)
         structured.pop("meta", None)  # last in the result, after the reference's fields
         structured["meta"] = _meta(ctx).as_json()
-        return blocks.tool_result(spec.name, structured, _rendering(ctx))
+        return blocks.tool_result(structured, _rendering(ctx), links=spec.links, own=spec.own_blocks)
 
     async def list_resources(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                              ) -> types.ListResourcesResult:

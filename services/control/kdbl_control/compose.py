@@ -2,7 +2,8 @@
 
 `kdbl-control up` runs the API, the worker's fetch endpoint, crawl and embedding in one process, and
 `crawl`, `eval`, `bench search` and `formats` drive the worker's own code (the same indexer, queue,
-embedding loop and format table the deployed worker runs, so what they measure is what ships). Every
+embedding loop and format table the deployed worker runs, so what they measure is what ships), and
+`mcp smoke` speaks MCP with the client the API holds (the MCP SDK is the API's alone). Every
 such reach from kdbl_control into kdbl_worker or kdbl_api goes through here, and the import-linter
 contract "services do not import each other" (pyproject.toml, [tool.importlinter]) allows exactly the
 imports of this module; any other cross-service import fails `./dev test` (tests/unit/test_import_layers.py).
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # annotations only; the modules load on first call below
 
 __all__ = ["CrawlStats", "Indexer", "SourceRow", "connector", "create_api_app", "create_fetch_app", "crawl_stats",
            "embed_pending", "enqueue", "extract_entities", "format_markdown", "format_rows", "indexer", "load_embedder",
-           "load_sources", "refuse_paths", "wait_for"]
+           "load_sources", "mcp_smoke", "refuse_paths", "wait_for"]
 
 
 # --- the worker ---
@@ -123,3 +124,11 @@ def create_api_app(settings: Settings, database_url: str, embedder: Embedder | N
     from kdbl_api.app import create_app
 
     return create_app(settings, database_url, embedder)
+
+
+async def mcp_smoke(api_url: str, token: str, query: str) -> dict[str, Any]:
+    """`mcp smoke`: one initialize → tools/list → tools/call round with the MCP SDK's client, which
+    only the API imports (kdbl_api.mcp_smoke; the contract "the MCP SDK only in kdbl_api")."""
+    from kdbl_api.mcp_smoke import run_smoke
+
+    return await run_smoke(api_url, token, query)

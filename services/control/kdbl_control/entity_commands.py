@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from kdbl_control.cli_database import on_pool
+from kdbl_control.cli_output import print_rows
 from kdbl_core.content.entities import canonical_key
 from kdbl_core.errors import InvalidArgument, NotFound
 
@@ -18,27 +20,32 @@ if TYPE_CHECKING:  # the parser is built for every command: the database driver 
     from kdbl_core.db.connect import Pool
 
 _TENANT = "SELECT id FROM tenants WHERE name = %s"
+_TENANT_HELP = "the tenant's name"
 _READ_AGAIN = """
 UPDATE files f SET entities_version = NULL FROM sources s
  WHERE s.id = f.source_id AND s.tenant_id = %(t)s AND f.entities_version IS NOT NULL
 """
 
 
-def add_parser(sub: Any) -> None:
+def add_commands(sub: Any) -> None:
     ent = sub.add_parser("entity", help="an administrator's aliases and blocked names for named entities")
     esub = ent.add_subparsers(dest="action", required=True)
     al = esub.add_parser("alias", help="read one extracted name as another (e.g. a division as its company)")
-    al.add_argument("--tenant", required=True)
+    al.add_argument("--tenant", required=True, help=_TENANT_HELP)
     al.add_argument("--name", required=True, help="the name as the documents write it")
     al.add_argument("--as", dest="target", required=True, help="the entity's name it stands for")
+    al.set_defaults(func=on_pool(_alias))
     bl = esub.add_parser("block", help="drop a name from every file's entities")
-    bl.add_argument("--tenant", required=True)
-    bl.add_argument("--name", required=True)
+    bl.add_argument("--tenant", required=True, help=_TENANT_HELP)
+    bl.add_argument("--name", required=True, help="the name as the documents write it")
+    bl.set_defaults(func=on_pool(_block))
     rm = esub.add_parser("remove", help="take an alias or a block back")
-    rm.add_argument("--tenant", required=True)
-    rm.add_argument("--name", required=True)
+    rm.add_argument("--tenant", required=True, help=_TENANT_HELP)
+    rm.add_argument("--name", required=True, help="the aliased or blocked name")
+    rm.set_defaults(func=on_pool(_remove))
     ls = esub.add_parser("rules", help="a tenant's aliases and blocked names")
-    ls.add_argument("--tenant", required=True)
+    ls.add_argument("--tenant", required=True, help=_TENANT_HELP)
+    ls.set_defaults(func=on_pool(_rules))
 
 
 def _tenant(conn: Any, name: str) -> Any:
@@ -91,11 +98,21 @@ def rules(db: Pool, tenant: str) -> list[dict[str, Any]]:
                                "ORDER BY kind, key", (tenant_id,)).fetchall()
 
 
-def run(args: argparse.Namespace, db: Pool) -> Any:
-    if args.action == "alias":
-        return set_rule(db, args.tenant, "alias", args.name, args.target)
-    if args.action == "block":
-        return set_rule(db, args.tenant, "block", args.name)
-    if args.action == "remove":
-        return remove_rule(db, args.tenant, args.name)
-    return rules(db, args.tenant)
+def _alias(args: argparse.Namespace, db: Pool) -> int:
+    print_rows(args, set_rule(db, args.tenant, "alias", args.name, args.target))
+    return 0
+
+
+def _block(args: argparse.Namespace, db: Pool) -> int:
+    print_rows(args, set_rule(db, args.tenant, "block", args.name))
+    return 0
+
+
+def _remove(args: argparse.Namespace, db: Pool) -> int:
+    print_rows(args, remove_rule(db, args.tenant, args.name))
+    return 0
+
+
+def _rules(args: argparse.Namespace, db: Pool) -> int:
+    print_rows(args, rules(db, args.tenant))
+    return 0

@@ -349,7 +349,7 @@ def cli_eval_docs(args: Any, settings: Settings) -> int:
     if settings.database_url is not None and args.data_dir is None:
         result = run_docs_eval(settings.database_url.get_secret_value(), args.dataset, args.questions, **options)
     else:
-        with EmbeddedDatabase(args.data_dir or work / "db") as db:
+        with EmbeddedDatabase(args.data_dir or work / "db", settings=settings) as db:
             result = run_docs_eval(db.owner_url, args.dataset, args.questions, **options)
     print(json.dumps(result, indent=2, default=str) if args.json else summarise(result))
     return 0

@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -289,6 +290,40 @@ def run_eval(owner_url: str, dataset: Path, *, split: str = "train", modes: Sequ
     over the same database reuses the index and the embeddings). Modes that cannot run without a model
     are reported as {"unavailable": reason}."""
     dataset = dataset.expanduser().resolve()
+    modes = _checked_modes(dataset, modes, limit)
+    settings = get_settings()
+    machine = _machine()
+    judged, qrels, without_text = _judged_queries(dataset, split, max_queries)
+    work_dir = work_dir.expanduser().resolve()
+    docs, default_tenant = scratch_names(dataset, work_dir)
+    tenant = tenant or default_tenant
+    n_docs, indexed = _index(owner_url, dataset, docs, tenant, log)
+
+    wants_vectors = any(m in ("semantic", "hybrid") for m in modes)
+    vectors = _load_vectors(owner_url, indexed["tenant_id"], model_path if wants_vectors else None, settings, log)
+    try:
+        runs = asyncio.run(_search_runs(owner_url, indexed["tenant_id"], tenant, judged, modes, vectors.usable,
+                                        vectors.reason, limit, settings, log))
+        refs = _references(owner_url, indexed["tenant_id"], dataset, judged, limit, vectors,
+                           wants_vectors=wants_vectors, log=log) if references else {}
+    finally:
+        if vectors.embedder is not None:
+            vectors.embedder.close()
+
+    return {
+        "dataset": str(dataset), "split": split, "queries": len(judged), "documents": n_docs,
+        "chunks": indexed["chunks"], "documents_with_chunks": indexed["files_with_chunks"],
+        "modes": {mode: _scored_mode(mode, runs[mode], qrels) for mode in modes},
+        "references": {name: _scored_reference(name, data, qrels) for name, data in refs.items()},
+        "machine": machine, "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "settings": _run_settings(settings, tenant=tenant, limit=limit, max_queries=max_queries,
+                                  without_text=without_text, indexed=indexed, model_path=model_path,
+                                  vectors=vectors),
+    }
+
+
+def _checked_modes(dataset: Path, modes: Sequence[str], limit: int) -> list[str]:
+    """The modes to run, each once, after checking the dataset folder, the modes and the limit."""
     if not (dataset / "corpus.jsonl").is_file() or not (dataset / "queries.jsonl").is_file():
         raise ConfigError(f"{dataset} is not a BEIR folder (corpus.jsonl and queries.jsonl expected)")
     unknown = [m for m in modes if m not in MODES]
@@ -296,10 +331,13 @@ def run_eval(owner_url: str, dataset: Path, *, split: str = "train", modes: Sequ
         raise ConfigError(f"unknown mode(s) {unknown or '(none)'}; choose from {', '.join(MODES)}")
     if not 1 <= limit <= 100:
         raise ConfigError(f"limit must lie in [1, 100] (search_content's maximum), got {limit}")
-    modes = list(dict.fromkeys(modes))
-    settings = get_settings()
-    machine = _machine()
+    return list(dict.fromkeys(modes))
 
+
+def _judged_queries(dataset: Path, split: str, max_queries: int | None
+                    ) -> tuple[list[tuple[str, str]], dict[str, dict[str, int]], int]:
+    """The queries with a relevant document in qrels/<split>.tsv (the first `max_queries`), their qrels,
+    and how many judged query ids queries.jsonl has no text for."""
     qrels_all = load_qrels(dataset, split)
     query_map = load_query_map(dataset)
     judged = [(qid, text) for qid, text in query_map.items()
@@ -309,11 +347,12 @@ def run_eval(owner_url: str, dataset: Path, *, split: str = "train", modes: Sequ
     if not judged:
         raise ConfigError(f"no query in queries.jsonl has a relevant document in qrels/{split}.tsv")
     qrels = {qid: qrels_all[qid] for qid, _ in judged}
-    missing_queries = sorted(set(qrels_all) - set(query_map))
+    return judged, qrels, len(set(qrels_all) - set(query_map))
 
-    work_dir = work_dir.expanduser().resolve()
-    docs, default_tenant = scratch_names(dataset, work_dir)
-    tenant = tenant or default_tenant
+
+def _index(owner_url: str, dataset: Path, docs: Path, tenant: str, log: Log) -> tuple[int, dict[str, Any]]:
+    """Write the corpus as documents into `docs` and crawl them into `tenant`: (documents, ensure_indexed's
+    report)."""
     log(f"eval: materialising {dataset.name} into {docs}")
     n_docs = materialise_beir(dataset, docs)
     log(f"eval: indexing {n_docs} documents into tenant {tenant}")
@@ -324,93 +363,109 @@ def run_eval(owner_url: str, dataset: Path, *, split: str = "train", modes: Sequ
     if indexed["files_with_chunks"] < n_docs:
         log(f"eval: warning: only {indexed['files_with_chunks']} of {n_docs} documents have chunks "
             "(empty documents, or extraction failures: see the crawl stats)")
+    return n_docs, indexed
 
-    wants_vectors = any(m in ("semantic", "hybrid") for m in modes)
-    embedder, embedding = None, None
-    no_vector_reason = "no embedding model (give --model or build the default GGUF)"
-    if model_path is not None and wants_vectors:
-        from kdbl_core.embedder import Embedder
 
-        # no query cache: every query pays for its embedding, as a first-seen agent query does
-        embedder = Embedder(model_path, n_threads=settings.embed_threads,
-                            max_tokens=settings.embed_max_tokens, query_cache_size=0)
-        log(f"eval: embedding model {embedder.model_id}")
-        embedding = embed_chunks(owner_url, indexed["tenant_id"], embedder, settings.embed_batch, log)
-        if "unavailable" in embedding:
-            no_vector_reason = embedding["unavailable"]
-            log(f"eval: {no_vector_reason}")
-    try:
-        usable = embedder if embedding is not None and "unavailable" not in embedding else None
-        runs = asyncio.run(_search_runs(owner_url, indexed["tenant_id"], tenant, judged, modes, usable,
-                                        no_vector_reason, limit, settings, log))
-        refs: dict[str, Any] = {}
-        if references:
-            log("eval: reference bm25s")
-            refs["bm25s"] = _bm25s_reference(dataset, judged, limit)
-            if not wants_vectors:
-                refs["dense_exact"] = _mode_unavailable("not run: no semantic or hybrid mode requested")
-            elif usable is None:
-                refs["dense_exact"] = _mode_unavailable(no_vector_reason)
-            else:
-                log("eval: reference dense_exact")
-                refs["dense_exact"] = _dense_reference(owner_url, indexed["tenant_id"], embedder, judged,
-                                                       limit)
-    finally:
-        if embedder is not None:
-            embedder.close()
+@dataclass
+class _Vectors:
+    """A run's embedding model (None without a model or a mode that needs one), the report of embedding the
+    tenant's chunks with it, and why semantic / hybrid search cannot run when they cannot."""
 
-    result_modes: dict[str, Any] = {}
-    for mode in modes:
-        data = runs[mode]
-        if "unavailable" in data:
-            result_modes[mode] = data
-            continue
-        scored = _score(data["run"], data["latencies"], qrels)
-        served = {m: n for m, n in data["served"].items() if m != mode}
-        if served:
-            scored["served_as"] = served  # e.g. hybrid degraded to lexical
-            scored["degraded_reasons"] = data["degraded_reasons"]
-        if data["errors"]:
-            scored["errors"] = data["errors"][:20]
-            scored["error_count"] = len(data["errors"])
-        result_modes[mode] = scored
-    result_refs: dict[str, Any] = {}
-    for name, data in refs.items():
-        if "unavailable" in data:
-            result_refs[name] = data
-            continue
-        scored = _score(data["run"], data["latencies"], qrels)
-        scored["config"] = data["config"]
-        if name == "bm25s":
-            scored["index_s"] = data["index_s"]
-        else:
-            scored["latency_note"] = "query embedding + exact matmul, per query"
-        result_refs[name] = scored
+    embedder: Any = None
+    embedding: dict[str, Any] | None = None
+    reason: str = "no embedding model (give --model or build the default GGUF)"
 
+    @property
+    def usable(self) -> Any:
+        """The embedder when the chunks could be embedded, else None."""
+        return self.embedder if self.embedding is not None and "unavailable" not in self.embedding else None
+
+
+def _load_vectors(owner_url: str, tenant_id: Any, model_path: Path | None, settings: Settings, log: Log) -> _Vectors:
+    """Load the model at `model_path` (when given) and embed the tenant's chunks that have no embedding."""
+    vectors = _Vectors()
+    if model_path is None:
+        return vectors
+    from kdbl_core.embedder import Embedder
+
+    # no query cache: every query pays for its embedding, as a first-seen agent query does
+    vectors.embedder = Embedder(model_path, n_threads=settings.embed_threads,
+                                max_tokens=settings.embed_max_tokens, query_cache_size=0)
+    log(f"eval: embedding model {vectors.embedder.model_id}")
+    vectors.embedding = embed_chunks(owner_url, tenant_id, vectors.embedder, settings.embed_batch, log)
+    if "unavailable" in vectors.embedding:
+        vectors.reason = vectors.embedding["unavailable"]
+        log(f"eval: {vectors.reason}")
+    return vectors
+
+
+def _references(owner_url: str, tenant_id: Any, dataset: Path, queries: list[tuple[str, str]], limit: int,
+                vectors: _Vectors, *, wants_vectors: bool, log: Log) -> dict[str, Any]:
+    """bm25s, and dense_exact when a semantic or hybrid mode runs with a usable model."""
+    log("eval: reference bm25s")
+    refs: dict[str, Any] = {"bm25s": _bm25s_reference(dataset, queries, limit)}
+    if not wants_vectors:
+        refs["dense_exact"] = _mode_unavailable("not run: no semantic or hybrid mode requested")
+    elif vectors.usable is None:
+        refs["dense_exact"] = _mode_unavailable(vectors.reason)
+    else:
+        log("eval: reference dense_exact")
+        refs["dense_exact"] = _dense_reference(owner_url, tenant_id, vectors.embedder, queries, limit)
+    return refs
+
+
+def _scored_mode(mode: str, data: dict[str, Any], qrels: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """One mode's measures, with the modes it was served as instead (degraded) and its errors."""
+    if "unavailable" in data:
+        return data
+    scored = _score(data["run"], data["latencies"], qrels)
+    served = {m: n for m, n in data["served"].items() if m != mode}
+    if served:
+        scored["served_as"] = served  # e.g. hybrid degraded to lexical
+        scored["degraded_reasons"] = data["degraded_reasons"]
+    if data["errors"]:
+        scored["errors"] = data["errors"][:20]
+        scored["error_count"] = len(data["errors"])
+    return scored
+
+
+def _scored_reference(name: str, data: dict[str, Any], qrels: dict[str, dict[str, int]]) -> dict[str, Any]:
+    if "unavailable" in data:
+        return data
+    scored = _score(data["run"], data["latencies"], qrels)
+    scored["config"] = data["config"]
+    if name == "bm25s":
+        scored["index_s"] = data["index_s"]
+    else:
+        scored["latency_note"] = "query embedding + exact matmul, per query"
+    return scored
+
+
+def _run_settings(settings: Settings, *, tenant: str, limit: int, max_queries: int | None, without_text: int,
+                  indexed: dict[str, Any], model_path: Path | None, vectors: _Vectors) -> dict[str, Any]:
+    """What the run was measured with: the result's `settings`."""
     from kdbl_core.search import lexical
 
     return {
-        "dataset": str(dataset), "split": split, "queries": len(judged), "documents": n_docs,
-        "chunks": indexed["chunks"], "documents_with_chunks": indexed["files_with_chunks"],
-        "modes": result_modes, "references": result_refs,
-        "machine": machine, "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "settings": {
-            "tenant": tenant, "limit_chunks": limit, "max_queries": max_queries,
-            "qrels_queries_without_text": len(missing_queries),
-            "crawl": indexed["crawl"], "embedding": embedding,
-            "chunking": {"target_chars": settings.chunk_target_chars, "max_chars": settings.chunk_max_chars},
-            "lexical": {"bm25": {"k1": lexical.K1, "b": lexical.B}, "ts_config": settings.text_search_config,
-                        "unit": "chunk"},
-            "model": {"path": str(model_path), "id": embedder.model_id if embedder else None,
-                      "threads": settings.embed_threads, "max_tokens": settings.embed_max_tokens,
-                      "batch": settings.embed_batch, "query_cache": "off"} if model_path else None,
-            "hybrid": {name.removeprefix("hybrid_"): value for name, value in settings.model_dump().items()
-                       if name.startswith("hybrid_")},
-            "ranking": "chunk hits -> documents, first occurrence wins (key minus .txt)",
-            "metrics": "BEIR/trec_eval: linear-gain nDCG, log2(rank+1); unjudged queries skipped",
-            "latency": "per query, wall clock: RLS transaction + search pipeline (+ query embedding)",
-        },
+        "tenant": tenant, "limit_chunks": limit, "max_queries": max_queries,
+        "qrels_queries_without_text": without_text,
+        "crawl": indexed["crawl"], "embedding": vectors.embedding,
+        "chunking": {"target_chars": settings.chunk_target_chars, "max_chars": settings.chunk_max_chars},
+        "lexical": {"bm25": {"k1": lexical.K1, "b": lexical.B}, "ts_config": settings.text_search_config,
+                    "unit": "chunk"},
+        "model": _model_settings(settings, model_path, vectors.embedder) if model_path else None,
+        "hybrid": {name.removeprefix("hybrid_"): value for name, value in settings.model_dump().items()
+                   if name.startswith("hybrid_")},
+        "ranking": "chunk hits -> documents, first occurrence wins (key minus .txt)",
+        "metrics": "BEIR/trec_eval: linear-gain nDCG, log2(rank+1); unjudged queries skipped",
+        "latency": "per query, wall clock: RLS transaction + search pipeline (+ query embedding)",
     }
+
+
+def _model_settings(settings: Settings, model_path: Path, embedder: Any) -> dict[str, Any]:
+    return {"path": str(model_path), "id": embedder.model_id if embedder else None,
+            "threads": settings.embed_threads, "max_tokens": settings.embed_max_tokens,
+            "batch": settings.embed_batch, "query_cache": "off"}
 
 
 # --------------------------------------------------------------------------- output
@@ -493,7 +548,7 @@ def cli_eval(args: Any, settings: Settings) -> int:
     if settings.database_url is not None and args.data_dir is None:
         result = run_eval(settings.database_url.get_secret_value(), args.dataset, **options)
     else:
-        with EmbeddedDatabase(args.data_dir or work / "db") as db:
+        with EmbeddedDatabase(args.data_dir or work / "db", settings=settings) as db:
             result = run_eval(db.owner_url, args.dataset, **options)
     if getattr(args, "plot", None):
         plot(result, args.plot)

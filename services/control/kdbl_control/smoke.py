@@ -1,35 +1,19 @@
-"""`mcp smoke`: initialize → tools/list → tools/call through the official MCP Python client."""
+"""`mcp smoke`: initialize → tools/list → tools/call through the official MCP Python client (the API's
+kdbl_api.mcp_smoke, through kdbl_control.compose), and the PAT file `mcp smoke` and `mcp stdio` read."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from mcp.client import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
-
+from kdbl_control import compose
 from kdbl_core.errors import ConfigError
 
 
 async def run_smoke(api_url: str, token: str, query: str = "search") -> dict[str, Any]:
-    url = api_url.rstrip("/")
-    if not url.endswith("/mcp"):
-        url += "/mcp"
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
-    report: dict[str, Any] = {"url": url}
-    async with http, Client(streamable_http_client(url, http_client=http), mode="legacy") as client:
-        info = client.server_info if hasattr(client, "server_info") else None
-        report["server"] = getattr(info, "name", None)
-        tools = await client.list_tools()
-        report["tools"] = sorted(t.name for t in tools.tools)
-        result = await client.call_tool("search_content", {"query": query, "limit": 3, "mode": "lexical"})
-        if result.is_error:
-            raise RuntimeError(f"tools/call failed: {result.content}")
-        structured = result.structured_content or json.loads(result.content[0].text)
-        report["hits"] = [{"key": h["key"], "seq": h["seq"], "rank": h["rank"]} for h in structured["hits"]]
-    return report
+    """The report of one initialize → tools/list → tools/call round (url, server, tools, hits): the API's
+    own MCP client (kdbl_api.mcp_smoke) through the composition root, so kdbl-control imports no `mcp`."""
+    return await compose.mcp_smoke(api_url, token, query)
 
 
 def read_token(path: str | Path | None) -> str | None:

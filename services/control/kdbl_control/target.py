@@ -18,7 +18,7 @@ def owner_url(settings: Settings, data_dir: Path | None) -> Iterator[str]:
             raise ConfigError(f"no K-Lake data in {data_dir} (run `kdbl-control up --data-dir {data_dir}` first)")
         # Attaches to the server a running `up` owns (and leaves it running);
         # with no `up`, starts and stops its own.
-        db = EmbeddedDatabase(data_dir, lock=False)
+        db = EmbeddedDatabase(data_dir, lock=False, settings=settings)
         url = db.start()
         try:
             yield url

@@ -192,7 +192,7 @@ def _run_up(folders: list[Path], data_dir: Path, port: int, host: str, env: Sett
     compose.refuse_paths(data_dir)  # before any crawl: no source reads the data folder, by any path
     loopback = "127.0.0.1" if host in WILDCARDS else host
     fetch_port = free_port(loopback)
-    model = env.embed_model_path or default_model_path()
+    model = env.embed_model_path or default_model_path(env.model_dir)
     # links to originals use it: on every interface, KDBL_API_PUBLIC_URL names the address clients use
     base_url = f"http://{'localhost' if host in WILDCARDS else host}:{port}"
     public_url = env.api_public_url or base_url
@@ -207,7 +207,7 @@ def _run_up(folders: list[Path], data_dir: Path, port: int, host: str, env: Sett
         print("kdbl: no embedding model found: hybrid search degrades to lexical "
               "(build it with: python airgap/model/build_model.py)", file=sys.stderr)
     print(f"kdbl: starting embedded PostgreSQL in {data_dir} ...", file=sys.stderr)
-    with EmbeddedDatabase(data_dir) as db:
+    with EmbeddedDatabase(data_dir, settings=settings) as db:
         if db.stale_pid:
             print(f"kdbl: stopped a PostgreSQL server (pid {db.stale_pid}) that an earlier run left behind "
                   "when it was killed; started a fresh one on the same data", file=sys.stderr)

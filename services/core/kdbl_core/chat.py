@@ -6,7 +6,8 @@ thread and checks, between tokens, a stop flag (the caller cancelled, or the cli
 deadline (KDBL_CHAT_TIMEOUT_S): a stopped generation ends after at most the one token in flight, and its
 `Generation` says how many tokens came after the stop was asked for (tests measure that: at most 1). The
 model's own chat template (the GGUF's `tokenizer.chat_template`) formats the messages; nothing is ever
-downloaded: KDBL_CHAT_MODEL_PATH names a file on disk (the airgap bundle's chat slot).
+downloaded: KDBL_CHAT_MODEL_PATH names a file on disk (the airgap bundle's chat slot). It is loaded by
+`kdbl_core.llama_loader`, as the embedding model is: one load at a time in a process.
 
 `stream()` is the event loop's face: the generation runs in a thread (anyio.to_thread), each piece of
 text comes back through a memory stream to an async callback (the MCP progress notifications), and a
@@ -30,15 +31,8 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 
+from kdbl_core import llama_loader
 from kdbl_core.errors import ConfigError, RateLimited
-
-try:
-    import llama_cpp
-except ImportError as exc:  # pragma: no cover - depends on the installation
-    llama_cpp = None
-    _IMPORT_ERROR: ImportError | None = exc
-else:
-    _IMPORT_ERROR = None
 
 log = logging.getLogger(__name__)
 
@@ -83,14 +77,13 @@ class StopFlag(threading.Event):
 
 class ChatModel:
     def __init__(self, path: str | Path, *, n_ctx: int = 4096, n_threads: int = 2) -> None:
-        if llama_cpp is None:
-            raise ConfigError(f"llama-cpp-python is not installed: {_IMPORT_ERROR}")
+        llama_loader.require()
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"chat model not found: {path} (KDBL_CHAT_MODEL_PATH)")
         try:
-            self._llm = llama_cpp.Llama(str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
-                                        verbose=False)
+            self._llm = llama_loader.load_model(str(path), n_ctx=n_ctx, n_threads=n_threads,
+                                                n_threads_batch=n_threads, verbose=False)
         except (ValueError, RuntimeError) as exc:
             raise ConfigError(f"chat model {path} could not be loaded: {exc}") from None
         self.model_id = path.name

@@ -1,7 +1,8 @@
 """Text embeddings with a local GGUF model through llama.cpp (llama-cpp-python).
 
-This and ``kdbl_core.chat`` (the answer tool's chat model) are the only modules that import ``llama_cpp``. One :class:`Embedder` owns one llama.cpp
-context; a context is not thread-safe, so every evaluation runs under a lock. The lock is taken per
+llama-cpp-python is imported and its models loaded (one at a time) by ``kdbl_core.llama_loader``, which
+this module and ``kdbl_core.chat`` (the answer tool's chat model) share. One :class:`Embedder` owns one
+llama.cpp context; a context is not thread-safe, so every evaluation runs under a lock. The lock is taken per
 evaluated batch, not per call, and a waiting query (``embed_query``) goes before the next batch of a
 background ``embed()``: in `kdbl-control up` the API and the corpus embedding share one model, and a
 hybrid query used to wait behind a whole 32-chunk call (16 s for the first query of a fresh corpus,
@@ -26,24 +27,11 @@ from typing import Self
 
 import numpy as np
 
+from kdbl_core import llama_loader
 from kdbl_core.errors import ConfigError
-
-try:
-    import llama_cpp
-except ImportError as exc:  # pragma: no cover - depends on the installation
-    llama_cpp = None
-    _IMPORT_ERROR: ImportError | None = exc
-else:
-    _IMPORT_ERROR = None
-
+from kdbl_core.llama_loader import gpu_offload_supported
 
 log = logging.getLogger(__name__)
-
-
-def gpu_offload_supported() -> bool:
-    """Whether this llama-cpp-python was built with a GPU backend (CUDA, Vulkan, Metal...)."""
-    probe = getattr(llama_cpp, "llama_supports_gpu_offload", None)
-    return bool(probe and probe())
 
 
 def _sha256(path: Path) -> str:
@@ -59,14 +47,12 @@ DEFAULT_MODEL_FILE = "all-minilm-l6-v2.f16.gguf"
 # of every model id: h1 = the chunk's header line, a blank line, its text (before: the text alone).
 # Change it with that function: stored vectors of another format are then re-embedded.
 CHUNK_INPUT = "h1"
-_LOAD_LOCK = threading.Lock()
 
 
-def default_model_path() -> Path | None:
-    """The default model where airgap/model/build_model.py caches it (KDBL_MODEL_DIR), if built."""
-    from kdbl_core.settings import get_settings
-
-    path = get_settings().model_dir / DEFAULT_MODEL_FILE
+def default_model_path(model_dir: Path) -> Path | None:
+    """The default model where airgap/model/build_model.py caches it (`model_dir`: the caller's
+    settings.model_dir, KDBL_MODEL_DIR), if built."""
+    path = model_dir / DEFAULT_MODEL_FILE
     return path if path.is_file() else None
 
 
@@ -109,8 +95,7 @@ class Embedder:
         query_cache_size: int = 1024,
         gpu_layers: int = 0,
     ) -> None:
-        if llama_cpp is None:
-            raise ConfigError(f"llama-cpp-python is not installed: {_IMPORT_ERROR}")
+        self._lib = lib = llama_loader.require()
         path = Path(model_path).expanduser()
         if not path.is_file():
             raise ConfigError(f"embedding model not found: {path}", data={"model_path": str(path)})
@@ -139,7 +124,7 @@ class Embedder:
             "n_threads_batch": n_threads,
             "verbose": False,
         }
-        if "flash_attn" in inspect.signature(llama_cpp.Llama.__init__).parameters:
+        if "flash_attn" in inspect.signature(lib.Llama.__init__).parameters:
             kwargs["flash_attn"] = True
         self.gpu_layers = 0
         if gpu_layers:
@@ -151,9 +136,8 @@ class Embedder:
                             extra={"gpu_layers": gpu_layers})
         try:
             # verbose=False makes llama-cpp-python point fds 1 and 2 at /dev/null while it loads (dup2).
-            # Two loads at once in one process can leave them there for good: load one at a time.
-            with _LOAD_LOCK:
-                self._llm = llama_cpp.Llama(**kwargs)
+            # Two loads at once in one process can leave them there for good: the loader loads one at a time.
+            self._llm = llama_loader.load_model(**kwargs)
         except (ValueError, RuntimeError) as exc:
             raise ConfigError(f"cannot load embedding model {path}: {exc}") from exc
 
@@ -161,13 +145,13 @@ class Embedder:
         # needs the Llama's own context and batch objects.
         ctx = self._llm._ctx
         pooling = ctx.pooling_type()
-        if pooling in (llama_cpp.LLAMA_POOLING_TYPE_NONE, llama_cpp.LLAMA_POOLING_TYPE_RANK):
+        if pooling in (lib.LLAMA_POOLING_TYPE_NONE, lib.LLAMA_POOLING_TYPE_RANK):
             self._llm.close()
             raise ConfigError(
                 f"{path.name} is not a sentence-embedding model (pooling type {pooling}); "
                 "expected a GGUF with mean, CLS or last-token pooling"
             )
-        n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(self._llm.model))
+        n_ctx_train = int(lib.llama_model_n_ctx_train(self._llm.model))
         if max_tokens > n_ctx_train:
             self._llm.close()
             raise ConfigError(f"max_tokens={max_tokens} exceeds the model's context length {n_ctx_train}")
@@ -176,7 +160,7 @@ class Embedder:
         self._dim = int(self._llm.n_embd())
         self._n_batch = int(self._llm.n_batch)
         self._n_seq_max = int(self._llm.context_params.n_seq_max)
-        self._sep = int(llama_cpp.llama_vocab_sep(llama_cpp.llama_model_get_vocab(self._llm.model)))
+        self._sep = int(lib.llama_vocab_sep(lib.llama_model_get_vocab(self._llm.model)))
         if self._sep < 0:
             self._sep = int(self._llm.token_eos())
 
@@ -262,7 +246,7 @@ class Embedder:
         self._ctx.decode(self._batch)
         vecs = np.empty((len(group), self._dim), dtype=np.float32)
         for seq_id in range(len(group)):
-            ptr = llama_cpp.llama_get_embeddings_seq(self._ctx.ctx, seq_id)
+            ptr = self._lib.llama_get_embeddings_seq(self._ctx.ctx, seq_id)
             if not ptr:
                 raise RuntimeError(f"llama.cpp returned no embedding for sequence {seq_id}")
             vecs[seq_id] = np.ctypeslib.as_array(ptr, shape=(self._dim,))
@@ -290,22 +274,16 @@ class Tokenizer:
     Thread-safe: one reusable token buffer behind a lock (SciFact: 0.06 s per MB of text)."""
 
     def __init__(self, model_path: str | Path) -> None:
-        if llama_cpp is None:
-            raise ConfigError(f"llama-cpp-python is not installed: {_IMPORT_ERROR}")
-        from llama_cpp import _internals
-
+        self._lib = lib = llama_loader.require()
         path = Path(model_path).expanduser()
         if not path.is_file():
             raise ConfigError(f"embedding model not found: {path}", data={"model_path": str(path)})
-        params = llama_cpp.llama_model_default_params()
-        params.vocab_only = True
         try:
-            with _LOAD_LOCK:  # verbose=False redirects fds 1 and 2 while it loads: see Embedder
-                self._model = _internals.LlamaModel(path_model=str(path), params=params, verbose=False)
+            self._model = llama_loader.load_vocab(path)  # one load at a time: see Embedder
         except (ValueError, RuntimeError) as exc:
             raise ConfigError(f"cannot load the tokenizer of {path}: {exc}") from exc
         self._lock = threading.Lock()
-        self._buffer = (llama_cpp.llama_token * 4096)()
+        self._buffer = (lib.llama_token * 4096)()
 
     def count(self, text: str) -> int:
         """How many tokens `text` is (a WordPiece token spans at least one byte: len(bytes) bounds it)."""
@@ -313,12 +291,12 @@ class Tokenizer:
         with self._lock:
             for _ in range(2):
                 if len(data) + 8 > len(self._buffer):
-                    self._buffer = (llama_cpp.llama_token * (len(data) + 8))()
-                n = llama_cpp.llama_tokenize(self._model.vocab, data, len(data), self._buffer,
+                    self._buffer = (self._lib.llama_token * (len(data) + 8))()
+                n = self._lib.llama_tokenize(self._model.vocab, data, len(data), self._buffer,
                                              len(self._buffer), False, False)
                 if n >= 0:
                     return n
-                self._buffer = (llama_cpp.llama_token * -n)()  # llama.cpp says how many it needs
+                self._buffer = (self._lib.llama_token * -n)()  # llama.cpp says how many it needs
         return -n
 
     def close(self) -> None:

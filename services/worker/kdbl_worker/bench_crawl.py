@@ -42,7 +42,7 @@ import time
 import uuid
 from pathlib import Path
 
-from kdbl_core.settings import child_env
+from kdbl_core.settings import child_env, load_settings
 from kdbl_worker import bench_samples
 
 CATEGORIES = {
@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
 
         work = args.data_dir or Path(tempfile.mkdtemp(prefix="kdbl-bench-crawl-"))
         try:
-            with EmbeddedDatabase(work) as db:
+            with EmbeddedDatabase(work, settings=load_settings()) as db:
                 bench(db.owner_url, work / "pgdata")
         finally:
             if args.data_dir is None:

@@ -29,7 +29,7 @@ docs/clients.md ("Result sizes").
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import mcp_types as types
@@ -78,7 +78,7 @@ def summary_of(structured: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _file_text_blocks(structured: dict[str, Any], how: Rendering) -> list[types.ContentBlock]:
+def file_text_blocks(structured: dict[str, Any], how: Rendering) -> list[types.ContentBlock]:
     """get_file_text's text once: the embedded resource carries it, the JSON block everything else.
 
     The JSON block used to repeat every chunk's text, and the resource the whole text again (a 3 MB file
@@ -96,31 +96,46 @@ def _file_text_blocks(structured: dict[str, Any], how: Rendering) -> list[types.
         uri=structured["uri"], mime_type=text_mime_type(structured["content_type"]), text=body))]
 
 
-def _links(tool: str, structured: dict[str, Any]) -> list[types.ContentBlock]:
-    """Citations: each cited file once (search hits, answer citations), or the file a tool read."""
+# Citations, per tool (registry.ToolSpec.links): each cited file once, or the file a tool read.
+Links = Callable[[dict[str, Any]], list[types.ContentBlock]]
+# A tool's own blocks, replacing the JSON block and the links (registry.ToolSpec.blocks: get_file_text)
+Blocks = Callable[[dict[str, Any], Rendering], list[types.ContentBlock]]
+
+
+def hit_links(structured: dict[str, Any]) -> list[types.ContentBlock]:
+    """search_content: each hit's file once (a response_mode or `fields` may leave the uri out)."""
     links: list[types.ContentBlock] = []
-    if tool == "search_content":
-        seen: set[str] = set()
-        for hit in structured["hits"]:
-            if "uri" not in hit or hit["uri"] in seen:  # a response_mode or `fields` may leave it out
-                continue
-            seen.add(hit["uri"])
-            links.append(types.ResourceLink(uri=hit["uri"], name=hit.get("key", hit["uri"]), mime_type="text/plain"))
-    elif tool == "answer":
-        for uri, key in dict.fromkeys((c["uri"], c["key"]) for c in structured["citations"]):
-            links.append(types.ResourceLink(uri=uri, name=key, mime_type="text/plain"))
-    elif "uri" in structured:
-        links.append(types.ResourceLink(uri=structured["uri"], name=structured["key"],
-                                        mime_type=structured.get("content_type") or "text/plain"))
+    seen: set[str] = set()
+    for hit in structured["hits"]:
+        if "uri" not in hit or hit["uri"] in seen:
+            continue
+        seen.add(hit["uri"])
+        links.append(types.ResourceLink(uri=hit["uri"], name=hit.get("key", hit["uri"]), mime_type="text/plain"))
     return links
 
 
-def tool_result(tool: str, structured: dict[str, Any], how: Rendering) -> types.CallToolResult:
-    """The CallToolResult for `tool`'s result as the client reads it (module docstring)."""
-    if tool == "get_file_text":
-        blocks = _file_text_blocks(structured, how)
+def citation_links(structured: dict[str, Any]) -> list[types.ContentBlock]:
+    """answer: each cited file once."""
+    return [types.ResourceLink(uri=uri, name=key, mime_type="text/plain")
+            for uri, key in dict.fromkeys((c["uri"], c["key"]) for c in structured["citations"])]
+
+
+def file_link(structured: dict[str, Any]) -> list[types.ContentBlock]:
+    """The file a tool read, when its result names one (the default)."""
+    if "uri" not in structured:
+        return []
+    return [types.ResourceLink(uri=structured["uri"], name=structured["key"],
+                               mime_type=structured.get("content_type") or "text/plain")]
+
+
+def tool_result(structured: dict[str, Any], how: Rendering, *, links: Links = file_link,
+                own: Blocks | None = None) -> types.CallToolResult:
+    """A tool's CallToolResult as the client reads it (module docstring): its own blocks when it has them,
+    else the JSON block (or its summary) and its links."""
+    if own is not None:
+        blocks = own(structured, how)
     else:
-        blocks = [_json(summary_of(structured) if how == "summary" else structured), *_links(tool, structured)]
+        blocks = [_json(summary_of(structured) if how == "summary" else structured), *links(structured)]
     return types.CallToolResult(content=blocks, structured_content=None if how == "text" else structured)
 
 

@@ -11,7 +11,7 @@ import mcp_types as types
 from pydantic import BaseModel
 
 from kdbl_api.audit import AuditFacts
-from kdbl_api.tools import answer, browse, contents, entity, files, search, similar
+from kdbl_api.tools import answer, blocks, browse, contents, entity, files, search, similar
 from kdbl_api.tools.context import Services, ToolContext
 from kdbl_api.tools.models import (
     AnswerArgs,
@@ -62,6 +62,9 @@ class ToolSpec:
     # sends partial results as progress notifications (ToolContext.progress): a call carrying a progress
     # token is answered on an SSE stream (kdbl_api.http_auth); every other tool's calls stay one JSON body
     streams: bool = False
+    # the result's content blocks (kdbl_api.tools.blocks): its citations beside the JSON block, or blocks of its own
+    links: blocks.Links = blocks.file_link
+    own_blocks: blocks.Blocks | None = None
 
     def definition(self) -> types.Tool:
         return types.Tool(
@@ -93,14 +96,14 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
             "to cite. If hits do not answer, reformulate with the corpus's own wording and search again. "
             "has_more: pass next_cursor for the next page."),
         args=SearchContentArgs, result=SearchContentResult, handler=search.search_content,
-        opening=search.opening,
+        opening=search.opening, links=blocks.hit_links,
     ),
     ToolSpec(
         name="get_file_text", title="Get file text", scope=SCOPE_READ,
         description=("A file's full extracted text as ordered chunks plus its extraction status "
                      "(ok/partial/failed/skipped). Bounded at 5000 chunks or 1 MB of text (`truncated`; "
                      "continue with get_file_window from `next_start`)."),
-        args=FileRefArgs, result=FileTextResult, handler=files.get_file_text,
+        args=FileRefArgs, result=FileTextResult, handler=files.get_file_text, own_blocks=blocks.file_text_blocks,
     ),
     ToolSpec(
         name="get_file_window", title="Read a window of a file", scope=SCOPE_READ,
@@ -152,6 +155,7 @@ TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in (
             "[n]. 'Not found in the sources.' (found=false) when nothing answers. Takes search_content's filters."),
         args=AnswerArgs, result=AnswerResult, handler=answer.answer,
         offered=lambda services, tool: tool if services.chat is not None else _extractive_only(tool), streams=True,
+        links=blocks.citation_links,
     ),
     ToolSpec(
         name="find_entity", title="Find an entity", scope=SCOPE_SEARCH,

@@ -55,17 +55,30 @@ def _request(args: SearchContentArgs, chosen: tuple[str, ...] | None) -> pipelin
         explain=args.explain or (chosen is not None and "scores" in chosen), filters=args.filters())
 
 
-def opening(services: Services, policy: TenantPolicy, args: SearchContentArgs) -> Statement:
+@dataclasses.dataclass(slots=True)
+class Opening(Statement):
+    """The preflight, with what validating the arguments produced: the handler validates nothing again."""
+
+    request: pipeline.SearchRequest | None = None
+    chosen: tuple[str, ...] | None = None
+
+
+def opening(services: Services, policy: TenantPolicy, args: SearchContentArgs) -> Opening:
     """The preflight (with the index state), sent with the call's BEGIN; bad arguments are refused first."""
-    request = _request(args, _validate(services.settings, args))
-    return pipeline.preflight_statement(request, settings=services.settings, embedder=services.embedder,
-                                        allowed_modes=policy.modes)
+    chosen = _validate(services.settings, args)
+    request = _request(args, chosen)
+    preflight = pipeline.preflight_statement(request, settings=services.settings, embedder=services.embedder,
+                                             allowed_modes=policy.modes)
+    return Opening(preflight.sql, preflight.params, request=request, chosen=chosen)
 
 
 async def search_content(ctx: ToolContext, args: SearchContentArgs) -> tuple[dict[str, Any], AuditFacts]:
-    chosen = _validate(ctx.settings, args)
+    if isinstance(ctx.opened, Opening) and ctx.opened.request is not None:  # validated with the opening
+        chosen, request = ctx.opened.chosen, ctx.opened.request
+    else:
+        chosen = _validate(ctx.settings, args)
+        request = _request(args, chosen)
     listing = paging.listing(ctx.principal, args.model_dump(mode="json", exclude=_NOT_RANKING))
-    request = _request(args, chosen)
     # The preflight, with the index state this result is cut from: the cache key's and the cursor's
     # (answered with BEGIN when the server sent `opening`'s statement, else one round trip here).
     pre = await pipeline.prepare(ctx.conn, request, settings=ctx.settings, embedder=ctx.services.embedder,

@@ -47,7 +47,7 @@ from kdbl_core.db import migrate, pgext
 from kdbl_core.db.connect import conninfo
 from kdbl_core.db.urls import socket_url
 from kdbl_core.errors import ConfigError
-from kdbl_core.settings import get_settings
+from kdbl_core.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 DATABASE = "kdbl"
@@ -102,10 +102,12 @@ class EmbeddedDatabase:
 
     `lock=True` (up, tests, benchmarks): this process must own DIR/lock for its lifetime, so two `up`
     runs cannot share a data dir. `lock=False` (administration commands): own it when it is free,
-    otherwise attach to the server its owner runs.
+    otherwise attach to the server its owner runs. `settings`: the caller's (its socket folder's parent
+    `runtime_dir`, `embedded_shared_buffers_mb`).
     """
 
-    def __init__(self, data_dir: Path, *, lock: bool = True) -> None:
+    def __init__(self, data_dir: Path, *, lock: bool = True, settings: Settings | None = None) -> None:
+        self._settings = settings
         self.data_dir = data_dir.expanduser().resolve()
         self.pgdata = self.data_dir / "pgdata"
         self._exclusive = lock
@@ -152,6 +154,12 @@ class EmbeddedDatabase:
             password = self.password_file.read_text().strip()
             migrate.enable_login(self.owner_url, {"kdbl_api": password, "kdbl_worker": password})
         return self.owner_url
+
+    def _config(self) -> Settings:
+        """The settings the caller passed. Without them, the process's: a fallback for the callers that do
+        not pass theirs yet (kdbl_control.evaluate, kdbl_control.bench_commands), to go when they do
+        (tests/unit/test_settings_passed.py counts it)."""
+        return self._settings if self._settings is not None else get_settings()
 
     def _url(self, socket_dir: Path, database: str) -> str:
         return socket_url(SUPERUSER, database, str(socket_dir), self.password_file.read_text().strip())
@@ -243,7 +251,7 @@ class EmbeddedDatabase:
                 return self._socket_dir_last
             except FileExistsError:
                 pass
-        base = get_settings().runtime_dir or tempfile.gettempdir()  # XDG_RUNTIME_DIR
+        base = self._config().runtime_dir or tempfile.gettempdir()  # XDG_RUNTIME_DIR
         if len(os.path.join(base, "kdbl-pg-xxxxxxxx", SOCKET_NAME)) > SOCKET_PATH_MAX:
             base = "/tmp"
         made = Path(tempfile.mkdtemp(prefix="kdbl-pg-", dir=base))  # 0700, ours
@@ -255,8 +263,9 @@ class EmbeddedDatabase:
         log_file = self.pgdata / "log"
         # The kdbl_bm25 extension, compiled against this server when missing or stale (kdbl_core.db.pgext).
         ext_dir = pgext.ensure_built(Path(pg_binary("pg_config")))
+        buffers_mb = shared_buffers_mb(self._config().embedded_shared_buffers_mb)
         options = {"listen_addresses": "", "unix_socket_directories": str(socket_dir),
-                   "unix_socket_permissions": "0700", "shared_buffers": f"{shared_buffers_mb()}MB",
+                   "unix_socket_permissions": "0700", "shared_buffers": f"{buffers_mb}MB",
                    # the buffers' contents survive a restart (autoprewarm's dump, reloaded)
                    "shared_preload_libraries": "pg_prewarm"}
         if ext_dir:
@@ -307,11 +316,11 @@ class EmbeddedDatabase:
             atexit.unregister(self.stop)
 
 
-def shared_buffers_mb() -> int:
-    """KDBL_EMBEDDED_SHARED_BUFFERS_MB, or a quarter of the memory this process may use (the machine's, or
-    its cgroup's limit when lower: a container) within 128 MB .. 8 GB (the usual rule for a dedicated
-    server; the pages are touched only as they are used)."""
-    configured = get_settings().embedded_shared_buffers_mb
+def shared_buffers_mb(configured: int = 0) -> int:
+    """`configured` (settings.embedded_shared_buffers_mb, KDBL_EMBEDDED_SHARED_BUFFERS_MB) when set, else a
+    quarter of the memory this process may use (the machine's, or its cgroup's limit when lower: a
+    container) within 128 MB .. 8 GB (the usual rule for a dedicated server; the pages are touched only
+    as they are used)."""
     if configured:
         return configured
     try:
