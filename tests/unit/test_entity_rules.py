@@ -132,3 +132,12 @@ def test_an_e_mails_recipients_are_read_from_its_header_block_only():
     assert [m.name for m in recipients("From: Ann\nTo: Jane Doe; John Smith\n\nbody")] == ["Jane Doe", "John Smith"]
     assert recipients("Minutes\nTo: Jane Doe <j@x.example>") == []  # not a message's header block
     assert recipients("From: Ann\nTo: <<<@@@,,,\n\n") == []
+
+
+def test_a_name_never_runs_across_a_blank_line_or_a_headings_end():
+    text = "# Acquisitions\n\nAcme Corp. acquired Initech GmbH in 2023.\n# Board\nMaria Rossi joined."
+    names = [(m.name, m.type) for m in extract(text)]
+    assert ("Acme Corp.", "ORG") in names and ("Initech GmbH", "ORG") in names
+    assert not any("\n" in name for name, _ in names)
+    wrapped = "Dr. Maria\nRossi joined the board."  # a line a PDF wrapped inside a sentence reads on
+    assert [m.name for m in extract(wrapped)] == ["Maria\nRossi"]

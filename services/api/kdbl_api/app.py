@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import contextlib
 
-import anyio.to_thread
-import logging
 from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio.to_thread
+from mcp.server.lowlevel import Server
 
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
@@ -28,7 +30,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
@@ -36,29 +38,28 @@ from kdbl_api.bearer import SdkTokenVerifier
 from kdbl_api.downloads import Downloads
 from kdbl_api.fair_share import FairShare
 from kdbl_api.host_hint import HostHint
-from kdbl_api.http_auth import PRM_PATH, McpFrontDoor, public_base
+from kdbl_api.http_auth import PRM_PATH, McpFrontDoor
 from kdbl_api.legacy_sse import MESSAGES_PATH, SSE_PATH, LegacySse
 from kdbl_api.observability import MetricsPort
 from kdbl_api.ratelimit import RateLimiter
+from kdbl_api import routes
 from kdbl_api.read_route import ReadRoute
+from kdbl_api.routes import ApiParts
 from kdbl_api.server import AppState, build_server
 from kdbl_api.tools.context import Services
 from kdbl_core.access.oidc import OidcVerifier
 from kdbl_core.access.policy import Policies
-from kdbl_core.access.principal import rls_transaction
 from kdbl_core.access.tokens import BearerVerifier, PatVerifier
-from kdbl_core.content import reads, vectors
+from kdbl_core.content import reads
 from kdbl_core.db import connect
 from kdbl_core.db.async_pool import AsyncPool
 from kdbl_core.chat import ChatModel
 from kdbl_core.embedder import Embedder
 from kdbl_core.errors import TemporaryError, http_response_of, jsonrpc_response_of
-from kdbl_core.access.principal import ALL_SCOPES
 from kdbl_core.access.signing import CursorCodec
 from kdbl_core.search.cache import ResultCache
 from kdbl_core.settings import Settings
 
-log = logging.getLogger(__name__)
 
 # POST /mcp answers compressed when the client accepts gzip (the MCP SDKs' HTTP clients do: httpx, undici)
 # and the body is worth it; event streams (a streamed answer, the legacy SSE bridge) pass unbuffered.
@@ -67,7 +68,15 @@ log = logging.getLogger(__name__)
 GZIP_MIN_BYTES = 4096
 GZIP_LEVEL = 4
 
-# hybrid-enabled sources of the caller's tenant (RLS: only those the principal sees)
+ROUTES = [  # kdbl_api.routes: module-level handlers over the app's ApiParts
+    Route("/capacity", routes.capacity, methods=["GET"]),
+    Route("/healthz", routes.healthz, methods=["GET"]),
+    Route("/readyz", routes.readyz, methods=["GET"]),
+    Route(PRM_PATH, routes.protected_resource, methods=["GET"]),
+    Route(PRM_PATH + "/mcp", routes.protected_resource, methods=["GET"]),
+]
+
+
 def unavailable(request: Request, exc: Exception) -> Response:
     """A TemporaryError that escaped a handler (the database is down: 503 + Retry-After), rendered from
     its class: JSON-RPC shaped on /mcp, plain JSON elsewhere."""
@@ -104,6 +113,24 @@ def load_chat_model(settings: Settings) -> ChatModel | None:
     return ChatModel(settings.chat_model_path, n_ctx=settings.chat_ctx, n_threads=settings.chat_threads)
 
 
+def _session_manager(server: Server[Any], settings: Settings, json_response: bool) -> StreamableHTTPSessionManager:
+    return StreamableHTTPSessionManager(
+        app=server, json_response=json_response, stateless=True,
+        security_settings=TransportSecuritySettings(
+            enable_dns_rebinding_protection=True, allowed_hosts=list(settings.allowed_hosts),
+            allowed_origins=list(settings.allowed_origins)),
+        max_request_body_size=settings.max_request_bytes,
+    )
+
+
+def _middleware(settings: Settings, state: AppState) -> list[Middleware]:
+    """/metrics on its own port; X-Forwarded-* believed from the trusted proxies only (never by default)."""
+    middleware = [Middleware(MetricsPort, port=settings.metrics_port, observability=state.observability)]
+    if settings.trusted_proxies:
+        middleware.append(Middleware(ProxyHeadersMiddleware, trusted_hosts=list(settings.trusted_proxies)))
+    return middleware
+
+
 def create_app(settings: Settings, database_url: str, embedder: Embedder | None = None,
                chat: ChatModel | None = None, read_url: str | None = None) -> Starlette:
     """The API on the database at `database_url` (the kdbl_api role's), MCP calls reading at `read_url` (a
@@ -119,20 +146,10 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
                         ) if read_url else None  # opened at its first call
     route = ReadRoute(pool, replica, max_lag_s=settings.read_max_lag_s, observability=state.observability)
     server = build_server(route, state)
-
-    def session_manager(json_response: bool) -> StreamableHTTPSessionManager:
-        return StreamableHTTPSessionManager(
-            app=server, json_response=json_response, stateless=True,
-            security_settings=TransportSecuritySettings(
-                enable_dns_rebinding_protection=True, allowed_hosts=list(settings.allowed_hosts),
-                allowed_origins=list(settings.allowed_origins)),
-            max_request_body_size=settings.max_request_bytes,
-        )
-
     # Every call is answered with one JSON body, except a tools/call that carries a progress token: that one
     # gets an SSE response (its progress notifications, then the result), from a second manager the front
     # door picks after reading the body (kdbl_api.http_auth).
-    manager, streaming = session_manager(True), session_manager(False)
+    manager, streaming = _session_manager(server, settings, True), _session_manager(server, settings, False)
     verifier = BearerVerifier(PatVerifier(pool), _oidc(settings, pool))
     policies = Policies(pool, settings)
     limiter = RateLimiter(pool)
@@ -142,91 +159,6 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
                               policies, pool, streaming_app=HostHint(StreamableHTTPASGIApp(streaming), settings),
                               share=share)
     downloads = Downloads(settings, pool, state.observability, policies)
-
-    async def healthz(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok"})
-
-    async def readyz(request: Request) -> JSONResponse:
-        """Through the request path's pool: what requests would get (a probe also reopens it)."""
-        try:
-            await pool.ping()
-        except Exception as exc:  # noqa: BLE001 - readiness reports any database failure
-            log.warning("database not reachable", extra={"error": type(exc).__name__})
-            reason = (exc.message if isinstance(exc, TemporaryError)
-                      else f"database check failed ({type(exc).__name__})")
-            return JSONResponse({"status": "unavailable", "database": "unreachable", "reason": reason},
-                                status_code=503, headers={"Retry-After": "1"})
-        return JSONResponse({"status": "ok", "database": "ok", "reads": route.describe()})
-
-    async def protected_resource(request: Request) -> JSONResponse:
-        base = public_base(request, settings)
-        return JSONResponse({
-            "resource": f"{base}/mcp",
-            "authorization_servers": [settings.oidc_issuer] if settings.oidc_issuer else [],
-            "scopes_supported": list(ALL_SCOPES),
-            "bearer_methods_supported": ["header"],
-            "resource_name": "K-Lake Context Lake MCP",
-        }, headers={"Cache-Control": "public, max-age=300"})
-
-    async def capacity(request: Request) -> Response:
-        """The caller's view: service-wide modes and latency, its tenant's embedding progress."""
-        access = await front_door.authenticate(request, route="/capacity")  # the one front door for tokens
-        if isinstance(access, Response):
-            return access
-        principal = access.principal
-        obs = state.observability
-        embedder = state.services.embedder if state.services else None
-        async with rls_transaction(pool, principal) as conn:
-            progress = await vectors.backlog(conn, embedder.model_id if embedder else None)
-        hybrid = {"available": embedder is not None, "latency": obs.mode_latency("hybrid"),
-                  "embedding_progress": progress,
-                  "cost": "query embedding (~4 ms CPU, cached) + BM25 + HNSW scan + fusion"}
-        if embedder is None:
-            hybrid.update(reason="no embedder deployed (KDBL_EMBED_MODEL_PATH unset)", served_as="lexical")
-        else:
-            hybrid.update(model=embedder.model_id, dimensions=embedder.dim,
-                          note="per tenant/source toggles may still degrade a request to lexical")
-        body: dict[str, object] = {
-            "mcp_enabled": settings.mcp_enabled,
-            "downloads_enabled": downloads.enabled,
-            "modes": {
-                "lexical": {"available": True, "cost": "one SQL query: BM25 over the query terms' postings",
-                            "latency": obs.mode_latency("lexical")},
-                "hybrid": hybrid,
-                "semantic": {**hybrid, "latency": obs.mode_latency("semantic"),
-                             "cost": "query embedding (~4 ms CPU, cached) + HNSW scan"},
-                "graph": {"available": True, "latency": obs.mode_latency("graph"),
-                          "cost": "BM25 + the chunks naming the query's entities, fused",
-                          "note": "needs sources with entities on; a query naming no entity is served as lexical"},
-            },
-            "rate_limit": await front_door.quota(principal),
-        }
-        policy = await policies.get(principal.tenant_id)
-        body["concurrency"] = {"max_in_flight": share.limit(policy.limits), "in_flight": share.in_flight(
-            principal.tenant_id), "queue_ms": policy.limits.queue_ms, "scope": "per API process (cost units)"}
-        body["deadlines"] = policy.describe()["deadlines"]
-        tools: dict[str, object] = {}  # tools beyond the six: only where the tenant's allowlist names them
-        if policy.allows_tool("get_contents"):
-            tools["get_contents"] = {"latency": obs.mode_latency("get_contents"),
-                                     "cost": "one statement for all ids (files: leading chunks; chunks: neighbours)"}
-        if policy.allows_tool("find_similar"):
-            tools["find_similar"] = {
-                "vector": {"available": True, "latency": obs.mode_latency("find_similar_vector"),
-                           "cost": "the subject's stored (or embedded) vector + one HNSW scan"},
-                "lexical": {"available": True, "latency": obs.mode_latency("find_similar_lexical"),
-                            "cost": "the subject's distinctive terms + one BM25 query"}}
-        if policy.allows_tool("answer"):
-            chat = state.services.chat if state.services else None
-            tools["answer"] = {
-                "extractive": {"available": True, "latency": obs.mode_latency("answer_extractive"),
-                               "cost": "one search + sentence scoring (no model)"},
-                "abstractive": {"available": chat is not None, "latency": obs.mode_latency("answer_abstractive"),
-                                "model": chat.model_id if chat else None,
-                                "cost": "one search + local chat model generation (one answer at a time)"},
-            }
-        if tools:
-            body["tools"] = tools
-        return JSONResponse(body)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -248,22 +180,15 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
             await route.stop()
             await pool.close()
 
-    routes = [
-        Route("/mcp", GZipMiddleware(front_door, minimum_size=GZIP_MIN_BYTES, compresslevel=GZIP_LEVEL),
-              methods=["GET", "POST", "DELETE", "PUT", "PATCH"]),
-        Route("/api/files/download", downloads.handle, methods=["GET"]),
-        Route("/capacity", capacity, methods=["GET"]),
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/readyz", readyz, methods=["GET"]),
-        Route(PRM_PATH, protected_resource, methods=["GET"]),
-        Route(PRM_PATH + "/mcp", protected_resource, methods=["GET"]),
-    ]
+    table = [Route("/mcp", GZipMiddleware(front_door, minimum_size=GZIP_MIN_BYTES, compresslevel=GZIP_LEVEL),
+                   methods=["GET", "POST", "DELETE", "PUT", "PATCH"]),
+             Route("/api/files/download", downloads.handle, methods=["GET"]), *ROUTES]
     if settings.legacy_sse_enabled:  # opt-in; off, /sse and /messages are 404
         legacy = LegacySse(front_door, settings)
-        routes += [Route(SSE_PATH, HostHint(legacy.stream, settings), methods=["GET"]),
-                   Route(MESSAGES_PATH, HostHint(legacy.messages, settings), methods=["POST"])]
-    middleware = [Middleware(MetricsPort, port=settings.metrics_port, observability=state.observability)]
-    if settings.trusted_proxies:  # X-Forwarded-* from these peers only (never by default, not even loopback)
-        middleware.append(Middleware(ProxyHeadersMiddleware, trusted_hosts=list(settings.trusted_proxies)))
-    return Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
-                     exception_handlers={TemporaryError: unavailable})
+        table += [Route(SSE_PATH, HostHint(legacy.stream, settings), methods=["GET"]),
+                  Route(MESSAGES_PATH, HostHint(legacy.messages, settings), methods=["POST"])]
+    app = Starlette(routes=table, lifespan=lifespan, middleware=_middleware(settings, state),
+                    exception_handlers={TemporaryError: unavailable})
+    app.state.kdbl = ApiParts(settings=settings, route=route, state=state, front_door=front_door, policies=policies,
+                              share=share, downloads=downloads)
+    return app

@@ -36,7 +36,7 @@ from kdbl_api.audit import AuditFacts
 from kdbl_api.bearer import PrincipalToken, SdkTokenVerifier
 from kdbl_api.observability import Observability
 from kdbl_api.ratelimit import Decision, RateLimiter
-from kdbl_api.server import POLICY_KEY
+from kdbl_api.call_runner import POLICY_KEY
 from kdbl_api.tools.registry import STREAMING_TOOLS
 from kdbl_core.access.policy import Policies
 from kdbl_core.access.tokens import TokenRefused

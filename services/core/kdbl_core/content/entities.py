@@ -164,8 +164,21 @@ def _capitalised(word: str) -> bool:
     return word[0].isupper() or (word[0].islower() and word != word.lower())
 
 
+def _line_break(text: str, end: int, start: int) -> bool:
+    """Whether a name may not run on from `end` to `start`: a blank line between (a heading or paragraph ends
+    there), or a line break after a Markdown heading ("# Acquisitions" above "Acme Corp. acquired ...")."""
+    gap = text[end:start]
+    if "\n" not in gap:
+        return False
+    if gap.count("\n") >= 2:
+        return True
+    line = text[text.rfind("\n", 0, end) + 1:end].lstrip()
+    return line.startswith("#")
+
+
 def _runs(text: str, taken: bytearray) -> list[list[re.Match]]:
-    """Runs of capitalised words (with inner connectors), outside characters already `taken` (1 each)."""
+    """Runs of capitalised words (with inner connectors), outside characters already `taken` (1 each); a run
+    never crosses a blank line or a heading's end (_line_break)."""
     def free(m: re.Match) -> bool:
         return not any(taken[m.start():m.end()])
 
@@ -175,7 +188,8 @@ def _runs(text: str, taken: bytearray) -> list[list[re.Match]]:
     last_end = -1
     for m in _WORD.finditer(text):
         word = m.group()
-        joined = last_end >= 0 and text[last_end:m.start()].strip() == "" and free(m)
+        joined = last_end >= 0 and text[last_end:m.start()].strip() == "" and free(m) \
+            and not _line_break(text, last_end, m.start())
         if not joined and current:
             runs.append(current)
             current, pending = [], []

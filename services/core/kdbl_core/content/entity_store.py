@@ -19,7 +19,7 @@ from kdbl_core.db.connect import Connection
 
 VERSION = 2  # kdbl_core.content.entities' rules; one that finds other entities comes with a migration that sets
 # the files it reads otherwise back to NULL (NULL: waiting; the pending index has exactly those). 2: e-mail
-# recipients (migration 0026 set the e-mail files back).
+# recipients, names end at blank lines and headings (migration 0026 set every file back).
 MAIL_TYPES = ("message/rfc822", "application/vnd.ms-outlook")
 
 _ON = "coalesce((s.config ->> 'entities')::boolean, false)"

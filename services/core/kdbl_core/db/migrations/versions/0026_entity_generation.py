@@ -9,8 +9,9 @@ theirs (kdbl_core.search.cache.INDEX_STATE: the fourth number, read by graph sea
 stage's mark on the file (`files.entities_version`) no longer moves the content generation, as a change of
 `seen_at` alone never did: reading entities staled every lexical result and cursor of the source.
 
-The entity extractor's version 2 also reads an e-mail's recipients (the To and Cc display names): e-mail files
-already read wait to be read again.
+The entity extractor's version 2 also reads an e-mail's recipients (the To and Cc display names) and no longer
+runs a name across a blank line or a heading's end ("# Acquisitions" above "Acme Corp. acquired ..." made one
+organisation "Acquisitions Acme Corp."): every file read waits to be read again.
 
 Same rows, shards and primary key as 0014/0018; one statement-level trigger per insert, update and delete.
 
@@ -89,9 +90,9 @@ BEGIN
     END IF;
     RETURN NULL;
 END $$;
--- entity extractor 2 (kdbl_core.content.entity_store.VERSION) also reads an e-mail's recipients: its files again
-UPDATE files SET entities_version = NULL
- WHERE entities_version IS NOT NULL AND content_type IN ('message/rfc822', 'application/vnd.ms-outlook');
+-- entity extractor 2 (kdbl_core.content.entity_store.VERSION) reads e-mails' recipients and ends names at blank
+-- lines and headings: every file it read waits to be read again
+UPDATE files SET entities_version = NULL WHERE entities_version IS NOT NULL;
 
 CREATE TRIGGER entity_mentions_generation_ins AFTER INSERT ON entity_mentions REFERENCING NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION kdbl_bump_entity_sources();
