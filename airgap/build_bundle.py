@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.metadata
 import json
 import os
 import platform
@@ -49,6 +48,8 @@ from bundlelib import (
     REPO_ROOT,
     SUMS_NAME,
     BundleError,
+    clean_pip_env,
+    default_cache,
     ImageEntry,
     human_size,
     log,
@@ -56,7 +57,6 @@ from bundlelib import (
     require_verified,
     run,
     sha256_file,
-    sha256_text,
     tree_size,
     wheel_fits_target,
     wheel_tags,
@@ -64,6 +64,7 @@ from bundlelib import (
     write_manifest,
     write_sha256sums,
 )
+from llama_wheelhouse import llama_requirement, llama_wheel, resolve_llama_version
 from sbom import find_syft, sbom_image, sbom_wheelhouse
 
 CHART_DIR = REPO_ROOT / "charts" / "kdbl"
@@ -100,10 +101,6 @@ EXTERNAL_IMAGES = (
 )
 
 
-def default_cache() -> Path:
-    return Path(os.environ.get("KDBL_AIRGAP_CACHE") or "~/.cache/kdbl/airgap").expanduser()
-
-
 # --------------------------------------------------------------------------- project facts
 
 
@@ -134,13 +131,6 @@ def source_commit() -> dict[str, object]:
     return {"commit": commit or "unknown", "dirty": dirty}
 
 
-def llama_requirement() -> str:
-    for dep in project_meta()["dependencies"]:
-        if normalize_dist(re.split(r"[<>=!~\[; ]", dep, maxsplit=1)[0]) == "llama-cpp-python":
-            return dep.replace(" ", "")
-    raise BundleError("pyproject.toml does not depend on llama-cpp-python")
-
-
 def check_interpreter(python: str) -> dict[str, str]:
     """The wheelhouse is resolved by this interpreter: it must be CPython 3.11 on linux x86_64."""
     code = (
@@ -163,111 +153,7 @@ def check_interpreter(python: str) -> dict[str, str]:
     return info
 
 
-def clean_pip_env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(extra)
-    return env
-
-
 # --------------------------------------------------------------------------- wheels
-
-
-def llama_wheel(python: str, cache: Path, version: str, cmake_args: str) -> Path:
-    """A portable llama-cpp-python wheel, built from the sdist once per (version, CMAKE_ARGS)."""
-    key = f"{version}-{sha256_text(version + '|' + cmake_args)[:12]}"
-    out_dir = cache / "llama" / key
-    found = sorted(out_dir.glob("llama_cpp_python-*.whl")) if out_dir.is_dir() else []
-    if found:
-        log(f"llama-cpp-python {version}: cached wheel {found[0]} ({human_size(found[0].stat().st_size)})")
-        return found[0]
-    sdist_dir = cache / "sdist"
-    sdist_dir.mkdir(parents=True, exist_ok=True)
-    sdists = sorted(sdist_dir.glob(f"llama_cpp_python-{version}.tar.gz"))
-    if not sdists:
-        run(
-            [
-                python,
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--no-deps",
-                "--no-binary",
-                ":all:",
-                f"llama-cpp-python=={version}",
-                "-d",
-                sdist_dir,
-            ]
-        )
-        sdists = sorted(sdist_dir.glob(f"llama_cpp_python-{version}.tar.gz"))
-        if not sdists:
-            raise BundleError(
-                f"pip download did not produce llama_cpp_python-{version}.tar.gz in {sdist_dir}"
-            )
-    tmp = out_dir.with_name(key + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    log(
-        f"llama-cpp-python {version}: building from source with CMAKE_ARGS={cmake_args!r} "
-        "(≈6-10 min on 2 cores; cached afterwards)"
-    )
-    t0 = time.monotonic()
-    env = clean_pip_env(CMAKE_ARGS=cmake_args, CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2))
-    run([python, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "-w", tmp, sdists[0]], env=env)
-    wheels = sorted(tmp.glob("llama_cpp_python-*.whl"))
-    if len(wheels) != 1:
-        raise BundleError(f"expected one llama-cpp-python wheel in {tmp}, found {wheels}")
-    (tmp / "BUILD.json").write_text(
-        json.dumps({"version": version, "cmake_args": cmake_args, "seconds": round(time.monotonic() - t0)})
-        + "\n"
-    )
-    shutil.rmtree(out_dir, ignore_errors=True)
-    tmp.rename(out_dir)
-    wheel = out_dir / wheels[0].name
-    log(
-        f"llama-cpp-python {version}: built {wheel.name} ({human_size(wheel.stat().st_size)}) "
-        f"in {time.monotonic() - t0:.0f} s"
-    )
-    return wheel
-
-
-def resolve_llama_version(python: str, requirement: str) -> str:
-    """The llama-cpp-python version of the running environment when it satisfies the requirement
-    (so the bundle matches what was tested), else the newest on the index."""
-    try:
-        installed = importlib.metadata.version("llama-cpp-python")
-    except importlib.metadata.PackageNotFoundError:
-        installed = ""
-    if installed:
-        try:
-            from packaging.requirements import Requirement  # the venv has packaging (pip/setuptools deps)
-
-            if Requirement(requirement).specifier.contains(installed):
-                return installed
-        except ImportError:
-            return installed
-    with tempfile.TemporaryDirectory() as d:
-        run(
-            [
-                python,
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--no-deps",
-                "--no-binary",
-                ":all:",
-                requirement,
-                "-d",
-                d,
-            ]
-        )
-        names = [p.name for p in Path(d).iterdir()]
-    for name in names:
-        m = re.match(r"llama_cpp_python-(.+)\.tar\.gz$", name)
-        if m:
-            return m.group(1)
-    raise BundleError(f"could not resolve {requirement}: {names}")
 
 
 def build_wheelhouse(

@@ -86,6 +86,17 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def default_cache() -> Path:
+    """The build cache: $KDBL_AIRGAP_CACHE, default ~/.cache/kdbl/airgap (llama wheel, sdists, base, images)."""
+    return Path(os.environ.get("KDBL_AIRGAP_CACHE") or "~/.cache/kdbl/airgap").expanduser()
+
+
+def clean_pip_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(extra)
+    return env
+
+
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -85,6 +85,8 @@ async def test_an_entity_only_a_hidden_file_names_seeds_nothing_and_says_so_like
     words = await _search(api_pool, world, "zed", "rain in the valley", rationale=True)
     assert words.mode == "lexical" and words.degraded and words.hits[0]["key"] == "weather.txt"
     assert words.hits[0]["rationale"]["terms"] == ["rain", "valley"] and words.hits[0]["rationale"]["entities"] == []
+    plain = await _search(api_pool, world, "zed", "rain, the valley", mode="lexical", rationale=True)  # no entity there
+    assert plain.hits[0]["rationale"]["entities"] == [] and plain.hits[0]["rationale"]["terms"] == ["rain", "valley"]
 
 
 async def test_a_rationale_on_other_modes_and_the_filters_apply_to_the_entity_arm(world, api_pool):

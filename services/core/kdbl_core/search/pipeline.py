@@ -416,8 +416,8 @@ async def search(conn: Connection, request: SearchRequest, *, settings: Settings
         for hit in hits:
             hit["explain"] = explain_by_pos.get((hit["source_id"], hit["key"], hit["seq"]))
     if request.rationale:
-        assert pre is not None  # _windows(request): the preflight ran
-        found = await entity_arm.rationale(conn, request.query, pre.entities, [(r.file_id, r.seq) for r in refs],
+        entities = pre.entities if pre is not None else ()  # no preflight: the query offers no name
+        found = await entity_arm.rationale(conn, request.query, entities, [(r.file_id, r.seq) for r in refs],
                                            ts_config=settings.text_search_config)
         why_by_pos = {(str(r.source_id), r.key, r.seq): _why(e, found.get((r.file_id, r.seq)))
                       for r, e in zip(refs, explanations)}
