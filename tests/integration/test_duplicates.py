@@ -13,6 +13,7 @@ from kdbl_control import admin
 from kdbl_core.access.principal import ALL_SCOPES, Principal, rls_transaction
 from kdbl_core.search import bm25_topk, pipeline
 from kdbl_core.search.lexical import Filters
+from kdbl_core.search.plan import SearchPlan
 from kdbl_core.settings import Settings
 from kdbl_worker.vectorize import embed_pending
 
@@ -52,8 +53,8 @@ async def _search(api_pool, corpus, embedder, query: str, mode: str, limit: int,
     principal = Principal(tenant_id=corpus.tenant_id, tenant_name=corpus.tenant, subject="user:dups",
                           scopes=frozenset(ALL_SCOPES))
     async with rls_transaction(api_pool, principal) as conn:
-        return await pipeline.search(conn, pipeline.SearchRequest(query=query, mode=mode, limit=limit),
-                                     settings=Settings(**settings), embedder=embedder)
+        return await SearchPlan(pipeline.SearchRequest(query=query, mode=mode, limit=limit),
+                                settings=Settings(**settings), embedder=embedder).run(conn)
 
 
 def _texts(hits) -> list[str]:

@@ -15,6 +15,7 @@ from kdbl_control import admin
 from kdbl_core.access.principal import ALL_SCOPES, Principal, rls_transaction
 from kdbl_core.search import pipeline
 from kdbl_core.search.lexical import Filters
+from kdbl_core.search.plan import SearchPlan
 from kdbl_core.settings import Settings
 from kdbl_worker.entity_stage import extract_pending
 
@@ -42,8 +43,8 @@ def _principal(world, user: str) -> Principal:
 
 async def _search(api_pool, world, user: str, query: str, **request) -> pipeline.SearchResult:
     async with rls_transaction(api_pool, _principal(world, user)) as conn:
-        return await pipeline.search(conn, pipeline.SearchRequest(query=query, **{"mode": "graph", **request}),
-                                     settings=Settings())
+        return await SearchPlan(pipeline.SearchRequest(query=query, **{"mode": "graph", **request}),
+                                settings=Settings()).run(conn)
 
 
 async def test_the_querys_entities_seed_candidates_fused_with_the_keyword_arm(world, api_pool):
@@ -100,23 +101,24 @@ async def test_a_rationale_on_other_modes_and_the_filters_apply_to_the_entity_ar
 
 
 async def test_entities_read_move_the_graph_state_and_no_other(world, api_pool, owner_engine, worker_engine):
-    request = pipeline.SearchRequest(query="Acme", mode="graph")
-
-    async def prepared():
+    async def prepared(mode: str = "graph") -> SearchPlan:
+        plan = SearchPlan(pipeline.SearchRequest(query="Acme", mode=mode), settings=Settings())
         async with rls_transaction(api_pool, _principal(world, "zed")) as conn:
-            return await pipeline.prepare(conn, request, settings=Settings())
+            await plan.prepare(conn)
+        return plan
 
     with owner_engine.begin() as conn:  # an extractor that finds other entities sets the files back to unread
         conn.execute(text("UPDATE files SET entities_version = NULL WHERE source_id = :s AND key = 'deal.txt'"),
                      {"s": world["open"]})
     before = (await prepared()).states
     assert extract_pending(db_of(worker_engine)) == 1
-    pre = await prepared()
-    after = pre.states
+    graph = await prepared()
+    after = graph.states
     # the mentions read again moved the entities' state; content, vectors (lexical, semantic, hybrid) did not
     assert after[3] > before[3] and after[:3] == before[:3]
-    assert pipeline.index_state(request, pre) == ("graph", max(after[0], after[3]))
-    assert pipeline.index_state(pipeline.SearchRequest(query="Acme", mode="lexical"), pre) == ("lexical", after[0])
+    assert (graph.mode, graph.state) == ("graph", max(after[0], after[3]))
+    lexical = await prepared("lexical")
+    assert lexical.states == after and (lexical.mode, lexical.state) == ("lexical", after[0])
 
 
 async def test_graph_search_through_mcp_with_its_output_schema_cursor_and_audit(world, owner_engine, owner_url):

@@ -13,6 +13,7 @@ from sqlalchemy import text
 from kdbl_core.access.principal import ALL_SCOPES, Principal, rls_transaction
 from kdbl_core.search import pipeline
 from kdbl_core.search.lexical import Filters
+from kdbl_core.search.plan import SearchPlan
 from kdbl_core.settings import Settings
 from kdbl_worker.vectorize import embed_pending
 
@@ -72,8 +73,8 @@ async def _ranks(api_pool, corpus, embedder, mode: str) -> tuple[dict[str, int |
     ranks, results = {}, []
     for topic, query in QUERIES.items():
         async with rls_transaction(api_pool, principal) as conn:
-            result = await pipeline.search(conn, pipeline.SearchRequest(query=query, mode=mode, limit=5),
-                                           settings=Settings(), embedder=embedder)
+            result = await SearchPlan(pipeline.SearchRequest(query=query, mode=mode, limit=5),
+                                      settings=Settings(), embedder=embedder).run(conn)
         keys = [h["key"] for h in result.hits]
         ranks[topic] = keys.index(f"{topic}/answer.md") + 1 if f"{topic}/answer.md" in keys else None
         results.append(result)
@@ -106,7 +107,7 @@ async def test_a_hybrid_search_whose_candidates_all_have_vectors_is_not_degraded
                           scopes=frozenset(ALL_SCOPES))
     # a query whose candidates all have vectors: the related files of one topic only
     async with rls_transaction(api_pool, principal) as conn:
-        result = await pipeline.search(conn, pipeline.SearchRequest(query="beekeeper inspects hive frames", limit=3,
-                                                                    filters=Filters(path="bees/related")),
-                                       settings=Settings(), embedder=embedder)
+        result = await SearchPlan(pipeline.SearchRequest(query="beekeeper inspects hive frames", limit=3,
+                                                         filters=Filters(path="bees/related")),
+                                  settings=Settings(), embedder=embedder).run(conn)
     assert result.mode == "hybrid" and not result.degraded and result.hits[0]["key"] == "bees/related-0.md"

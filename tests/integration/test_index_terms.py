@@ -13,6 +13,7 @@ from sqlalchemy import text
 from kdbl_core.access.principal import Principal, rls_transaction
 from kdbl_core.content import analysis
 from kdbl_core.search import bm25_topk, lexical, pipeline
+from kdbl_core.search.plan import SearchPlan
 from kdbl_core.search.snippets import MARK, snippet
 from kdbl_core.settings import Settings
 
@@ -150,6 +151,6 @@ def test_snippets_mark_the_parts_of_compounds_where_the_index_matches_them(owner
 
 async def test_a_search_marks_the_part_of_a_compound_it_matched(api_pool, reports):
     async with rls_transaction(api_pool, _principal(reports)) as conn:
-        result = await pipeline.search(conn, pipeline.SearchRequest(query="10-K", mode="lexical", limit=3),
-                                       settings=Settings())
+        result = await SearchPlan(pipeline.SearchRequest(query="10-K", mode="lexical", limit=3),
+                                  settings=Settings()).run(conn)
     assert result.hits and all(h["key"].endswith("_10K.md") for h in result.hits)  # by the file name alone

@@ -13,6 +13,7 @@ from kdbl_core.access.principal import Principal, rls_transaction
 from kdbl_core.content import bm25_lists
 from kdbl_core.db.connect import conninfo
 from kdbl_core.search import bm25_native, bm25_topk, lexical, phrases, pipeline
+from kdbl_core.search.plan import SearchPlan
 from kdbl_core.settings import Settings
 
 FILLER = [f"filler{c}" for c in "bcdfghjklmnpqrstvwz"] + ["orchard", "harbour", "lantern", "meadow", "quarry"]
@@ -146,8 +147,8 @@ async def test_phrase_search_is_the_same_from_the_packed_lists_from_sql_and_unde
 
 async def test_a_lexical_phrase_query_through_the_pipeline_marks_the_phrase_words(api_pool, corpus):
     async with rls_transaction(api_pool, _principal(corpus)) as conn:
-        result = await pipeline.search(conn, pipeline.SearchRequest(query='"copper kettle"', mode="lexical",
-                                                                    limit=5), settings=Settings())
+        result = await SearchPlan(pipeline.SearchRequest(query='"copper kettle"', mode="lexical",
+                                                         limit=5), settings=Settings()).run(conn)
     assert len(result.hits) == 5
     assert all("<mark>copper</mark> <mark>kettle</mark>" in h["snippet"] for h in result.hits)
 
@@ -164,11 +165,11 @@ async def test_hybrid_hits_of_a_phrase_query_all_hold_the_phrase(
     assert embed_pending(db_of(worker_engine), embedder, tenant_id=small.tenant_id, batch=16) == 16
     async with rls_transaction(api_pool, _principal(small)) as conn:
         for mode in ("hybrid", "semantic"):  # the vector arm knows no words: its hits are kept where the phrase holds
-            quoted = await pipeline.search(conn, pipeline.SearchRequest(
-                query='"copper kettle" polishing', mode=mode, limit=10), settings=Settings(), embedder=embedder)
+            request = pipeline.SearchRequest(query='"copper kettle" polishing', mode=mode, limit=10)
+            quoted = await SearchPlan(request, settings=Settings(), embedder=embedder).run(conn)
             assert quoted.mode == mode and sorted(h["key"] for h in quoted.hits) == [f"held-{n}.txt" for n in range(4)]
-        loose = await pipeline.search(conn, pipeline.SearchRequest(query="copper kettle polishing", limit=10),
-                                      settings=Settings(), embedder=embedder)
+        loose = await SearchPlan(pipeline.SearchRequest(query="copper kettle polishing", limit=10),
+                                 settings=Settings(), embedder=embedder).run(conn)
         assert any(h["key"].startswith("near-") for h in loose.hits)
         ids = [r[0] for r in await (await conn.execute("SELECT id FROM chunks ORDER BY id")).fetchall()]
         assert len(await phrases.holding(conn, ids, ["copper kettle"], ts_config="english")) == 4

@@ -1,4 +1,4 @@
-"""The search pipeline behind one entry point (kdbl_core.search.pipeline.search), as the MCP tool runs it.
+"""The search pipeline behind one entry point (kdbl_core.search.plan.SearchPlan), as the MCP tool runs it.
 
 Round trips are counted on the wire (libpq's trace of the pooled connection the API uses: one Sync or
 simple Query per round trip), inside the RLS transaction, so the BEGIN (pipelined with the principal's
@@ -8,6 +8,7 @@ settings) and the COMMIT come on top. The modules are those of the project a cal
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -18,15 +19,18 @@ from pathlib import Path
 import pytest
 from helpers import db_of, make_corpus
 
+from kdbl_api.tools import search
 from kdbl_api.tools.context import Services, ToolContext
 from kdbl_api.tools.models import SearchContentArgs
 from kdbl_api.tools.search import search_content
+from kdbl_core.access.policy import TenantPolicy
 from kdbl_core.access.principal import ALL_SCOPES, Principal, rls_transaction
 from kdbl_core.access.signing import CursorCodec
 from kdbl_core.db import connect
 from kdbl_core.db.urls import for_role
 from kdbl_core.errors import InvalidArgument
 from kdbl_core.search import bm25_native, pipeline
+from kdbl_core.search.plan import SearchPlan
 from kdbl_core.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -140,7 +144,7 @@ async def test_a_source_the_caller_cannot_see_is_refused_in_every_mode(owner_url
                                              filters=pipeline.Filters(source_id=uuid.uuid4()))
             async with rls_transaction(pool, _principal(corpus)) as conn:
                 with pytest.raises(InvalidArgument, match="unknown source"):
-                    await pipeline.search(conn, request, settings=Settings(), embedder=embedder)
+                    await SearchPlan(request, settings=Settings(), embedder=embedder).run(conn)
     finally:
         await pool.close()
 
@@ -150,8 +154,8 @@ async def test_a_tenant_whose_policy_allows_lexical_only_is_served_lexically_and
     pool = await connect.async_pool(for_role(owner_url, "kdbl_api"), size=1)
     try:
         async with rls_transaction(pool, _principal(corpus)) as conn:
-            result = await pipeline.search(conn, pipeline.SearchRequest(query="ERR4021", mode="semantic"),
-                                           settings=Settings(), embedder=embedder, allowed_modes=("lexical",))
+            result = await SearchPlan(pipeline.SearchRequest(query="ERR4021", mode="semantic"), settings=Settings(),
+                                      embedder=embedder, allowed_modes=("lexical",)).run(conn)
     finally:
         await pool.close()
     assert result.mode == "lexical" and result.degraded and "policy" in result.degraded_reason
@@ -162,4 +166,83 @@ def test_eval_and_bench_search_through_the_core_pipeline_not_the_api() -> None:
     for name in ("evaluate.py", "bench.py"):
         source = (REPO / "services/control/kdbl_control" / name).read_text()
         assert not re.search(r"^\s*(from|import) kdbl_api\b", source, re.M), name
-        assert "pipeline.search(" in source, name
+        assert "SearchPlan(" in source, name
+
+
+class _Traced:
+    """What one connection sends while traced (libpq's trace)."""
+
+    def __init__(self, conn) -> None:
+        self.conn, self.text = conn, ""
+
+    def __enter__(self) -> _Traced:
+        self.conn.prepare_threshold = None  # every statement's text on the wire (Parse), none by a prepared name
+        self.file = tempfile.TemporaryFile("w+")
+        self.conn.pgconn.trace(os.dup(self.file.fileno()))
+        self.conn.pgconn.set_trace_flags(1)  # psycopg.pq.Trace.SUPPRESS_TIMESTAMPS
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.conn.pgconn.untrace()  # flushes the trace
+        self.file.seek(0)
+        self.text = self.file.read()  # a statement's text keeps its line ends
+        self.file.close()
+
+    def preflights(self) -> int:
+        return self.text.count("AS tenant_on")
+
+
+async def test_search_content_validates_once_per_call_and_reads_the_preflight_its_plan_sent_with_begin(
+        owner_url, corpus, embedder, monkeypatch):
+    validated: list[SearchContentArgs] = []
+    real = search._validate
+
+    def counted(settings, args):
+        validated.append(args)
+        return real(settings, args)
+
+    monkeypatch.setattr(search, "_validate", counted)
+    services = Services(settings=Settings(hybrid_depth=10), cursors=CursorCodec(b"k" * 32), embedder=embedder)
+    args = SearchContentArgs(query="ERR4021 gateway cat", limit=3, response_mode="metadata")
+    policy = TenantPolicy()
+    opened = search.opening(services, policy, args)  # the registry's hook: arguments checked, the plan made
+    assert len(validated) == 1
+    pool = await connect.async_pool(for_role(owner_url, "kdbl_api"), size=1)
+    results = []
+    try:
+        # the first attempt, then a retry's copy of the opening (kdbl_api.read_route), each sent with BEGIN
+        for attempt in (opened, dataclasses.replace(opened, rows=None)):
+            async with rls_transaction(pool, _principal(corpus), also=attempt) as conn:
+                ctx = ToolContext(conn=conn, principal=_principal(corpus), services=services, policy=policy,
+                                  opened=attempt)
+                with _Traced(conn) as traced:
+                    result, _facts = await search_content(ctx, args)
+            assert "Bind" in traced.text and traced.preflights() == 0  # the answer came with BEGIN: not sent again
+            results.append(result)
+    finally:
+        await pool.close()
+    assert len(validated) == 1  # never again in the handler, nor in the retry
+    assert results[0]["mode"] == "hybrid" and results[0]["hits"] and results[0] == results[1]
+
+
+async def test_a_plan_run_alone_sends_its_preflight_only_where_the_request_needs_one(owner_url, corpus, embedder):
+    pool = await connect.async_pool(for_role(owner_url, "kdbl_api"), size=1)
+    settings = Settings(hybrid_depth=10)
+    try:
+        counts = {}
+        for name, request in {
+                "lexical": pipeline.SearchRequest(query="gateway incident 3", mode="lexical", limit=1),
+                "lexical+source": pipeline.SearchRequest(query="gateway incident 3", mode="lexical", limit=1,
+                                                         filters=pipeline.Filters(source_id=corpus.source_id)),
+                "hybrid": pipeline.SearchRequest(query="gateway incident 3", limit=1)}.items():
+            async with rls_transaction(pool, _principal(corpus)) as conn:
+                await bm25_native.available(conn)
+                plan = SearchPlan(request, settings=settings, embedder=embedder)
+                with _Traced(conn) as traced:
+                    result = await plan.run(conn)
+            assert result.hits and result.mode == request.mode, name
+            counts[name] = traced.preflights()
+    finally:
+        await pool.close()
+    # lexical without a source filter: nothing the preflight tells (`bench search`'s floor, as before)
+    assert counts == {"lexical": 0, "lexical+source": 1, "hybrid": 1}

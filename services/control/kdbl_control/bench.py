@@ -2,7 +2,7 @@
 
 Indexes a BEIR corpus (default: SciFact) through the real crawl pipeline, starts `kdbl-api` as its own
 process (kdbl_api role, auth, RLS, audit), then measures with raw JSON-RPC POSTs:
-  floor   — the same search pipeline (kdbl_core.search.pipeline.search, lexical) run directly in one RLS
+  floor   — the same search plan (kdbl_core.search.plan.SearchPlan, lexical) run directly in one RLS
             transaction (no HTTP, no audit);
   1 client — sequential tools/call requests, p50/p95;
   N clients — concurrent requests for a fixed time: requests/s, p50/p95, errors.
@@ -33,6 +33,7 @@ from kdbl_core.db.connect import async_pool
 from kdbl_core.db.urls import for_role
 from kdbl_core.errors import ConfigError
 from kdbl_core.search import pipeline
+from kdbl_core.search.plan import SearchPlan
 from kdbl_core.settings import child_env, get_settings
 
 TENANT = "bench-search"
@@ -52,8 +53,8 @@ async def floor(owner_url: str, tenant_id, queries: list[str]) -> dict[str, floa
         for query in queries:
             start = time.perf_counter()
             async with rls_transaction(pool, principal) as conn:  # the pipeline search_content runs, lexical
-                await pipeline.search(conn, pipeline.SearchRequest(query=query, mode="lexical", limit=20),
-                                      settings=settings)
+                await SearchPlan(pipeline.SearchRequest(query=query, mode="lexical", limit=20),
+                                 settings=settings).run(conn)
             times.append((time.perf_counter() - start) * 1000)
     finally:
         await pool.close()

@@ -30,6 +30,7 @@ from kdbl_core.access.principal import Principal, rls_transaction
 from kdbl_core.db.connect import async_pool, sync_pool
 from kdbl_core.db.urls import for_role
 from kdbl_core.search import entity_graph, pipeline
+from kdbl_core.search.plan import SearchPlan
 from kdbl_core.settings import Settings
 
 _SYLLABLES = "ac me ni tech glo bex hoo li um bre lla ini so vo ra ka zen tri ton mar lex cor vi da na po qui".split()
@@ -112,7 +113,7 @@ async def _searches(api_url: str, tenant_id: Any, tenant: str, names: list[str])
                 request = pipeline.SearchRequest(query=f"what did {name} acquire", mode=mode, limit=20)
                 started = time.perf_counter()
                 async with rls_transaction(pool, principal) as conn:
-                    result = await pipeline.search(conn, request, settings=settings)
+                    result = await SearchPlan(request, settings=settings).run(conn)
                 if i >= 3:
                     times[mode].append((time.perf_counter() - started) * 1000)
                     served[result.mode] = served.get(result.mode, 0) + 1

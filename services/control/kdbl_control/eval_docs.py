@@ -4,7 +4,7 @@ SciFact (kdbl_control.evaluate) judges short abstracts, one per file. Real share
 annual reports, manuals — where an agent needs the file *and* the page, and a chunk from page 60 rarely
 says which company or year it belongs to. This eval crawls a folder of real documents through the real
 pipeline (fs source, extraction, chunking, the write path) into a tenant of its own and asks each question
-once, as written, through the search pipeline search_content calls (`kdbl_core.search.pipeline.search`,
+once, as written, through the search plan search_content runs (`kdbl_core.search.plan.SearchPlan`,
 inside an RLS transaction as the kdbl_api role), with search_content's defaults but the limit (10).
 
 Questions are JSON lines: {"id", "question", "file" (the key of the expected file), "pages" (1-based pages
@@ -141,6 +141,7 @@ async def _ask(owner_url: str, tenant_id: Any, tenant: str, questions: Sequence[
     from kdbl_core.db.connect import async_pool
     from kdbl_core.db.urls import for_role
     from kdbl_core.search import pipeline
+    from kdbl_core.search.plan import SearchPlan
 
     pool = await async_pool(for_role(owner_url, "kdbl_api"), size=2, name="kdbl-eval-docs")
     principal = Principal(tenant_id=tenant_id, tenant_name=tenant, subject="user:eval",
@@ -157,7 +158,7 @@ async def _ask(owner_url: str, tenant_id: Any, tenant: str, questions: Sequence[
                 request = pipeline.SearchRequest(query=q.question, mode=mode, limit=limit)
                 start = time.perf_counter()
                 async with rls_transaction(pool, principal) as conn:
-                    result = await pipeline.search(conn, request, settings=settings, embedder=embedder)
+                    result = await SearchPlan(request, settings=settings, embedder=embedder).run(conn)
                 latencies.append((time.perf_counter() - start) * 1000)
             except KdblError as exc:
                 errors.append(f"{q.id}: {exc}")

@@ -2,8 +2,8 @@
 
 The corpus is indexed through the real crawl pipeline into a tenant of its own (one text file per
 document: title, blank line, text; see kdbl_control.beir), chunk embeddings are filled in by the worker's
-own code when a model is given, and every judged query runs through the search pipeline the MCP tool calls
-(`kdbl_core.search.pipeline.search`, inside an RLS transaction as the kdbl_api role). Chunk hits
+own code when a model is given, and every judged query runs through the search plan the MCP tool runs
+(`kdbl_core.search.plan.SearchPlan`, inside an RLS transaction as the kdbl_api role). Chunk hits
 become a document ranking (document id = file key without ".txt", first occurrence wins) and are scored
 with kdbl_control.ir_metrics (BEIR / trec_eval conventions).
 
@@ -91,6 +91,7 @@ async def _search_runs(owner_url: str, tenant_id: Any, tenant: str, queries: lis
     from kdbl_core.db.connect import async_pool
     from kdbl_core.db.urls import for_role
     from kdbl_core.search import pipeline
+    from kdbl_core.search.plan import SearchPlan
 
     pool = await async_pool(for_role(owner_url, "kdbl_api"), size=2, name="kdbl-eval")
     principal = Principal(tenant_id=tenant_id, tenant_name=tenant, subject="user:eval",
@@ -107,7 +108,7 @@ async def _search_runs(owner_url: str, tenant_id: Any, tenant: str, queries: lis
                 request = pipeline.SearchRequest(query=query, mode=mode, limit=limit)
                 start = time.perf_counter()
                 async with rls_transaction(pool, principal) as conn:
-                    result = await pipeline.search(conn, request, settings=settings, embedder=embedder)
+                    result = await SearchPlan(request, settings=settings, embedder=embedder).run(conn)
                 elapsed = (time.perf_counter() - start) * 1000
                 ranking = ir_metrics.dedupe(doc_id_of_key(hit["key"]) for hit in result.hits)
                 return ranking, elapsed, result.mode, result.degraded_reason

@@ -1,6 +1,6 @@
 """answer: a grounded answer to a question, with citations, from what the caller's search returns.
 
-One search (kdbl_core.search.pipeline, hybrid degrading to lexical as search_content does, the tool's
+One search (kdbl_core.search.plan, hybrid degrading to lexical as search_content does, the tool's
 filters, ANSWER_HITS hits) in the caller's RLS transaction, then kdbl_core.search.answer:
 
 - extractive (the default: it needs no model, so it works on every server and for lexical-only

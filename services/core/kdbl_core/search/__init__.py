@@ -1,2 +1,3 @@
-"""Retrieval: the search pipeline behind one entry point (`pipeline.search`), its BM25 (`lexical`) and
-vector (`vector`) arms, fusion and rerank (`hybrid`), hit windows (`windows`) and snippets (`snippets`)."""
+"""Retrieval: one entry point (`plan.SearchPlan`: the preflight, the mode, then the pipeline), the pipeline
+(`pipeline`), its BM25 (`lexical`) and vector (`vector`) arms, fusion and rerank (`hybrid`), hit windows
+(`windows`) and snippets (`snippets`)."""

@@ -1,6 +1,6 @@
 """Grounded answers from what the caller's search returned: the `answer` tool's core.
 
-Both kinds start from one search through the pipeline (kdbl_core.search.pipeline, in the caller's RLS
+Both kinds start from one search (a kdbl_core.search.plan.SearchPlan, in the caller's RLS
 transaction: only what the principal may see is ever read) and the matched chunks of its top ANSWER_HITS
 hits, each an exact slice `text[char_start:char_end]` of its file's extracted text (the chunker's
 invariant), so a sentence's offsets in its chunk plus the chunk's char_start are its offsets in the file:
@@ -52,6 +52,7 @@ from kdbl_core.content.records import Chunk
 from kdbl_core.db.async_pool import Connection
 from kdbl_core.embedder import Embedder
 from kdbl_core.search import lexical, pipeline
+from kdbl_core.search.plan import SearchPlan
 from kdbl_core.search.lexical import Filters
 from kdbl_core.search.snippets import lexeme_matches
 from kdbl_core.settings import Settings
@@ -177,8 +178,8 @@ async def ground(conn: Connection, question: str, *, settings: Settings, embedde
     (the tool's took_ms) gets the search's parts and "sentences" (ms)."""
     request = pipeline.SearchRequest(query=question, mode="hybrid", limit=ANSWER_HITS,
                                      filters=filters or Filters(), explain=True)
-    result = await pipeline.search(conn, request, settings=settings, embedder=embedder,
-                                   allowed_modes=allowed_modes, timings=timings)
+    result = await SearchPlan(request, settings=settings, embedder=embedder,
+                              allowed_modes=allowed_modes).run(conn, timings=timings)
     lap = time.perf_counter()
     found, lexemes = await passages(conn, result.hits, question=question, ts_config=settings.text_search_config)
     weights = await term_weights(conn, lexemes) if found else {}

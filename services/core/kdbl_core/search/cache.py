@@ -15,9 +15,9 @@ depends on a source its principal cannot see. What it still depends on: a file w
 source moves every lexical state of that principal, even one filtered to another source, because BM25's
 statistics (N, df, average length) are summed over every source it sees (kdbl_core.search.lexical).
 
-The state is read by the search's preflight (kdbl_core.search.pipeline.prepare, INDEX_STATE below: one
-index range scan over the tenant's rows, up to 16 a source plus its own, in a statement the search runs
-anyway); measured in docs/benchmarks.md ("Search cache and cursors"). The
+The state is read by the search's preflight (kdbl_core.search.plan.SearchPlan.prepare, INDEX_STATE below:
+one index range scan over the tenant's rows, up to 16 a source plus its own, in a statement the search
+runs anyway); measured in docs/benchmarks.md ("Search cache and cursors"). The
 cached value is the pipeline's result before links (download links are signed per call, they expire);
 each hit is handed out as a fresh copy, since the tool adds fields to the hits it returns.
 

@@ -1,22 +1,24 @@
-"""The search pipeline behind one entry point, `search()`: mode choice, both arms, fusion, identifier
-pinning, rerank, diversification, hit windows and snippets — everything between a validated request and
-the ranked hits. The MCP tool (kdbl_api.tools.search) validates arguments, calls it and adds links and
-URIs; `kdbl-control eval` and `bench` call the same function, so what they measure is what agents get.
+"""The search pipeline: both arms, fusion, identifier pinning, rerank, diversification, hit windows and
+snippets — everything between a validated request served in a chosen mode and the ranked hits. Its one
+entry point is kdbl_core.search.plan.SearchPlan (issue 33): a plan reads the preflight, chooses the mode
+and calls execute() here. The MCP tool (kdbl_api.tools.search) validates arguments, makes the plan and
+adds links and URIs; `kdbl-control eval` and `bench` run the same plan, so what they measure is what
+agents get.
 
 Modes: lexical is the BM25 keyword arm; semantic the pgvector arm alone (hits that share no word with
 the query); hybrid both arms, fused. hybrid and semantic need an embedder in this process, vectors allowed
 by the tenant's policy (mcp.modes: "hybrid" allows both) and hybrid enabled for the tenant and (with a
 source_id filter) for that source; otherwise the request is served lexically and says why
-(`degraded_reason`).
+(`degraded_reason`; the plan decides, from its preflight).
 
-Round trips (one search, counted on the wire in docs/architecture.md): one preflight statement answers
-at once whether the filtered source is visible, the tenant's and source's hybrid toggles and the query's
-lexemes, and sets the HNSW scan settings for the transaction (was four statements: source check, toggles,
-query terms, settings); the rare-identifier pin is one statement (was two). hybrid: 10 -> 7 statements,
-lexical: unchanged (2, or 3 with a source_id filter). Search mode graph and `rationale` (issue 31,
-kdbl_core.search.entity_arm) look the query's candidate names up among the caller's entities in the same
-preflight; graph runs the keyword and entity arms and fuses them (RRF), and is served lexically, saying why,
-when the query names no entity the caller can read.
+Round trips (one search, counted on the wire in docs/architecture.md): one preflight statement (the
+plan's opening) answers at once whether the filtered source is visible, the tenant's and source's hybrid
+toggles and the query's lexemes, and sets the HNSW scan settings for the transaction (was four
+statements: source check, toggles, query terms, settings); the rare-identifier pin is one statement (was
+two). hybrid: 10 -> 7 statements, lexical: unchanged (2, or 3 with a source_id filter). Search mode
+graph and `rationale` (issue 31, kdbl_core.search.entity_arm) look the query's candidate names up among
+the caller's entities in the same preflight; graph runs the keyword and entity arms and fuses them (RRF),
+and is served lexically, saying why, when the query names no entity the caller can read.
 
 `timings` (optional, milliseconds by part) receives where the time went: embed, keyword (the BM25 arm
 and the identifier pin), vector (the vector arm), rerank (fusion, rescoring, diversification), windows
@@ -30,34 +32,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdbl_core.db.async_pool import Connection, Statement
+from kdbl_core.db.async_pool import Connection
 from kdbl_core.embedder import Embedder
 from kdbl_core.errors import InvalidArgument
 from kdbl_core.search import bm25_topk, duplicates, entity_arm, hybrid, lexical, phrases, vector
-from kdbl_core.search.cache import INDEX_STATE, state_for
 from kdbl_core.search.lexical import ChunkHit, Filters
 from kdbl_core.search.windows import HitRef, expand_hits
 from kdbl_core.settings import Settings
 
 MODES = ("hybrid", "lexical", "semantic", "graph")
-
-# Source visibility (a source_id filter the caller cannot see is an error), the hybrid toggles, the
-# query's lexemes (hybrid's identifier pinning) and the vector arm's HNSW settings, in one round trip.
-# `source_on` is NULL exactly when the source is not visible (sources.hybrid_enabled is NOT NULL).
-_PREFLIGHT = f"""
-SELECT (SELECT t.hybrid_enabled FROM tenants t WHERE t.id = kdbl_tenant()) AS tenant_on,
-       (SELECT s.hybrid_enabled FROM sources s
-         WHERE s.tenant_id = kdbl_tenant() AND s.id = CAST(%(sid)s AS uuid)) AS source_on,
-       (SELECT CASE WHEN count(*) = cardinality(CAST(%(sids)s AS uuid[])) THEN coalesce(bool_or(s.hybrid_enabled), false) END
-          FROM sources s WHERE s.tenant_id = kdbl_tenant() AND s.id = ANY (CAST(%(sids)s AS uuid[]))) AS sources_on,
-       ARRAY(SELECT DISTINCT t.term FROM kdbl_terms(CAST(%(cfg)s AS regconfig), CAST(%(query)s AS text)) AS t)
-           AS terms,
-       CASE WHEN %(tune)s THEN set_config('hnsw.ef_search', %(ef)s, true) END AS ef_search,
-       CASE WHEN %(tune)s THEN set_config('hnsw.iterative_scan', 'relaxed_order', true) END AS iterative_scan,
-       {INDEX_STATE} AS state,
-       (SELECT jsonb_agg(jsonb_build_array(e.id, e.type, e.key, e.name) ORDER BY e.id) FROM entities e
-         WHERE e.tenant_id = kdbl_tenant() AND e.key = ANY (CAST(%(ekeys)s AS text[]))) AS entities
-"""
 
 
 def _lap(timings: dict[str, float] | None, part: str, since: float) -> float:
@@ -86,7 +69,6 @@ class SearchRequest:
     filters: Filters = field(default_factory=Filters)
     explain: bool = False
     rationale: bool = False  # each hit says why it matched: the query's words and entities it holds, its arms' ranks
-    offset: int = 0  # a cursor's page: hits [offset, offset + limit) of the ranking (kdbl_core.search.paging)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,93 +90,6 @@ class SearchResult:
         return self.degraded_reason is not None
 
 
-@dataclass(frozen=True, slots=True)
-class _Preflight:
-    tenant_on: bool | None
-    source_on: bool | None
-    terms: list[str]
-    sources_on: bool | None = None  # source_ids: NULL when one is not visible, else whether any has hybrid on
-    states: tuple[int, ...] = (0, 0, 0, 0)  # the index states a result may be cut from (kdbl_core.search.cache)
-    entities: tuple[entity_arm.QueryEntity, ...] = ()  # the query's, when graph or rationale asked for them
-
-
-def _vectors(request: SearchRequest, allowed_modes: tuple[str, ...] | frozenset[str],
-             embedder: Embedder | None) -> bool:
-    return request.mode in ("hybrid", "semantic") and "hybrid" in allowed_modes and embedder is not None
-
-
-def _windows(request: SearchRequest) -> tuple[entity_arm.Window, ...]:
-    """The query's candidate entity names, when the request needs its entities (graph, rationale)."""
-    return entity_arm.windows(request.query) if request.mode == "graph" or request.rationale else ()
-
-
-def _preflight_statement(request: SearchRequest, settings: Settings, *, vectors: bool) -> Statement:
-    sids = list(dict.fromkeys(request.filters.source_ids))
-    depth = max(request.limit, settings.hybrid_depth)
-    sid = request.filters.source_id
-    return Statement(_PREFLIGHT, {
-        "sid": str(sid) if sid else None, "sids": [str(s) for s in sids], "cfg": settings.text_search_config,
-        "query": request.query if vectors and request.mode == "hybrid" else None,
-        "tune": vectors, "ef": str(min(1000, max(64, 2 * depth))), "ekeys": entity_arm.keys(_windows(request)),
-    })
-
-
-def preflight_statement(request: SearchRequest, *, settings: Settings, embedder: Embedder | None = None,
-                        allowed_modes: tuple[str, ...] | frozenset[str] = MODES) -> Statement:
-    """The preflight prepare() runs, as a statement to send with the transaction's BEGIN (one round trip
-    fewer: kdbl_core.db.async_pool.AsyncPool.transaction `also`); hand it back to prepare() as `opened`."""
-    return _preflight_statement(request, settings, vectors=_vectors(request, allowed_modes, embedder))
-
-
-async def _preflight(conn: Connection, request: SearchRequest, settings: Settings, *,
-                     vectors: bool, always: bool = False, opened: Statement | None = None) -> _Preflight | None:
-    """The preflight row (from `opened` when its rows came with the transaction's opening round trip), or
-    None when the request needs none (lexical without a source filter) and the caller does not ask for
-    the index state (`always`)."""
-    sid = request.filters.source_id
-    sids = request.filters.source_ids
-    if opened is not None and opened.rows is not None:
-        row = opened.rows[0]
-    else:
-        if not vectors and sid is None and not sids and not always and not _windows(request):
-            return None
-        statement = _preflight_statement(request, settings, vectors=vectors)
-        cur = await conn.execute(statement.sql, statement.params)
-        row = await cur.fetchone()
-    assert row is not None  # one row, always
-    if sid is not None and row.source_on is None:
-        raise InvalidArgument("source_id", f"unknown source {sid} (or not visible to you)")
-    if sids and row.sources_on is None:  # one message whether a source is missing or hidden: no oracle
-        raise InvalidArgument("source_ids", "an unknown source (or one not visible to you)")
-    entities = entity_arm.chosen(_windows(request), row.entities) if row.entities else []
-    return _Preflight(row.tenant_on, row.source_on, list(row.terms or ()), row.sources_on,
-                      tuple(int(s) for s in row.state), tuple(entities))
-
-
-def _choose_mode(request: SearchRequest, allowed_modes: tuple[str, ...] | frozenset[str],
-                 embedder: Embedder | None, pre: _Preflight | None) -> tuple[str, str | None]:
-    """(mode to run, reason it was degraded or None)."""
-    if request.mode == "lexical":
-        return "lexical", None
-    if request.mode == "graph":
-        if pre is not None and entity_arm.seeds(pre.entities):
-            return "graph", None
-        return "lexical", ("graph: the query names no person, organisation, place, product or event found in "
-                           "what you can read (or its sources have entities off); served by keywords")
-    if "hybrid" not in allowed_modes:  # the tenant's policy allows lexical search only
-        return "lexical", "semantic search is not allowed for this tenant (policy: lexical only)"
-    if embedder is None:
-        return "lexical", "no embedder deployed"
-    assert pre is not None
-    if not pre.tenant_on:
-        return "lexical", "hybrid is disabled for this tenant"
-    if request.filters.source_id is not None and pre.source_on is False:
-        return "lexical", "hybrid is disabled for this source"
-    if request.filters.source_ids and pre.sources_on is False:
-        return "lexical", "hybrid is disabled for these sources"
-    return request.mode, None
-
-
 def _retrieve(future: asyncio.Future) -> None:
     """Mark a background embedding's failure as seen when nobody awaits it (the request was cancelled)."""
     if not future.cancelled():
@@ -202,14 +97,13 @@ def _retrieve(future: asyncio.Future) -> None:
 
 
 async def _with_vectors(conn: Connection, request: SearchRequest, mode: str, settings: Settings, embedder: Embedder,
-                        terms: list[str], timings: dict[str, float] | None = None
+                        terms: list[str], wanted: int, timings: dict[str, float] | None = None
                         ) -> tuple[list[hybrid.Fused], dict[int, duplicates.TextKey], str | None]:
     """hybrid: both arms fused (and rescored); semantic: the vector arm alone, in its own order. One hit per
     text (deeper arms when copies leave the page short); with the text keys, and for hybrid whose
     candidates are not all embedded, the degraded reason (hybrid.keep_keyword_slots)."""
     filters = request.filters
     depth = max(request.limit, settings.hybrid_depth)
-    wanted = _ranking_length(request, settings)
     lap = time.perf_counter()
     # The query's embedding (CPU, in a thread) while the keyword arm runs in the database: two cores at
     # work instead of one after the other (hybrid p50 at 1M chunks: see docs/benchmarks.md).
@@ -287,12 +181,12 @@ async def _with_vectors(conn: Connection, request: SearchRequest, mode: str, set
 
 
 async def _with_entities(conn: Connection, request: SearchRequest, settings: Settings,
-                         entities: tuple[entity_arm.QueryEntity, ...], timings: dict[str, float] | None = None
+                         entities: tuple[entity_arm.QueryEntity, ...], wanted: int,
+                         timings: dict[str, float] | None = None
                          ) -> tuple[list[hybrid.Fused], dict[int, duplicates.TextKey]]:
     """graph: the keyword arm and the entity arm (the chunks naming the query's entities), fused by RRF, one hit
     per text, diversified like hybrid; with the text keys."""
     depth = max(request.limit, settings.hybrid_depth)
-    wanted = _ranking_length(request, settings)
     while True:
         lap = time.perf_counter()
         lex = await bm25_topk.search(conn, request.query, request.filters, limit=depth,
@@ -327,47 +221,23 @@ def _why(explanation: dict | None, found: tuple[list[str], list[entity_arm.Query
             "pinned_identifier": bool(e.get("pinned_identifier"))}
 
 
-async def prepare(conn: Connection, request: SearchRequest, *, settings: Settings, embedder: Embedder | None = None,
-                  allowed_modes: tuple[str, ...] | frozenset[str] = MODES,
-                  opened: Statement | None = None) -> _Preflight:
-    """The preflight, run always, with the index states the search may be cut from (`.states`; index_state()
-    picks the serving mode's: the result cache's key and the cursor's binding); pass it to search() as
-    `prepared`, which then skips its own. `opened`: preflight_statement()'s statement, already answered
-    with the transaction's BEGIN (no round trip here). Folding the state into the preflight costs hybrid
-    and semantic no round trip; sent with BEGIN, lexical's costs none either (docs/benchmarks.md)."""
-    vectors = _vectors(request, allowed_modes, embedder)
-    pre = await _preflight(conn, request, settings, vectors=vectors, always=True, opened=opened)
-    assert pre is not None  # always=True
-    return pre
-
-
-def index_state(request: SearchRequest, pre: _Preflight, *, embedder: Embedder | None = None,
-                allowed_modes: tuple[str, ...] | frozenset[str] = MODES) -> tuple[str, int]:
-    """The mode that will serve `request` and the index state its result depends on (the result cache's key
-    and the cursor's binding): lexical results ignore vectors, vector results other sources' writes."""
-    mode, _ = _choose_mode(request, allowed_modes, embedder, pre)
-    return mode, state_for(pre.states, mode)
-
-
-def _ranking_length(request: SearchRequest, settings: Settings) -> int:
+def _ranking_length(request: SearchRequest, settings: Settings, offset: int) -> int:
     """Ranked hits a page needs: through its end plus one (has_more), within the candidate cap
     max(limit, hybrid_depth), the depth every arm runs at whatever the page (kdbl_core.search.paging)."""
-    return min(request.offset + request.limit + 1, max(request.limit, settings.hybrid_depth))
+    return min(offset + request.limit + 1, max(request.limit, settings.hybrid_depth))
 
 
-async def search(conn: Connection, request: SearchRequest, *, settings: Settings, embedder: Embedder | None = None,
-                 allowed_modes: tuple[str, ...] | frozenset[str] = MODES,
-                 timings: dict[str, float] | None = None, prepared: _Preflight | None = None) -> SearchResult:
-    """The whole pipeline, in the caller's RLS transaction `conn` (only what the principal sees counts).
-
-    `allowed_modes` is the tenant policy's mcp.modes. Raises InvalidArgument for a source_id filter
-    naming a source the caller cannot see."""
-    pre = prepared or await _preflight(conn, request, settings, vectors=_vectors(request, allowed_modes, embedder))
-    mode, degraded_reason = _choose_mode(request, allowed_modes, embedder, pre)
+async def execute(conn: Connection, request: SearchRequest, *, mode: str, degraded_reason: str | None,
+                  terms: list[str], entities: tuple[entity_arm.QueryEntity, ...], settings: Settings,
+                  embedder: Embedder | None, offset: int = 0, timings: dict[str, float] | None = None) -> SearchResult:
+    """The pipeline for the page [offset, offset + limit), in the caller's RLS transaction `conn` (only what
+    the principal sees counts), served in `mode` (kdbl_core.search.plan chose it, from its preflight: the
+    query's lexemes `terms` and `entities` come from there too)."""
+    wanted = _ranking_length(request, settings, offset)
     explanations: list[dict | None]
     if mode == "lexical":
         lap = time.perf_counter()
-        wanted = fetch = _ranking_length(request, settings)
+        fetch = wanted
         while True:  # one hit per text: deeper while copies leave the page short (exact: the best distinct texts)
             ranked = await bm25_topk.search(conn, request.query, request.filters, limit=fetch,
                                             ts_config=settings.text_search_config,
@@ -387,20 +257,19 @@ async def search(conn: Connection, request: SearchRequest, *, settings: Settings
                          "fused": round(g.item.score, 6), "pinned_identifier": False}
                         for i, g in enumerate(groups, 1)]
     elif mode == "graph":
-        assert pre is not None
-        chosen, keys = await _with_entities(conn, request, settings, pre.entities, timings)
+        chosen, keys = await _with_entities(conn, request, settings, entities, wanted, timings)
         refs = [HitRef(f.hit.file_id, f.hit.source_id, f.hit.key, f.hit.seq, f.score) for f in chosen]
         copies = [f.copies for f in chosen]
         explanations = [f.explanation() for f in chosen]
     else:
-        assert embedder is not None and pre is not None
-        chosen, keys, partial = await _with_vectors(conn, request, mode, settings, embedder, pre.terms, timings)
+        assert embedder is not None
+        chosen, keys, partial = await _with_vectors(conn, request, mode, settings, embedder, terms, wanted, timings)
         degraded_reason = degraded_reason or partial
         refs = [HitRef(f.hit.file_id, f.hit.source_id, f.hit.key, f.hit.seq, f.score) for f in chosen]
         copies = [f.copies for f in chosen]
         explanations = [f.explanation() for f in chosen]
-    wanted, end = _ranking_length(request, settings), request.offset + request.limit
-    page = slice(request.offset, end)
+    end = offset + request.limit
+    page = slice(offset, end)
     paging = {"has_more": len(refs) > end, "total_available": len(refs), "total_exact": len(refs) < wanted,
               "capped": len(refs) == wanted <= end}
     refs, explanations, copies = refs[page], explanations[page], copies[page]
@@ -416,7 +285,6 @@ async def search(conn: Connection, request: SearchRequest, *, settings: Settings
         for hit in hits:
             hit["explain"] = explain_by_pos.get((hit["source_id"], hit["key"], hit["seq"]))
     if request.rationale:
-        entities = pre.entities if pre is not None else ()  # no preflight: the query offers no name
         found = await entity_arm.rationale(conn, request.query, entities, [(r.file_id, r.seq) for r in refs],
                                            ts_config=settings.text_search_config)
         why_by_pos = {(str(r.source_id), r.key, r.seq): _why(e, found.get((r.file_id, r.seq)))
