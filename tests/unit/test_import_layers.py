@@ -7,7 +7,8 @@ model), which do not import each other and sit over `db` (pools, schema, URLs) a
 settings and errors. Each third-party library of one concern stays in that concern's modules: the MCP SDK
 in the API, llama_cpp in kdbl_core.llama_loader, kubernetes in kdbl_operator.k8s, kopf in the operator's
 kopf-facing modules, SQLAlchemy/Alembic in the schema and migrations; the operator's `desired` is pure;
-the API is layered (main, app, legacy_sse, http_auth, server..., tools..., the parts, request_meta...).
+the API is layered (main, app, legacy_sse, the front door's stack over its parts, server..., tools...,
+the parts, request_meta...).
 `lint-imports` reads every import statement, also inside functions and under TYPE_CHECKING, and follows
 indirect chains; one run over the 5 packages takes ~0.2 s.
 """

@@ -38,7 +38,7 @@ from kdbl_api.bearer import SdkTokenVerifier
 from kdbl_api.downloads import Downloads
 from kdbl_api.fair_share import FairShare
 from kdbl_api.host_hint import HostHint
-from kdbl_api.http_auth import PRM_PATH, McpFrontDoor
+from kdbl_api.front_door import PRM_PATH, McpFrontDoor
 from kdbl_api.legacy_sse import MESSAGES_PATH, SSE_PATH, LegacySse
 from kdbl_api.observability import MetricsPort
 from kdbl_api.ratelimit import RateLimiter
@@ -148,7 +148,7 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
     server = build_server(route, state)
     # Every call is answered with one JSON body, except a tools/call that carries a progress token: that one
     # gets an SSE response (its progress notifications, then the result), from a second manager the front
-    # door picks after reading the body (kdbl_api.http_auth).
+    # door picks after reading the body (kdbl_api.front_door.dispatch).
     manager, streaming = _session_manager(server, settings, True), _session_manager(server, settings, False)
     verifier = BearerVerifier(PatVerifier(pool), _oidc(settings, pool))
     policies = Policies(pool, settings)

@@ -1,7 +1,8 @@
 """How one MCP call runs (issue 33: taken out of build_server): the request's principal, policy and call meta
-as the front door left them on the scope, and `CallRunner.run` — the call's RLS transaction where the read
-route says (kdbl_api.read_route), its audit row, a failure audited in a transaction of its own, the deadline,
-the metrics and the log line. Tools (kdbl_api.server) and resources (kdbl_api.resources) both run through it.
+as the front door left them on the call's one object on the scope (kdbl_api.call_scope.Call), and
+`CallRunner.run` — the call's RLS transaction where the read route says (kdbl_api.read_route), its audit row,
+a failure audited in a transaction of its own, the deadline, the metrics and the log line. Tools
+(kdbl_api.server) and resources (kdbl_api.resources) both run through it.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from kdbl_api import audit, bearer, request_meta
+from kdbl_api import audit, call_scope
 from kdbl_api.audit import AuditFacts
+from kdbl_api.call_scope import Call
 from kdbl_api.observability import Observability
 from kdbl_api.read_route import ReadRoute
 from kdbl_api.request_meta import CallMeta
@@ -33,7 +35,6 @@ from kdbl_core.errors import (
 )
 
 log = logging.getLogger("kdbl_api.server")  # the calls' log lines keep their logger name
-POLICY_KEY = "kdbl.policy"
 
 
 @dataclass(slots=True)
@@ -44,18 +45,22 @@ class AppState:
     observability: Observability = field(default_factory=Observability)
 
 
-def principal_of(ctx: ServerRequestContext[Any]) -> Principal:
+def _call_of(ctx: ServerRequestContext[Any]) -> Call | None:
     request = ctx.request
-    principal = bearer.principal_in(request.scope) if request is not None else None
+    return call_scope.of_scope(request.scope) if request is not None else None
+
+
+def principal_of(ctx: ServerRequestContext[Any]) -> Principal:
+    call = _call_of(ctx)
+    principal = call.principal if call is not None else None
     if principal is None:  # the HTTP layer authenticates before the SDK sees the request
         raise mcp_error_of(Unauthenticated("unauthenticated"))
     return principal
 
 
 def policy_of(ctx: ServerRequestContext[Any]) -> TenantPolicy:
-    request = ctx.request
-    found = request.scope.get(POLICY_KEY) if request is not None else None
-    return found if found is not None else TenantPolicy()
+    call = _call_of(ctx)
+    return call.policy if call is not None and call.policy is not None else TenantPolicy()
 
 
 def meta_of(ctx: ServerRequestContext[Any]) -> CallMeta:
@@ -63,10 +68,10 @@ def meta_of(ctx: ServerRequestContext[Any]) -> CallMeta:
     request = ctx.request
     if request is None:
         return CallMeta.begin()
-    found = request_meta.of_scope(request.scope)
-    if found is None:
-        found = request.scope[request_meta.SCOPE_KEY] = CallMeta.begin()
-    return found
+    call = call_scope.of_scope(request.scope)
+    if call is None:
+        call = request.scope[call_scope.KEY] = Call(CallMeta.begin())
+    return call.meta
 
 
 def rendering_of(ctx: ServerRequestContext[Any]) -> blocks.Rendering:
@@ -77,7 +82,7 @@ def rendering_of(ctx: ServerRequestContext[Any]) -> blocks.Rendering:
 
 def progress_of(ctx: ServerRequestContext[Any]) -> Callable[[str, float, float | None], Awaitable[None]] | None:
     """Sends a notifications/progress on the request's own stream, when the client sent a progress token
-    (the front door then answers on SSE: kdbl_api.http_auth); None without one."""
+    (the front door then answers on SSE: kdbl_api.front_door.dispatch); None without one."""
     if not ctx.meta or ctx.meta.get("progress_token") is None:
         return None
 

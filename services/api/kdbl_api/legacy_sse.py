@@ -54,7 +54,8 @@ from starlette.types import Message, Receive, Scope, Send
 
 from kdbl_api import audit, request_meta
 from kdbl_api.audit import AuditFacts
-from kdbl_api.http_auth import JSON_ONLY_KEY, McpFrontDoor, disabled_message, replay
+from kdbl_api.call_scope import KEY, Call
+from kdbl_api.front_door import McpFrontDoor, disabled_message, read_body, replay
 from kdbl_core.access.principal import Principal
 from kdbl_core.errors import (
     INTERNAL_ERROR, PARSE_ERROR, Forbidden, KdblError, MalformedMessage, NotFound, RateLimited, RequestTimeout,
@@ -188,7 +189,7 @@ class LegacySse:
         if session is not None and session.owner != owner_of(principal):
             log.warning("sse post refused", extra={"session": session_id, "tenant": principal.tenant_name,
                                                    "request_id": request_id})
-            request.scope[request_meta.SCOPE_KEY] = request_meta.CallMeta(request_id=request_id)
+            request.scope[KEY] = Call(request_meta.CallMeta(request_id=request_id))  # the audit row's request id
             self.door.obs.sse_refused.labels("foreign_session").inc()
             await self._audit_refusal(request, principal, "denied", "POST into an SSE session another principal opened")
             session = None
@@ -200,7 +201,7 @@ class LegacySse:
             return jsonrpc_response_of(RateLimited(1, f"{MAX_IN_FLIGHT} messages of this session are still "
                                                       "unanswered; wait for their answers")).response()
         try:
-            body = await self.door.read_body(request)
+            body = await read_body(request, self.settings)
         except TimeoutError:
             message = f"request body not received within {self.settings.body_read_timeout_s:g} s"
             return jsonrpc_response_of(RequestTimeout(message), headers={"Connection": "close"}).response()
@@ -294,7 +295,8 @@ def _mcp_scope(scope: Scope, length: int, request_id: str) -> Scope:
                 (b"content-length", str(length).encode()), (b"x-request-id", request_id.encode())]
     inner = {k: v for k, v in scope.items() if k not in ("endpoint", "path_params", "route", "router")}
     inner.update(method="POST", path="/mcp", raw_path=b"/mcp", query_string=b"", headers=headers)
-    inner[JSON_ONLY_KEY] = True  # this caller reads one JSON answer, never an SSE stream
+    # this caller reads one JSON answer, never an SSE stream: the door keeps the wish of a Call left here
+    inner[KEY] = Call(request_meta.CallMeta(request_id=request_id), json_only=True)
     return inner
 
 

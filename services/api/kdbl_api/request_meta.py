@@ -1,8 +1,10 @@
 """One request id and the call's timings, from the front door to the result's `meta`.
 
-The front door (kdbl_api.http_auth) opens a `CallMeta` for every POST /mcp: the id is the client's
+The front door (kdbl_api.front_door) opens a `CallMeta` for every POST /mcp: the id is the client's
 `X-Request-Id` when it is sane (printable ASCII, at most 128 characters), else a fresh uuid4 hex. It
-rides in the ASGI scope; the same id goes into the `X-Request-Id` response header (refusals too), the
+rides in the ASGI scope as the `meta` of the call's one object there (kdbl_api.call_scope.Call, under
+SCOPE_KEY: this module owns the key because the audit row, a layer below that object, reads the meta
+through `of_scope`); the same id goes into the `X-Request-Id` response header (refusals too), the
 audit row (`audit.request_id`), the call's JSON log line (extra `request_id`) and every tool result's
 `meta.request_id`, so one id follows a call everywhere.
 
@@ -26,7 +28,7 @@ from typing import Any
 
 from starlette.types import Scope
 
-SCOPE_KEY = "kdbl.call_meta"
+SCOPE_KEY = "kdbl.call"  # the call's kdbl_api.call_scope.Call, whose `meta` is a CallMeta
 HEADER = "X-Request-Id"
 MAX_ID_CHARS = 128
 _SANE = re.compile(r"[\x20-\x7e]+")  # printable ASCII
@@ -68,5 +70,6 @@ class CallMeta:
 
 
 def of_scope(scope: Scope | None) -> CallMeta | None:
-    """The call's CallMeta, when the front door opened one (it does for every POST /mcp)."""
-    return scope.get(SCOPE_KEY) if scope is not None else None
+    """The call's CallMeta, when the front door opened the call (it does for every POST /mcp)."""
+    call = scope.get(SCOPE_KEY) if scope is not None else None
+    return call.meta if call is not None else None

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from kdbl_api.call_runner import AppState
 from kdbl_api.downloads import Downloads
 from kdbl_api.fair_share import FairShare
-from kdbl_api.http_auth import McpFrontDoor, public_base
+from kdbl_api.front_door import McpFrontDoor, public_base
 from kdbl_api.observability import Observability
 from kdbl_api.read_route import ReadRoute
 from kdbl_core.access.policy import Policies, TenantPolicy
