@@ -7,8 +7,8 @@ import itertools
 from kdbl_core.search.windows import HIT_TEXT_BUDGET, _assemble
 
 
-def _chunk(n: int, c: str) -> dict[str, str]:
-    return {"text": c * n}
+def _chunk(n: int, c: str) -> str:
+    return c * n
 
 
 def test_a_hit_with_only_a_previous_neighbour_stays_within_the_budget() -> None:
@@ -20,8 +20,8 @@ def test_a_hit_with_only_a_previous_neighbour_stays_within_the_budget() -> None:
 def test_no_combination_of_sizes_exceeds_the_budget_and_truncated_says_when_text_was_left_out() -> None:
     sizes = [0, 1, 2, 5, 899, 900, 1799, 1800, 1801, 4000]
     for hit, prev, nxt, budget in itertools.product(sizes, [None, *sizes], [None, *sizes], [HIT_TEXT_BUDGET, 3, 10]):
-        text, truncated = _assemble(_chunk(hit, "h"), prev is not None and _chunk(prev, "p") or None,
-                                    nxt is not None and _chunk(nxt, "n") or None, budget)
+        text, truncated = _assemble(_chunk(hit, "h"), _chunk(prev, "p") if prev is not None else None,
+                                    _chunk(nxt, "n") if nxt is not None else None, budget)
         whole = hit + (prev + 1 if prev is not None else 0) + (nxt + 1 if nxt is not None else 0)
         assert len(text) <= budget, (hit, prev, nxt, budget)
         assert truncated == (whole > budget), (hit, prev, nxt, budget)

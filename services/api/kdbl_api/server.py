@@ -67,7 +67,7 @@ def build_server(route: ReadRoute, state: AppState) -> Server[Any]:
         offered = TOOLS[tool.name].offered
         return tool if offered is None or state.services is None else offered(state.services, tool)
 
-    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> dict[str, Any]:
         spec = TOOLS.get(params.name) if policy_of(ctx).allows_tool(params.name) else None
         arguments = params.arguments or {}
         if spec is None:

@@ -129,14 +129,27 @@ def file_link(structured: dict[str, Any]) -> list[types.ContentBlock]:
 
 
 def tool_result(structured: dict[str, Any], how: Rendering, *, links: Links = file_link,
-                own: Blocks | None = None) -> types.CallToolResult:
+                own: Blocks | None = None) -> dict[str, Any]:
     """A tool's CallToolResult as the client reads it (module docstring): its own blocks when it has them,
-    else the JSON block (or its summary) and its links."""
+    else the JSON block (or its summary) and its links. Returned in its wire shape (a dict the SDK takes as
+    it is and checks against the protocol version's CallToolResult once, in its own serialisation): built as
+    a CallToolResult model, the ~46 KB of a 20-hit search was walked once more (model_dump) before the SDK's
+    own walks."""
     if own is not None:
         blocks = own(structured, how)
     else:
         blocks = [_json(summary_of(structured) if how == "summary" else structured), *links(structured)]
-    return types.CallToolResult(content=blocks, structured_content=None if how == "text" else structured)
+    result: dict[str, Any] = {"content": [block.model_dump(by_alias=True, mode="json", exclude_none=True)
+                                          for block in blocks]}
+    if how != "text":
+        result["structuredContent"] = structured
+    return {**result, **_RESULT_FIELDS}
+
+
+# The fields a CallToolResult model adds by default (isError false, and whatever this SDK's protocol
+# revisions require, e.g. resultType), read from the SDK once.
+_RESULT_FIELDS = {key: value for key, value in types.CallToolResult(content=[]).model_dump(
+    by_alias=True, mode="json", exclude_none=True).items() if key not in ("content", "structuredContent")}
 
 
 def listed(tool: types.Tool, how: Rendering) -> types.Tool:

@@ -60,7 +60,7 @@ class ToolSpec:
     # chat model offers extractive answers only); None: its definition as it is
     offered: Callable[[Services, types.Tool], types.Tool] | None = None
     # sends partial results as progress notifications (ToolContext.progress): a call carrying a progress
-    # token is answered on an SSE stream (kdbl_api.http_auth); every other tool's calls stay one JSON body
+    # token is answered on an SSE stream (kdbl_api.front_door.dispatch); every other tool's calls stay one JSON body
     streams: bool = False
     # the result's content blocks (kdbl_api.tools.blocks): its citations beside the JSON block, or blocks of its own
     links: blocks.Links = blocks.file_link

@@ -76,39 +76,26 @@ def _stem(word: str, stem: Callable[[str], str], stems: dict[str, str]) -> str:
 MAX_BOUNDARIES = 3
 
 
-def _digit(c: str) -> bool:
-    return "0" <= c <= "9"
-
-
-def _kind(c: str) -> int:
-    """1 for a digit, 2 for another letter, 0 for anything else."""
-    return 1 if _digit(c) else 2 if c.isalnum() else 0
+_ASCII_DIGITS = frozenset("0123456789")
+# Inside a run of letters and digits: where an ASCII digit meets another letter, either way round.
+_BOUNDARIES = re.compile(r"(?<=[0-9])(?=[^\W0-9_])|(?<=[^\W0-9_])(?=[0-9])")
 
 
 def _boundary(text: str, pos: int) -> bool:
     """Whether a letter meets a digit (or a digit a letter) between text[pos - 1] and text[pos]."""
-    return 0 < pos < len(text) and _kind(text[pos - 1]) + _kind(text[pos]) == 3
-
-
-def _run(text: str, pos: int) -> tuple[int, int]:
-    """The run of letters and digits around pos."""
-    start, end = pos, pos
-    while start > 0 and text[start - 1].isalnum():
-        start -= 1
-    while end < len(text) and text[end].isalnum():
-        end += 1
-    return start, end
+    if not 0 < pos < len(text):
+        return False
+    before, after = text[pos - 1], text[pos]
+    return before.isalnum() and after.isalnum() and (before in _ASCII_DIGITS) != (after in _ASCII_DIGITS)
 
 
 def _splits(text: str, pos: int) -> bool:
     """Whether the run of letters and digits at pos is a compound that is indexed as its parts too."""
-    start, end = _run(text, pos)
-    boundaries = sum(_boundary(text, i) for i in range(start + 1, end))
-    return 0 < boundaries <= MAX_BOUNDARIES
-
-
-def _part_starts(text: str, pos: int) -> bool:
-    return _boundary(text, pos) and _splits(text, pos)
+    start = pos
+    while start > 0 and text[start - 1].isalnum():
+        start -= 1
+    end = _WORD_END.match(text, pos).end()
+    return 0 < len(_BOUNDARIES.findall(text, start, end)) <= MAX_BOUNDARIES
 
 
 def _part_end(text: str, pos: int) -> int:
@@ -119,41 +106,50 @@ def _part_end(text: str, pos: int) -> int:
     return end
 
 
-def _short_match(text: str, pos: int, end: int) -> bool:
-    """A 1-2 character lexeme at text[pos:end]: a whole word, or a whole part of a compound."""
-    whole_start = pos == 0 or not text[pos - 1].isalnum()
-    whole_end = end == len(text) or not text[end].isalnum()
-    if whole_start and whole_end:
-        return True
-    return ((whole_start or _boundary(text, pos)) and (whole_end or _boundary(text, end))
-            and _splits(text, pos))
-
-
 def _matches(text: str, lexemes: frozenset[str], ts_config: str) -> list[tuple[int, int, str]]:
+    """The scan below runs once per hit (10-50 a search), so its per-occurrence checks are written out:
+    most occurrences are inside a longer word ("0" in "2000") and are dropped after two character tests;
+    only a letter/digit boundary (a compound's part, "FY2018") asks `_splits`."""
     lowered = text.lower()
     if len(lowered) != len(text):  # a few characters change length when lower-cased; offsets must hold
         lowered = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
     prefixes, short = _prefixes(lexemes)
     stem, stems, word_end = _stemmer(ts_config), _stem_cache(ts_config), _WORD_END.match
+    digits, size = _ASCII_DIGITS, len(lowered)
     found: dict[int, tuple[int, int, str]] = {}
     for prefix in prefixes:
+        head = prefix[0]
+        head_alnum, head_digit = head.isalnum(), head in digits
         pos = lowered.find(prefix)
         while pos != -1:
-            if pos not in found and (pos == 0 or not lowered[pos - 1].isalnum() or _part_starts(lowered, pos)):
-                end = word_end(lowered, pos + len(prefix)).end()
-                lexeme = _stem(lowered[pos:end], stem, stems)
-                if lexeme not in lexemes and _splits(lowered, pos):  # a part of a compound (kdbl_terms)
-                    end = _part_end(lowered, pos)
+            if pos not in found:
+                before = lowered[pos - 1] if pos else " "
+                # a word's start, or a compound's part starting at a letter/digit boundary
+                if not before.isalnum() or (head_alnum and (before in digits) != head_digit
+                                            and _splits(lowered, pos)):
+                    end = word_end(lowered, pos + len(prefix)).end()
                     lexeme = _stem(lowered[pos:end], stem, stems)
-                if lexeme in lexemes:
-                    found[pos] = (pos, end, lexeme)
+                    if lexeme not in lexemes and _splits(lowered, pos):  # a part of a compound (kdbl_terms)
+                        end = _part_end(lowered, pos)
+                        lexeme = _stem(lowered[pos:end], stem, stems)
+                    if lexeme in lexemes:
+                        found[pos] = (pos, end, lexeme)
             pos = lowered.find(prefix, pos + 1)
-    for word in short:  # str.find beats a regex with look-arounds, which is tried at every offset
+    for word in short:  # a whole word, or a whole part of a compound; str.find beats a regex with look-arounds
+        head, tail, length = word[0], word[-1], len(word)
+        head_alnum, head_digit, tail_alnum, tail_digit = head.isalnum(), head in digits, tail.isalnum(), tail in digits
         pos = lowered.find(word)
         while pos != -1:
-            end = pos + len(word)
-            if _short_match(lowered, pos, end):
-                found.setdefault(pos, (pos, end, word))
+            end = pos + length
+            if pos not in found:
+                before = lowered[pos - 1] if pos else " "
+                after = lowered[end] if end < size else " "
+                whole_start, whole_end = not before.isalnum(), not after.isalnum()
+                if (whole_start and whole_end) or (
+                        (whole_start or (head_alnum and (before in digits) != head_digit))
+                        and (whole_end or (tail_alnum and (after in digits) != tail_digit))
+                        and _splits(lowered, pos)):
+                    found[pos] = (pos, end, word)
             pos = lowered.find(word, pos + 1)
     out: list[tuple[int, int, str]] = []
     for pos in sorted(found):  # "c-myc" also yields the lexemes "c" and "myc": mark the whole word once

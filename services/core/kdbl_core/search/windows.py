@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 
 from kdbl_core import pacing
 from kdbl_core.content import analysis
@@ -18,15 +18,18 @@ from kdbl_core.search.snippets import snippet
 HIT_TEXT_BUDGET = 1800
 YIELD_EVERY = 8  # hits assembled between two checkpoints (kdbl_core.pacing)
 
-# The hits, their neighbours, and the query's lexemes (for the snippets, built in Python: snippets.py).
+# The hits, their neighbours, and the query's lexemes (for the snippets, built in Python: snippets.py) on
+# the first row only (an uncorrelated subquery runs once either way; on every row, each row's array was
+# sent and parsed again). Plain tuples, read by position: dict rows cost a dict per row.
 _NEIGHBOURS = """
 WITH h AS (
     SELECT * FROM unnest(CAST(%(file_ids)s AS bigint[]), CAST(%(seqs)s AS int[])) AS h(file_id, seq)
 )
 SELECT c.file_id, c.seq, c.text, c.page_no, c.char_start, c.char_end, c.ts_start_ms, c.ts_end_ms,
-       (SELECT array_agg(DISTINCT t.term) FROM {terms} AS t) AS lexemes
+       CASE WHEN row_number() OVER () = 1 THEN (SELECT array_agg(DISTINCT t.term) FROM {terms} AS t) END AS lexemes
   FROM h JOIN chunks c ON c.file_id = h.file_id AND c.seq BETWEEN h.seq - 1 AND h.seq + 1
 """.format(terms=analysis.TERMS.format(text="%(query)s"))
+_FILE_ID, _SEQ, _TEXT, _PAGE, _CHAR_START, _CHAR_END, _TS_START, _TS_END, _LEXEMES = range(9)
 
 
 # The file facts and chunk head of hits named by (source_id, key, seq), under the caller's RLS.
@@ -76,25 +79,24 @@ class HitRef:
     score: float
 
 
-def _assemble(hit: dict[str, Any], prev: dict[str, Any] | None, nxt: dict[str, Any] | None,
-              budget: int) -> tuple[str, bool]:
+def _assemble(text: str, prev: str | None, nxt: str | None, budget: int) -> tuple[str, bool]:
     """Matched chunk first, then as much of the neighbours as fits: never more than `budget` characters.
 
     Each neighbour costs its text plus the newline that joins it (the newline was left out of the
     count, so a hit with only a previous neighbour came back at budget + 1 = 1,801 characters). When
     both do not fit, each gets half the room, and what one leaves unused goes to the other."""
-    body = hit["text"][:budget]
+    body = text[:budget]
     room = budget - len(body)
-    need_prev = len(prev["text"]) + 1 if prev is not None else 0
-    need_next = len(nxt["text"]) + 1 if nxt is not None else 0
+    need_prev = len(prev) + 1 if prev is not None else 0
+    need_next = len(nxt) + 1 if nxt is not None else 0
     give_prev = min(need_prev, max(room // 2, room - need_next))
     give_next = min(need_next, room - give_prev)
-    truncated = len(hit["text"]) > budget or give_prev < need_prev or give_next < need_next
+    truncated = len(text) > budget or give_prev < need_prev or give_next < need_next
     before = after = ""
     if prev is not None and (give_prev >= 3 or give_prev == need_prev):  # 3: newline, ellipsis, one character
-        before = _fit(prev["text"], give_prev, keep_end=True) + "\n"
+        before = _fit(prev, give_prev, keep_end=True) + "\n"
     if nxt is not None and (give_next >= 3 or give_next == need_next):
-        after = "\n" + _fit(nxt["text"], give_next, keep_end=False)
+        after = "\n" + _fit(nxt, give_next, keep_end=False)
     return before + body + after, truncated
 
 
@@ -110,14 +112,14 @@ async def expand_hits(conn: Connection, hits: list[HitRef], *, query: str, ts_co
                       budget: int = HIT_TEXT_BUDGET) -> list[dict[str, Any]]:
     if not hits:
         return []
-    async with conn.cursor(row_factory=dict_row) as cur:
+    async with conn.cursor(row_factory=tuple_row) as cur:
         await cur.execute(_NEIGHBOURS, {
             "file_ids": [h.file_id for h in hits], "seqs": [h.seq for h in hits],
             "cfg": ts_config, "query": query,
         })
         rows = await cur.fetchall()
-    by_pos = {(r["file_id"], r["seq"]): r for r in rows}
-    lexemes = frozenset(rows[0]["lexemes"] or ()) if rows else frozenset()
+    by_pos = {(r[_FILE_ID], r[_SEQ]): r for r in rows}
+    lexemes = frozenset(rows[0][_LEXEMES] or ()) if rows else frozenset()
     out = []
     for i, h in enumerate(hits):
         if i and i % YIELD_EVERY == 0:
@@ -125,13 +127,14 @@ async def expand_hits(conn: Connection, hits: list[HitRef], *, query: str, ts_co
         chunk = by_pos.get((h.file_id, h.seq))
         if chunk is None:  # vanished between ranking and hydration (re-index in flight)
             continue
-        body, truncated = _assemble(chunk, by_pos.get((h.file_id, h.seq - 1)),
-                                    by_pos.get((h.file_id, h.seq + 1)), budget)
+        prev, nxt = by_pos.get((h.file_id, h.seq - 1)), by_pos.get((h.file_id, h.seq + 1))
+        body, truncated = _assemble(chunk[_TEXT], prev[_TEXT] if prev is not None else None,
+                                    nxt[_TEXT] if nxt is not None else None, budget)
         out.append({
             "source_id": str(h.source_id), "key": h.key, "seq": h.seq, "text": body,
-            "truncated": truncated, "snippet": snippet(chunk["text"], lexemes, ts_config),
-            "page_no": chunk["page_no"], "char_start": chunk["char_start"], "char_end": chunk["char_end"],
-            "ts_start_ms": chunk["ts_start_ms"], "ts_end_ms": chunk["ts_end_ms"],
+            "truncated": truncated, "snippet": snippet(chunk[_TEXT], lexemes, ts_config),
+            "page_no": chunk[_PAGE], "char_start": chunk[_CHAR_START], "char_end": chunk[_CHAR_END],
+            "ts_start_ms": chunk[_TS_START], "ts_end_ms": chunk[_TS_END],
             "rank": round(h.score, 6),
         })
     return out
