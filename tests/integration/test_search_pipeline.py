@@ -246,3 +246,34 @@ async def test_a_plan_run_alone_sends_its_preflight_only_where_the_request_needs
         await pool.close()
     # lexical without a source filter: nothing the preflight tells (`bench search`'s floor, as before)
     assert counts == {"lexical": 0, "lexical+source": 1, "hybrid": 1}
+
+
+async def test_a_lexical_search_content_plans_generically_from_its_preflight_and_sends_no_setting_around_its_keywords(
+        owner_url, corpus, embedder):
+    """Issue 33: the lexical call's preflight (sent with BEGIN) sets generic plans for its transaction, so its
+    keyword statement goes alone (two statements fewer a call); one with a rationale (custom-planned entity
+    lookups after the keyword arm) and a hybrid one keep the setting around the keyword statements."""
+    services = Services(settings=Settings(hybrid_depth=10), cursors=CursorCodec(b"k" * 32), embedder=embedder)
+    policy = TenantPolicy()
+    pool = await connect.async_pool(for_role(owner_url, "kdbl_api"), size=1)
+    seen = {}
+    try:
+        for name, args in {"lexical": SearchContentArgs(query="gateway incident 3", mode="lexical", limit=3),
+                           "lexical+rationale": SearchContentArgs(query="gateway incident 3", mode="lexical",
+                                                                  limit=3, rationale=True),
+                           "hybrid": SearchContentArgs(query="gateway incident 3", limit=3)}.items():
+            opened = search.opening(services, policy, args)
+            async with rls_transaction(pool, _principal(corpus), also=opened) as conn:
+                ctx = ToolContext(conn=conn, principal=_principal(corpus), services=services, policy=policy,
+                                  opened=opened)
+                with _Traced(conn) as traced:
+                    result, _facts = await search_content(ctx, args)
+                setting = await (await conn.execute("SELECT current_setting('plan_cache_mode')")).fetchone()
+            assert result["hits"], name
+            seen[name] = (traced.text.count("plan_cache_mode"), setting[0])
+    finally:
+        await pool.close()
+    assert seen["lexical"] == (0, "force_generic_plan")
+    for name in ("lexical+rationale", "hybrid"):  # the setting on and off around each keyword statement
+        sent, setting = seen[name]
+        assert sent >= 2 and sent % 2 == 0 and setting == "auto", (name, seen)

@@ -67,7 +67,7 @@ class _Plan(SearchPlan):
         """Validates the arguments (InvalidArgument, before any database work) and plans the search."""
         self.chosen = chosen = _validate(services.settings, args)
         super().__init__(_request(args, chosen), settings=services.settings, embedder=services.embedder,
-                         allowed_modes=policy.modes)
+                         allowed_modes=policy.modes, whole_call=True)
 
 
 def opening(services: Services, policy: TenantPolicy, args: SearchContentArgs) -> Opening:

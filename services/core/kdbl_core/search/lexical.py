@@ -24,6 +24,9 @@ A given chunk's terms are on its row (`chunks.terms`, `chunks.tfs`; analysis.chu
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -226,16 +229,34 @@ def rank_key(hit: ChunkHit) -> tuple[float, int]:
 # run; PostgreSQL's `auto` plan cache then kept re-planning these (custom plans looked cheaper), so the
 # exhaustive query took 9 ms at 10k chunks against 3.3 ms with its generic plan. The setting is set
 # for the keyword statements alone and put back after them, in the same round trip (a pipeline): other
-# statements (the vector arm's ORDER BY ... LIMIT) keep `auto`.
+# statements (the vector arm's ORDER BY ... LIMIT) keep `auto`. A lexical search_content call sets it for
+# its whole transaction in its preflight instead (kdbl_core.search.plan: nothing after its keyword arm
+# wants a custom plan — the hits' neighbours and facts are primary-key probes either way), and runs its
+# keyword statements inside `generic_plans_set()`: two statements fewer a call (issue 33).
 _GENERIC = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
 AUTO_PLANS = "SELECT set_config('plan_cache_mode', 'auto', true)"
+_SET_FOR_TRANSACTION: ContextVar[bool] = ContextVar("kdbl_generic_plans_set", default=False)
+
+
+@contextmanager
+def generic_plans_set() -> Iterator[None]:
+    """Within it, the caller's transaction already plans generically (its preflight set it): the keyword
+    statements are sent alone, without the setting around them."""
+    token = _SET_FOR_TRANSACTION.set(True)
+    try:
+        yield
+    finally:
+        _SET_FOR_TRANSACTION.reset(token)
 
 
 async def fetch_generic(conn: Connection, sql: str, params: dict, *, first: bool = True,
                         last: bool = True) -> list:
     """`sql`'s rows, planned with a cached generic plan once psycopg prepared it. `first`/`last`: whether
     this statement opens or closes a run of keyword statements (the setting goes on before the first
-    and back after the last, pipelined with them)."""
+    and back after the last, pipelined with them); neither inside `generic_plans_set()`."""
+    if _SET_FOR_TRANSACTION.get():
+        cur = await conn.execute(sql, params)
+        return await cur.fetchall()
     async with conn.pipeline():
         if first:
             await conn.execute(_GENERIC)

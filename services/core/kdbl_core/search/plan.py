@@ -29,7 +29,7 @@ from typing import Any
 from kdbl_core.db.async_pool import Connection, Statement
 from kdbl_core.embedder import Embedder
 from kdbl_core.errors import InvalidArgument
-from kdbl_core.search import entity_arm, pipeline
+from kdbl_core.search import entity_arm, lexical, pipeline
 from kdbl_core.search.cache import INDEX_STATE, state_for
 from kdbl_core.search.pipeline import MODES, SearchRequest, SearchResult
 from kdbl_core.settings import Settings
@@ -47,6 +47,7 @@ SELECT (SELECT t.hybrid_enabled FROM tenants t WHERE t.id = kdbl_tenant()) AS te
            AS terms,
        CASE WHEN %(tune)s THEN set_config('hnsw.ef_search', %(ef)s, true) END AS ef_search,
        CASE WHEN %(tune)s THEN set_config('hnsw.iterative_scan', 'relaxed_order', true) END AS iterative_scan,
+       CASE WHEN %(generic)s THEN set_config('plan_cache_mode', 'force_generic_plan', true) END AS generic_plans,
        {INDEX_STATE} AS state,
        (SELECT jsonb_agg(jsonb_build_array(e.id, e.type, e.key, e.name) ORDER BY e.id) FROM entities e
          WHERE e.tenant_id = kdbl_tenant() AND e.key = ANY (CAST(%(ekeys)s AS text[]))) AS entities
@@ -68,10 +69,14 @@ class SearchPlan:
     """One search: its opening statement, then prepare() in the call's transaction, then run()."""
 
     __slots__ = ("request", "settings", "embedder", "allowed_modes", "opening", "_vectors", "_windows",
-                 "_prepared", "terms", "states", "entities", "mode", "degraded_reason", "state")
+                 "_generic", "_prepared", "_generic_set", "terms", "states", "entities", "mode",
+                 "degraded_reason", "state")
 
     def __init__(self, request: SearchRequest, *, settings: Settings, embedder: Embedder | None = None,
-                 allowed_modes: tuple[str, ...] | frozenset[str] = MODES) -> None:
+                 allowed_modes: tuple[str, ...] | frozenset[str] = MODES, whole_call: bool = False) -> None:
+        """`whole_call`: the plan's transaction is the search and its audit row only (search_content): a
+        lexical one's preflight then sets generic plans for the transaction (kdbl_core.search.lexical) and the
+        keyword statements go without the setting around them."""
         self.request, self.settings, self.embedder = request, settings, embedder
         self.allowed_modes = allowed_modes
         mode, filters = request.mode, request.filters
@@ -80,14 +85,19 @@ class SearchPlan:
                                    and embedder is not None)
         # the query's candidate entity names, when the request needs its entities (graph, rationale)
         self._windows = entity_arm.windows(request.query) if mode == "graph" or request.rationale else ()
+        # generic plans for the whole transaction: a lexical search whose statements after the keyword arm
+        # are primary-key probes (the rationale's entity lookups keep custom plans)
+        self._generic = whole_call and mode == "lexical" and not request.rationale
         sid = filters.source_id
         depth = max(request.limit, settings.hybrid_depth)
         self.opening = Opening(_PREFLIGHT, {
             "sid": str(sid) if sid else None, "sids": [str(s) for s in dict.fromkeys(filters.source_ids)],
             "cfg": settings.text_search_config, "query": request.query if vectors and mode == "hybrid" else None,
             "tune": vectors, "ef": str(min(1000, max(64, 2 * depth))), "ekeys": entity_arm.keys(self._windows),
+            "generic": self._generic,
         }, plan=self)
         self._prepared = False
+        self._generic_set = False  # the preflight ran in this transaction and set generic plans
         # from the preflight: hybrid's lexemes, the four index states (kdbl_core.search.cache), the query's
         # entities
         self.terms: list[str] = []
@@ -113,6 +123,7 @@ class SearchPlan:
             row = await cur.fetchone()
         self._read(row)
         self._prepared = True
+        self._generic_set = self._generic
 
     async def run(self, conn: Connection, *, offset: int = 0,
                   timings: dict[str, float] | None = None) -> SearchResult:
@@ -126,7 +137,14 @@ class SearchPlan:
             else:  # lexical, unfiltered by source, no entities: nothing the preflight would tell
                 self.mode, self.degraded_reason = self._choose(None)
                 self.state = None  # not read
-        self._prepared = False  # the next run, in another transaction, reads its own
+        # the next run, in another transaction, reads its own preflight
+        generic, self._prepared, self._generic_set = self._generic_set, False, False
+        if generic:  # the preflight set generic plans for this transaction: the keyword arm sends no setting
+            with lexical.generic_plans_set():
+                return await self._execute(conn, offset, timings)
+        return await self._execute(conn, offset, timings)
+
+    async def _execute(self, conn: Connection, offset: int, timings: dict[str, float] | None) -> SearchResult:
         assert self.mode is not None
         return await pipeline.execute(conn, self.request, mode=self.mode, degraded_reason=self.degraded_reason,
                                       terms=self.terms, entities=self.entities, settings=self.settings,
