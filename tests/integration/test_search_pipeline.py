@@ -95,7 +95,7 @@ async def _traced_search(owner_url, corpus, embedder, **args) -> tuple[dict, int
 _TEXT_VECTOR = re.compile(r"'\[-?\d+(\.\d+)?(e-?\d+)?,-?\d")
 
 
-async def test_a_hybrid_search_takes_seven_round_trips_and_one_for_tied_near_copies_a_semantic_three_a_lexical_three(
+async def test_a_hybrid_search_takes_seven_round_trips_and_one_for_tied_near_copies_a_semantic_three_a_lexical_two(
         owner_url, corpus, embedder):
     hybrid, hybrid_trips, modules, _ = await _traced_search(
         owner_url, corpus, embedder, query="ERR4021 gateway cat sleeping on a carpet", limit=10, explain=True)
@@ -119,11 +119,11 @@ async def test_a_hybrid_search_takes_seven_round_trips_and_one_for_tied_near_cop
     # reads their normalised text keys (are they copies?)
     assert hybrid_trips == 7 + 1
     assert semantic_trips == 3  # preflight, vector arm, windows (was 4)
-    # preflight (the index state of issue 16's cache and cursors; with source_id the source check too),
-    # keyword arm, windows: lexical was 2 before the index state
-    assert lexical_trips == 3 and filtered_trips == 3
+    # preflight (the index state of issue 16's cache and cursors; with source_id the source check too), and
+    # the keyword arm with the hits' windows in the same statement (issue 33: was 3, the windows apart)
+    assert lexical_trips == 2 and filtered_trips == 2
     # the twelve gateway files tie on "gateway": one statement reads the tied chunks' text keys (copies?)
-    assert tied_trips == 4
+    assert tied_trips == 3
     assert "services/core/kdbl_core/search/pipeline.py" in modules
 
 
@@ -277,3 +277,33 @@ async def test_a_lexical_search_content_plans_generically_from_its_preflight_and
     for name in ("lexical+rationale", "hybrid"):  # the setting on and off around each keyword statement
         sent, setting = seen[name]
         assert sent >= 2 and sent % 2 == 0 and setting == "auto", (name, seen)
+
+
+async def test_windows_read_with_the_keyword_statement_are_the_windows_read_apart(owner_url, corpus, embedder,
+                                                                                  monkeypatch):
+    """Issue 33: a lexical search reads its hits' windows (text, neighbours, locators, the snippets' lexemes) in
+    its keyword statement; every page, ties and copies included, is what reading them apart gave."""
+    from kdbl_core.search import windows
+
+    pool = await connect.async_pool(for_role(owner_url, "kdbl_api"), size=1)
+    settings = Settings(hybrid_depth=10)
+    requests = [pipeline.SearchRequest(query=q, mode="lexical", limit=limit)
+                for q in ("gateway incident 3", "gateway", "cat sleeping on a carpet", "ERR4021 licence")
+                for limit in (1, 5, 20)]
+
+    async def results() -> list:
+        out = []
+        for request in requests:
+            for offset in (0, 2):
+                async with rls_transaction(pool, _principal(corpus)) as conn:
+                    out.append(await SearchPlan(request, settings=settings).run(conn, offset=offset))
+        return out
+
+    try:
+        together = await results()
+        monkeypatch.setattr(windows.Fetched, "covers", lambda self, hits: False)  # read apart, as before
+        apart = await results()
+    finally:
+        await pool.close()
+    assert any(r.hits for r in together) and together == apart
+    assert any("<mark>" in h["snippet"] for r in together for h in r.hits)

@@ -31,6 +31,7 @@ from kdbl_core.db.async_pool import Connection
 from kdbl_core.errors import Unavailable
 from kdbl_core.search import lexical
 from kdbl_core.search.lexical import B, K1, ChunkHit, Filters
+from kdbl_core.search.windows import Fetched
 
 log = logging.getLogger(__name__)
 _K1_1_B = f"CAST({K1 * (1 - B):.6g} AS float8)"  # k1 (1-b), written as lexical.BM25_SQL writes it
@@ -77,8 +78,10 @@ _SQL = """
 """
 
 
-def build_query(filters: Filters, *, given_terms: bool = False) -> tuple[str, dict]:
-    """The statement (and its filter parameters) for `filters`, which must not touch files."""
+def build_query(filters: Filters, *, given_terms: bool = False, windows: bool = False) -> tuple[str, dict]:
+    """The statement (and its filter parameters) for `filters`, which must not touch files. `windows`: each
+    hit's row is followed by its chunk's and neighbours' (_WINDOWS), and the first row carries the query's
+    lexemes (a query's, not given terms)."""
     if filters.touches_files:
         raise ValueError("file-level filters are not in the packed lists: use bm25_topk's SQL top-k")
     params: dict = {}
@@ -93,8 +96,27 @@ def build_query(filters: Filters, *, given_terms: bool = False) -> tuple[str, di
         list_filter_d=lexical.source_filter_sql(filters, params, "d"), exclude=exclude,
         list_filter_l=lexical.source_filter_sql(filters, params, "l"), k1_1_b=_K1_1_B, extra=extra, extra_c=extra_c,
         chunk_terms=analysis.chunk_terms("c"))
-    sql += lexical.HITS_OF_TOP + f" ORDER BY {lexical.rank_order('top.score', 'top.chunk_id')}\n"
+    order = lexical.rank_order('top.score', 'top.chunk_id')
+    if windows and not given_terms:
+        return sql + _WINDOWS.format(hits=lexical.HITS_OF_TOP, order=lexical.rank_order("h.score", "h.chunk_id")), params
+    sql += lexical.HITS_OF_TOP + f" ORDER BY {order}\n"
     return sql, params
+
+
+# A lexical search's keyword statement with the windows of its hits (issue 33: one statement a call fewer than
+# ranking, then reading the windows; kdbl_core.search.windows.expand_hits takes them when they cover the page).
+# The hit's chunk and its neighbours, primary-key probes under the caller's row-level security, as the
+# windows' own statement reads them; the lexemes are the query's `q`, once.
+_WINDOWS = """, h AS MATERIALIZED (
+{hits}), lexemes AS MATERIALIZED (SELECT array_agg(q.term) AS terms FROM q)
+SELECT h.chunk_id, h.file_id, h.source_id, h.key, h.seq, h.score,
+       n.file_id AS n_file_id, n.seq AS n_seq, n.text, n.page_no, n.char_start, n.char_end, n.ts_start_ms,
+       n.ts_end_ms, CASE WHEN row_number() OVER () = 1 THEN (SELECT l.terms FROM lexemes l) END AS lexemes  -- one row's
+  FROM h LEFT JOIN LATERAL (
+      SELECT c.file_id, c.seq, c.text, c.page_no, c.char_start, c.char_end, c.ts_start_ms, c.ts_end_ms
+        FROM chunks c WHERE c.file_id = h.file_id AND c.seq BETWEEN h.seq - 1 AND h.seq + 1 OFFSET 0) n ON true
+ ORDER BY {order}, n.seq
+"""
 
 
 # One call of the aggregate (k = 0: nothing scored), which loads the library and needs EXECUTE on it
@@ -145,9 +167,25 @@ async def require_readable(conn: Connection) -> bool:
 
 
 async def search(conn: Connection, term_params: dict, filters: Filters, *, limit: int,
-                 given_terms: bool) -> list[ChunkHit]:
+                 given_terms: bool, fetched: Fetched | None = None) -> list[ChunkHit]:
     """The exhaustive top `limit` over what the current principal sees, from the packed lists.
-    `term_params`: {"cfg", "query"} (a query) or {"terms"} (given_terms: terms as indexed)."""
-    sql, params = build_query(filters, given_terms=given_terms)
+    `term_params`: {"cfg", "query"} (a query) or {"terms"} (given_terms: terms as indexed). `fetched`: filled
+    with the hits' windows, read in the same statement (a query's terms only)."""
+    with_windows = fetched is not None and not given_terms
+    sql, params = build_query(filters, given_terms=given_terms, windows=with_windows)
     rows = await lexical.fetch_generic(conn, sql, {**params, **term_params, "limit": limit})
-    return lexical.hits(rows)
+    if not with_windows:
+        return lexical.hits(rows)
+    assert fetched is not None
+    hits: list[ChunkHit] = []
+    fetched.rows.clear()
+    fetched.hits.clear()
+    fetched.lexemes = frozenset(next((r.lexemes for r in rows if r.lexemes is not None), ()))  # on one row
+    for r in rows:
+        if not hits or hits[-1].chunk_id != r.chunk_id:
+            hits.append(ChunkHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)))
+            fetched.hits.add((r.file_id, r.seq))
+        if r.n_seq is not None:
+            fetched.rows[(r.n_file_id, r.n_seq)] = (r.n_file_id, r.n_seq, r.text, r.page_no, r.char_start,
+                                                    r.char_end, r.ts_start_ms, r.ts_end_ms)
+    return hits

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from kdbl_core.db.async_pool import Connection
 from kdbl_core.search import bm25_native, lexical, phrases
 from kdbl_core.search.lexical import B, K1, ChunkHit, Filters
+from kdbl_core.search.windows import Fetched
 
 SMALL_POSTINGS = 200_000  # the query's terms hold no more: read them all at once. At 100k chunks (their
 # terms hold ~30,000-150,000) MaxScore's two statements took 36.7 ms p50 against 33.8 for the exhaustive one
@@ -209,14 +210,16 @@ async def _search(conn: Connection, plan_params: dict, filters: Filters, *, limi
 
 
 async def search(conn: Connection, query: str, filters: Filters, *, limit: int, ts_config: str,
-                 exhaustive: bool = False, native: bool = True, stats: dict | None = None) -> list[ChunkHit]:
+                 exhaustive: bool = False, native: bool = True, stats: dict | None = None,
+                 fetched: Fetched | None = None) -> list[ChunkHit]:
     """Top `limit` chunks by BM25 among rows the current RLS principal may see, always the exhaustive top k.
     With the kdbl_bm25 extension the postings are in packed lists (the rows are the delta since a build):
     the C top-k reads them (bm25_native) when `native` and no file-level filter is given, else SQL sums
     the unpacked lists (lexical.LISTED_POSTINGS). Without it, every posting is a row and MaxScore reads
     them (module docstring). `exhaustive` reads every posting (evaluation's reference). A query with
     quoted phrases ranks only the chunks that hold them (kdbl_core.search.phrases). An extension installed
-    but unusable raises Unavailable (bm25_native.require_readable)."""
+    but unusable raises Unavailable (bm25_native.require_readable). `fetched`: where the packed lists rank
+    (bm25_native), the hits' windows are read in the same statement into it (kdbl_core.search.windows)."""
     lists = await bm25_native.require_readable(conn)
     found = phrases.parse(query)
     if found:
@@ -228,7 +231,8 @@ async def search(conn: Connection, query: str, filters: Filters, *, limit: int, 
     if lists:
         if stats is not None:
             stats["native"] = True
-        return await bm25_native.search(conn, term_params, filters, limit=limit, given_terms=False)
+        return await bm25_native.search(conn, term_params, filters, limit=limit, given_terms=False,
+                                        fetched=fetched)
     return await _search(conn, term_params, filters, limit=limit, given_terms=False, stats=stats)
 
 

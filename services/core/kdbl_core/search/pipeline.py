@@ -37,7 +37,7 @@ from kdbl_core.embedder import Embedder
 from kdbl_core.errors import InvalidArgument
 from kdbl_core.search import bm25_topk, duplicates, entity_arm, hybrid, lexical, phrases, vector
 from kdbl_core.search.lexical import ChunkHit, Filters
-from kdbl_core.search.windows import HitRef, expand_hits
+from kdbl_core.search.windows import Fetched, HitRef, expand_hits
 from kdbl_core.settings import Settings
 
 MODES = ("hybrid", "lexical", "semantic", "graph")
@@ -238,10 +238,12 @@ async def execute(conn: Connection, request: SearchRequest, *, mode: str, degrad
     if mode == "lexical":
         lap = time.perf_counter()
         fetch = wanted
+        fetched = Fetched()  # the hits' windows, read with the keyword statement (bm25_native), else below
         while True:  # one hit per text: deeper while copies leave the page short (exact: the best distinct texts)
             ranked = await bm25_topk.search(conn, request.query, request.filters, limit=fetch,
                                             ts_config=settings.text_search_config,
-                                            exhaustive=settings.bm25_exhaustive, native=settings.bm25_native)
+                                            exhaustive=settings.bm25_exhaustive, native=settings.bm25_native,
+                                            fetched=fetched)
             keys = {}
             groups, folded = await duplicates.collapse_ranked(conn, ranked, keys, {h.chunk_id: h.score for h in ranked},
                                                               chunk=lambda h: h, limit=wanted)
@@ -257,12 +259,14 @@ async def execute(conn: Connection, request: SearchRequest, *, mode: str, degrad
                          "fused": round(g.item.score, 6), "pinned_identifier": False}
                         for i, g in enumerate(groups, 1)]
     elif mode == "graph":
+        fetched = None
         chosen, keys = await _with_entities(conn, request, settings, entities, wanted, timings)
         refs = [HitRef(f.hit.file_id, f.hit.source_id, f.hit.key, f.hit.seq, f.score) for f in chosen]
         copies = [f.copies for f in chosen]
         explanations = [f.explanation() for f in chosen]
     else:
         assert embedder is not None
+        fetched = None
         chosen, keys, partial = await _with_vectors(conn, request, mode, settings, embedder, terms, wanted, timings)
         degraded_reason = degraded_reason or partial
         refs = [HitRef(f.hit.file_id, f.hit.source_id, f.hit.key, f.hit.seq, f.score) for f in chosen]
@@ -274,7 +278,8 @@ async def execute(conn: Connection, request: SearchRequest, *, mode: str, degrad
               "capped": len(refs) == wanted <= end}
     refs, explanations, copies = refs[page], explanations[page], copies[page]
     lap = time.perf_counter()
-    hits = await expand_hits(conn, refs, query=request.query, ts_config=settings.text_search_config)
+    hits = await expand_hits(conn, refs, query=request.query, ts_config=settings.text_search_config,
+                             fetched=fetched)
     _lap(timings, "windows", lap)
     copies_by_pos = {(str(r.source_id), r.key, r.seq): c for r, c in zip(refs, copies) if c}
     for hit in hits:

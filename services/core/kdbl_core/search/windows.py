@@ -5,7 +5,7 @@ head of its chunk, its heading path and token count, in one more statement the d
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from psycopg.rows import dict_row, tuple_row
@@ -30,6 +30,19 @@ SELECT c.file_id, c.seq, c.text, c.page_no, c.char_start, c.char_end, c.ts_start
   FROM h JOIN chunks c ON c.file_id = h.file_id AND c.seq BETWEEN h.seq - 1 AND h.seq + 1
 """.format(terms=analysis.TERMS.format(text="%(query)s"))
 _FILE_ID, _SEQ, _TEXT, _PAGE, _CHAR_START, _CHAR_END, _TS_START, _TS_END, _LEXEMES = range(9)
+
+
+@dataclass(slots=True)
+class Fetched:
+    """Windows read ahead, with the hits that ranked them: the chunks at (file_id, seq) of each hit and its
+    neighbours (rows in _NEIGHBOURS's column order), the hits they cover, and the query's lexemes."""
+
+    rows: dict[tuple[int, int], tuple] = field(default_factory=dict)
+    hits: set[tuple[int, int]] = field(default_factory=set)
+    lexemes: frozenset[str] = frozenset()
+
+    def covers(self, hits: list[HitRef]) -> bool:
+        return bool(self.hits) and all((h.file_id, h.seq) in self.hits for h in hits)
 
 
 # The file facts and chunk head of hits named by (source_id, key, seq), under the caller's RLS.
@@ -109,17 +122,25 @@ def _fit(text: str, room: int, *, keep_end: bool) -> str:
 
 
 async def expand_hits(conn: Connection, hits: list[HitRef], *, query: str, ts_config: str,
-                      budget: int = HIT_TEXT_BUDGET) -> list[dict[str, Any]]:
+                      budget: int = HIT_TEXT_BUDGET, fetched: Fetched | None = None) -> list[dict[str, Any]]:
+    """The hits as answers: text window, snippet, locators. `fetched`: windows the ranking statement read
+    already; used when they cover every hit (else, or without, one statement reads them)."""
     if not hits:
         return []
+    if fetched is not None and fetched.covers(hits):
+        return await _assembled(hits, fetched.rows, fetched.lexemes, ts_config, budget)
     async with conn.cursor(row_factory=tuple_row) as cur:
         await cur.execute(_NEIGHBOURS, {
             "file_ids": [h.file_id for h in hits], "seqs": [h.seq for h in hits],
             "cfg": ts_config, "query": query,
         })
         rows = await cur.fetchall()
-    by_pos = {(r[_FILE_ID], r[_SEQ]): r for r in rows}
     lexemes = frozenset(rows[0][_LEXEMES] or ()) if rows else frozenset()
+    return await _assembled(hits, {(r[_FILE_ID], r[_SEQ]): r for r in rows}, lexemes, ts_config, budget)
+
+
+async def _assembled(hits: list[HitRef], by_pos: dict[tuple[int, int], tuple], lexemes: frozenset[str],
+                     ts_config: str, budget: int) -> list[dict[str, Any]]:
     out = []
     for i, h in enumerate(hits):
         if i and i % YIELD_EVERY == 0:
