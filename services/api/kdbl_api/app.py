@@ -63,10 +63,12 @@ from kdbl_core.settings import Settings
 
 # POST /mcp answers compressed when the client accepts gzip (the MCP SDKs' HTTP clients do: httpx, undici)
 # and the body is worth it; event streams (a streamed answer, the legacy SSE bridge) pass unbuffered.
-# Level 4: measured on result JSON, 37 KB -> 6.8 KB in 0.24 ms and 520 KB -> 149 KB in 8.7 ms (level 6:
-# 4% smaller, 1.7x the CPU; 9: 8x); bodies over 128 KiB are compressed off the event loop (Starlette).
+# Level 1 (issue 33): a default 20-hit search's 94 KB of JSON compresses to 29 KB in 0.69 ms of CPU; level 4
+# took 1.16 ms for 26 KB — more than a search's keyword arm, for 13% fewer bytes on what is mostly an in-cluster
+# hop (level 4 on 37 KB -> 6.8 KB took 0.24 ms, 520 KB -> 149 KB 8.7 ms; 6: 2.2x level 4's CPU). Bodies over
+# 128 KiB are compressed off the event loop (Starlette).
 GZIP_MIN_BYTES = 4096
-GZIP_LEVEL = 4
+GZIP_LEVEL = 1
 
 ROUTES = [  # kdbl_api.routes: module-level handlers over the app's ApiParts
     Route("/capacity", routes.capacity, methods=["GET"]),
