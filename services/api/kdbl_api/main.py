@@ -23,7 +23,10 @@ from kdbl_core.errors import ConfigError
 from kdbl_core.settings import Settings, get_settings, load_settings
 
 # uvicorn options of every kdbl-api process (and of anything else serving create_app's app)
-SERVER_OPTIONS: dict[str, Any] = {"log_config": None, "proxy_headers": False, "server_header": False}
+# access_log off: each call's own log line ("mcp call": request id, tool, status, took_ms) says more, and
+# uvicorn's line was silenced anyway (kdbl_core.logging_setup) after building its arguments on every request
+SERVER_OPTIONS: dict[str, Any] = {"log_config": None, "proxy_headers": False, "server_header": False,
+                                  "access_log": False}
 
 
 def build() -> Starlette:
