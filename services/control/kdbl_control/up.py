@@ -319,6 +319,39 @@ class EmbeddingProgress:
               flush=True)
 
 
+EMBED_SLICE_BATCHES = 25  # batches of embedding between two looks for files whose entities wait
+
+
+def _read_entities(worker_pool: Pool, stop: threading.Event) -> None:
+    """Named entities of the files that wait for them (sources with entities on: kdbl_worker.entity_stage)."""
+    try:
+        count = compose.extract_entities(worker_pool, stop=stop)
+        if count:
+            print(f"kdbl: read the named entities of {count} files", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - keep serving
+        if not stop.is_set():
+            print(f"kdbl: entity extraction failed: {exc}", file=sys.stderr)
+
+
+def _embed(worker_pool: Pool, embedder: Embedder, batch: int, stop: threading.Event) -> None:
+    """Embed what waits, in slices: between two, the files whose entities wait are read, so turning entities
+    on (`source update --entities`) during a long embedding is not left until it ends (a 10 MB file's
+    10,000 chunks took ~8 min here). Small batches: a stop (and a query, which goes first anyway) waits at
+    most one of them."""
+    progress = EmbeddingProgress(worker_pool, embedder.model_id)
+    done = 0
+    while not stop.is_set():
+        size = min(batch, 8)
+        count = compose.embed_pending(worker_pool, embedder, batch=size, stop=stop, max_batches=EMBED_SLICE_BATCHES,
+                                      progress=lambda n, before=done: progress(before + n))
+        done += count
+        if count < size * EMBED_SLICE_BATCHES or stop.is_set():  # nothing left, or stopped
+            break
+        _read_entities(worker_pool, stop)
+    if done:
+        print(f"kdbl: embedded {done} chunks for hybrid search", file=sys.stderr)
+
+
 def embedding_line(done: int, pending: int, rate: float) -> str:
     """'embedding for hybrid search: 1,234 of 10,000 chunks (12%), 21.0 chunks/s, about 7 min left'."""
     left = max(pending - done, 0) / rate if rate > 0 else None
@@ -348,21 +381,10 @@ def _background(indexer: compose.Indexer, worker: Pool, worker_pool: Pool, embed
                     return
                 print(f"kdbl: crawl of source {source.id} failed: {exc}", file=sys.stderr)
         first = False
-        try:  # named entities of sources with entities on (kdbl_worker.entity_stage)
-            count = compose.extract_entities(worker_pool, stop=stop)
-            if count:
-                print(f"kdbl: read the named entities of {count} files", file=sys.stderr)
-        except Exception as exc:  # noqa: BLE001 - keep serving
-            if stop.is_set():
-                return
-            print(f"kdbl: entity extraction failed: {exc}", file=sys.stderr)
+        _read_entities(worker_pool, stop)
         if embedder is not None:
             try:
-                # small batches: a stop (and a query, which goes first anyway) waits at most one of them
-                count = compose.embed_pending(worker_pool, embedder, batch=min(settings.embed_batch, 8),
-                                              stop=stop, progress=EmbeddingProgress(worker_pool, embedder.model_id))
-                if count:
-                    print(f"kdbl: embedded {count} chunks for hybrid search", file=sys.stderr)
+                _embed(worker_pool, embedder, settings.embed_batch, stop)
             except Exception as exc:  # noqa: BLE001 - keep serving lexically
                 if stop.is_set():
                     return
