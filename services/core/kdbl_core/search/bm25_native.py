@@ -31,6 +31,7 @@ from kdbl_core.db.async_pool import Connection
 from kdbl_core.errors import Unavailable
 from kdbl_core.search import lexical
 from kdbl_core.search.lexical import B, K1, ChunkHit, Filters
+from kdbl_core.search import windows
 from kdbl_core.search.windows import Fetched
 
 log = logging.getLogger(__name__)
@@ -108,15 +109,16 @@ def build_query(filters: Filters, *, given_terms: bool = False, windows: bool = 
 # The hit's chunk and its neighbours, primary-key probes under the caller's row-level security, as the
 # windows' own statement reads them; the lexemes are the query's `q`, once.
 _WINDOWS = """, h AS MATERIALIZED (
-{hits}), lexemes AS MATERIALIZED (SELECT array_agg(q.term) AS terms FROM q)
-SELECT h.chunk_id, h.file_id, h.source_id, h.key, h.seq, h.score,
-       n.file_id AS n_file_id, n.seq AS n_seq, n.text, n.page_no, n.char_start, n.char_end, n.ts_start_ms,
-       n.ts_end_ms, CASE WHEN row_number() OVER () = 1 THEN (SELECT l.terms FROM lexemes l) END AS lexemes  -- one row's
+{{hits}}), lexemes AS MATERIALIZED (SELECT array_agg(q.term) AS terms FROM q)
+SELECT h.chunk_id, h.file_id, h.source_id, h.key, h.seq, h.score, {n_columns},
+       CASE WHEN row_number() OVER () = 1 THEN (SELECT l.terms FROM lexemes l) END AS lexemes  -- one row's
   FROM h LEFT JOIN LATERAL (
-      SELECT c.file_id, c.seq, c.text, c.page_no, c.char_start, c.char_end, c.ts_start_ms, c.ts_end_ms
+      SELECT {c_columns}
         FROM chunks c WHERE c.file_id = h.file_id AND c.seq BETWEEN h.seq - 1 AND h.seq + 1 OFFSET 0) n ON true
- ORDER BY {order}, n.seq
-"""
+ ORDER BY {{order}}, n.seq
+""".format(n_columns=", ".join(f"n.{c} AS n_{c}" for c in windows.COLUMNS),
+           c_columns=", ".join(f"c.{c}" for c in windows.COLUMNS))
+_HIT_COLUMNS = 6  # chunk_id, file_id, source_id, key, seq, score; then the window row (windows.COLUMNS)
 
 
 # One call of the aggregate (k = 0: nothing scored), which loads the library and needs EXECUTE on it
@@ -185,7 +187,6 @@ async def search(conn: Connection, term_params: dict, filters: Filters, *, limit
         if not hits or hits[-1].chunk_id != r.chunk_id:
             hits.append(ChunkHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)))
             fetched.hits.add((r.file_id, r.seq))
-        if r.n_seq is not None:
-            fetched.rows[(r.n_file_id, r.n_seq)] = (r.n_file_id, r.n_seq, r.text, r.page_no, r.char_start,
-                                                    r.char_end, r.ts_start_ms, r.ts_end_ms)
+        if r.n_seq is not None:  # the window row, in windows.COLUMNS' order
+            fetched.rows[(r.n_file_id, r.n_seq)] = tuple(r[_HIT_COLUMNS:_HIT_COLUMNS + len(windows.COLUMNS)])
     return hits

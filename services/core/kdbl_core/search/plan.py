@@ -69,8 +69,7 @@ class SearchPlan:
     """One search: its opening statement, then prepare() in the call's transaction, then run()."""
 
     __slots__ = ("request", "settings", "embedder", "allowed_modes", "opening", "_vectors", "_windows",
-                 "_generic", "_prepared", "_generic_set", "terms", "states", "entities", "mode",
-                 "degraded_reason", "state")
+                 "_generic", "_prepared", "terms", "states", "entities", "mode", "degraded_reason", "state")
 
     def __init__(self, request: SearchRequest, *, settings: Settings, embedder: Embedder | None = None,
                  allowed_modes: tuple[str, ...] | frozenset[str] = MODES, whole_call: bool = False) -> None:
@@ -96,8 +95,7 @@ class SearchPlan:
             "tune": vectors, "ef": str(min(1000, max(64, 2 * depth))), "ekeys": entity_arm.keys(self._windows),
             "generic": self._generic,
         }, plan=self)
-        self._prepared = False
-        self._generic_set = False  # the preflight ran in this transaction and set generic plans
+        self._prepared = False  # the preflight was read in this transaction (and set generic plans, if _generic)
         # from the preflight: hybrid's lexemes, the four index states (kdbl_core.search.cache), the query's
         # entities
         self.terms: list[str] = []
@@ -123,7 +121,6 @@ class SearchPlan:
             row = await cur.fetchone()
         self._read(row)
         self._prepared = True
-        self._generic_set = self._generic
 
     async def run(self, conn: Connection, *, offset: int = 0,
                   timings: dict[str, float] | None = None) -> SearchResult:
@@ -138,7 +135,7 @@ class SearchPlan:
                 self.mode, self.degraded_reason = self._choose(None)
                 self.state = None  # not read
         # the next run, in another transaction, reads its own preflight
-        generic, self._prepared, self._generic_set = self._generic_set, False, False
+        generic, self._prepared = self._generic and self._prepared, False
         if generic:  # the preflight set generic plans for this transaction: the keyword arm sends no setting
             with lexical.generic_plans_set():
                 return await self._execute(conn, offset, timings)

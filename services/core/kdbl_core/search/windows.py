@@ -25,11 +25,16 @@ _NEIGHBOURS = """
 WITH h AS (
     SELECT * FROM unnest(CAST(%(file_ids)s AS bigint[]), CAST(%(seqs)s AS int[])) AS h(file_id, seq)
 )
-SELECT c.file_id, c.seq, c.text, c.page_no, c.char_start, c.char_end, c.ts_start_ms, c.ts_end_ms,
+SELECT {columns},
        CASE WHEN row_number() OVER () = 1 THEN (SELECT array_agg(DISTINCT t.term) FROM {terms} AS t) END AS lexemes
   FROM h JOIN chunks c ON c.file_id = h.file_id AND c.seq BETWEEN h.seq - 1 AND h.seq + 1
-""".format(terms=analysis.TERMS.format(text="%(query)s"))
-_FILE_ID, _SEQ, _TEXT, _PAGE, _CHAR_START, _CHAR_END, _TS_START, _TS_END, _LEXEMES = range(9)
+"""
+# A window row's columns, in this order wherever one is read (here, and beside a lexical search's hits:
+# kdbl_core.search.bm25_native), and their positions in it.
+COLUMNS = ("file_id", "seq", "text", "page_no", "char_start", "char_end", "ts_start_ms", "ts_end_ms")
+_FILE_ID, _SEQ, _TEXT, _PAGE, _CHAR_START, _CHAR_END, _TS_START, _TS_END, _LEXEMES = range(len(COLUMNS) + 1)
+_NEIGHBOURS = _NEIGHBOURS.format(columns=", ".join(f"c.{column}" for column in COLUMNS),
+                                 terms=analysis.TERMS.format(text="%(query)s"))
 
 
 @dataclass(slots=True)
