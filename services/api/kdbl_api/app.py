@@ -37,8 +37,9 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from kdbl_api.bearer import SdkTokenVerifier
 from kdbl_api.downloads import Downloads
 from kdbl_api.fair_share import FairShare
-from kdbl_api.host_hint import HostHint
 from kdbl_api.front_door import PRM_PATH, McpFrontDoor
+from kdbl_api.front_door.single_exchange import SingleExchange
+from kdbl_api.host_hint import HostHint
 from kdbl_api.legacy_sse import MESSAGES_PATH, SSE_PATH, LegacySse
 from kdbl_api.observability import MetricsPort
 from kdbl_api.ratelimit import RateLimiter
@@ -115,14 +116,15 @@ def load_chat_model(settings: Settings) -> ChatModel | None:
     return ChatModel(settings.chat_model_path, n_ctx=settings.chat_ctx, n_threads=settings.chat_threads)
 
 
+def _security(settings: Settings) -> TransportSecuritySettings:
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=list(settings.allowed_hosts),
+                                     allowed_origins=list(settings.allowed_origins))
+
+
 def _session_manager(server: Server[Any], settings: Settings, json_response: bool) -> StreamableHTTPSessionManager:
-    return StreamableHTTPSessionManager(
-        app=server, json_response=json_response, stateless=True,
-        security_settings=TransportSecuritySettings(
-            enable_dns_rebinding_protection=True, allowed_hosts=list(settings.allowed_hosts),
-            allowed_origins=list(settings.allowed_origins)),
-        max_request_body_size=settings.max_request_bytes,
-    )
+    return StreamableHTTPSessionManager(app=server, json_response=json_response, stateless=True,
+                                        security_settings=_security(settings),
+                                        max_request_body_size=settings.max_request_bytes)
 
 
 def _middleware(settings: Settings, state: AppState) -> list[Middleware]:
@@ -152,6 +154,7 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
     # gets an SSE response (its progress notifications, then the result), from a second manager the front
     # door picks after reading the body (kdbl_api.front_door.dispatch).
     manager, streaming = _session_manager(server, settings, True), _session_manager(server, settings, False)
+    single = SingleExchange(server, _security(settings))  # most calls: the SDK's handlers without a transport
     verifier = BearerVerifier(PatVerifier(pool), _oidc(settings, pool))
     policies = Policies(pool, settings)
     limiter = RateLimiter(pool)
@@ -159,7 +162,7 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
     mcp_app = HostHint(StreamableHTTPASGIApp(manager), settings)  # a 421 names --host / KDBL_ALLOWED_HOSTS
     front_door = McpFrontDoor(mcp_app, SdkTokenVerifier(verifier), settings, limiter, state.observability,
                               policies, pool, streaming_app=HostHint(StreamableHTTPASGIApp(streaming), settings),
-                              share=share)
+                              share=share, single=single)
     downloads = Downloads(settings, pool, state.observability, policies)
 
     @contextlib.asynccontextmanager
@@ -175,7 +178,7 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
                                           settings.search_cache_bytes, settings.search_cache_ttl_seconds),
                                       chat=chat_model)
             await route.start()
-            async with manager.run(), streaming.run():
+            async with manager.run(), streaming.run(), single.run():
                 yield
         finally:
             await downloads.aclose()

@@ -41,6 +41,7 @@ from kdbl_api.front_door.opening import OpenCall
 from kdbl_api.front_door.permissions import CheckPermissions
 from kdbl_api.front_door.rate_limit import TakeRateLimit
 from kdbl_api.front_door.refusals import Refusals
+from kdbl_api.front_door.single_exchange import SingleExchange
 from kdbl_api.front_door.slot import TakeSlot
 from kdbl_api.front_door.tenant_policy import LookUpPolicy
 from kdbl_api.observability import Observability
@@ -54,7 +55,8 @@ from kdbl_core.settings import Settings
 class McpFrontDoor:
     def __init__(self, sdk_app: ASGIApp, verifier: SdkTokenVerifier, settings: Settings, limiter: RateLimiter,
                  observability: Observability, policies: Policies, pool: AsyncPool,
-                 streaming_app: ASGIApp | None = None, share: fair_share.FairShare | None = None) -> None:
+                 streaming_app: ASGIApp | None = None, share: fair_share.FairShare | None = None,
+                 single: SingleExchange | None = None) -> None:
         self.settings = settings
         self.limiter = limiter
         self.obs = observability
@@ -64,7 +66,8 @@ class McpFrontDoor:
         refusals = Refusals(pool, settings)
         self.authenticator = Authenticator(verifier, observability, refusals)
         self.authenticate = self.authenticator.authenticate
-        app: ASGIApp = Dispatch(sdk_app, streaming_app)
+        self.dispatch = Dispatch(sdk_app, streaming_app, single)  # its single exchange: tests turn it off
+        app: ASGIApp = self.dispatch
         app = TakeSlot(app, self.share, refusals)
         app = TakeRateLimit(app, limiter, observability, refusals)
         app = CheckPermissions(app, observability, refusals)
