@@ -12,6 +12,7 @@ import pytest
 from helpers import db_of, make_corpus, serving
 
 from kdbl_api.app import create_app
+from kdbl_api.front_door.single_exchange import _result_body
 from kdbl_control import admin
 from kdbl_core.db.urls import for_role
 from kdbl_core.settings import Settings
@@ -147,3 +148,13 @@ def test_what_it_does_not_answer_exactly_as_the_transport_stays_with_the_sdk(ser
     assert [a.status_code for a in answers] == [200, 200, 200, 202]
     assert answers[0].json()["result"]["isError"] is False and "serverInfo" in answers[1].json()["result"]
     assert counted.taken == 1  # only the handshake version's search; the rest went to the SDK's transport
+
+
+def test_a_result_body_is_the_sdk_models_json_also_where_orjson_cannot_encode_it():
+    from mcp_types import JSONRPCResponse
+
+    for rid, result in ((7, {"content": [{"type": "text", "text": "é <mark>"}], "score": 0.1}),
+                        ("x", {}), (2**70, {"big": 2**80})):  # past 64 bits: orjson refuses, the model does not
+        expected = JSONRPCResponse(jsonrpc="2.0", id=rid, result=result).model_dump_json(by_alias=True,
+                                                                                         exclude_unset=True)
+        assert json.loads(_result_body(rid, result)) == json.loads(expected)
