@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH  # the longest text whose parse psycopg caches
 from helpers import db_of, make_corpus
 
 from kdbl_api.tools import search
@@ -27,10 +28,10 @@ from kdbl_api.tools.search import search_content
 from kdbl_core.access.policy import TenantPolicy
 from kdbl_core.access.principal import ALL_SCOPES, Principal, rls_transaction
 from kdbl_core.access.signing import CursorCodec
-from kdbl_core.db import connect
+from kdbl_core.db import connect, sql_text
 from kdbl_core.db.urls import for_role
 from kdbl_core.errors import InvalidArgument
-from kdbl_core.search import bm25_native, pipeline
+from kdbl_core.search import bm25_native, lexical, pipeline
 from kdbl_core.search.plan import SearchPlan
 from kdbl_core.settings import Settings
 
@@ -329,3 +330,31 @@ def test_the_keyword_statements_row_level_security_plans_as_function_scans_not_i
     assert any("Function Scan on kdbl_whole_sources" in line for line in plan)
     assert any("Function Scan on kdbl_grant_files" in line for line in plan)
     assert nodes <= 220, nodes  # 201 when written; 323 with the bodies inlined
+
+
+def test_folded_keyword_statements_plan_as_written_and_stay_within_psycopgs_cached_length(owner_url):
+    """Issue 33 (kdbl_core.db.sql_text): the keyword statements go out folded — comments dropped, whitespace
+    folded — so psycopg parses their placeholders once, not on every search (only texts of at most 4,096 bytes
+    are cached). Folded, each plans exactly as written (EXPLAIN VERBOSE of its generic plan, as kdbl_api)."""
+    statements = [bm25_native.build_query(pipeline.Filters(), windows=True)[0],
+                  bm25_native.build_query(pipeline.Filters())[0],
+                  bm25_native.build_query(pipeline.Filters(), given_terms=True)[0],
+                  lexical.build_query(pipeline.Filters())[0]]
+
+    def explained(conn, sql: str) -> list[str]:
+        names: list[str] = []
+
+        def numbered(match: re.Match) -> str:
+            if match.group(1) not in names:
+                names.append(match.group(1))
+            return f"${names.index(match.group(1)) + 1}"
+
+        text = "EXPLAIN (GENERIC_PLAN, VERBOSE, COSTS OFF) " + re.sub(r"%\((\w+)\)s", numbered, sql)
+        return [row[0] for row in conn.execute(text)]
+
+    with psycopg.connect(connect.conninfo(for_role(owner_url, "kdbl_api"))) as conn:
+        for sql in statements:
+            folded = sql_text.fold(sql)
+            assert len(folded.encode()) <= MAX_CACHED_STATEMENT_LENGTH < len(sql.encode()) or sql is statements[-1]
+            assert "--" not in folded and "\n" not in folded and sql_text.fold(folded) == folded
+            assert explained(conn, folded) == explained(conn, sql)

@@ -116,9 +116,11 @@ SELECT h.chunk_id, h.file_id, h.source_id, h.key, h.seq, h.score, {n_columns},
       SELECT {c_columns}
         FROM chunks c WHERE c.file_id = h.file_id AND c.seq BETWEEN h.seq - 1 AND h.seq + 1 OFFSET 0) n ON true
  ORDER BY {{order}}, n.seq
-""".format(n_columns=", ".join(f"n.{c} AS n_{c}" for c in windows.COLUMNS),
+""".format(n_columns=", ".join(f"n.{c}" for c in windows.COLUMNS),  # read by position (no aliases: see
+           # kdbl_core.db.sql_text: the folded statement stays within psycopg's cached length)
            c_columns=", ".join(f"c.{c}" for c in windows.COLUMNS))
 _HIT_COLUMNS = 6  # chunk_id, file_id, source_id, key, seq, score; then the window row (windows.COLUMNS)
+_N_FILE_ID, _N_SEQ = _HIT_COLUMNS + windows.COLUMNS.index("file_id"), _HIT_COLUMNS + windows.COLUMNS.index("seq")
 
 
 # One call of the aggregate (k = 0: nothing scored), which loads the library and needs EXECUTE on it
@@ -187,6 +189,6 @@ async def search(conn: Connection, term_params: dict, filters: Filters, *, limit
         if not hits or hits[-1].chunk_id != r.chunk_id:
             hits.append(ChunkHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)))
             fetched.hits.add((r.file_id, r.seq))
-        if r.n_seq is not None:  # the window row, in windows.COLUMNS' order
-            fetched.rows[(r.n_file_id, r.n_seq)] = tuple(r[_HIT_COLUMNS:_HIT_COLUMNS + len(windows.COLUMNS)])
+        if r[_N_SEQ] is not None:  # the window row, in windows.COLUMNS' order
+            fetched.rows[(r[_N_FILE_ID], r[_N_SEQ])] = tuple(r[_HIT_COLUMNS:_HIT_COLUMNS + len(windows.COLUMNS)])
     return hits

@@ -32,6 +32,7 @@ from datetime import datetime
 
 from kdbl_core.content import analysis
 from kdbl_core.db.async_pool import Connection
+from kdbl_core.db.sql_text import fold
 
 K1 = 1.2
 B = 0.75
@@ -254,6 +255,7 @@ async def fetch_generic(conn: Connection, sql: str, params: dict, *, first: bool
     """`sql`'s rows, planned with a cached generic plan once psycopg prepared it. `first`/`last`: whether
     this statement opens or closes a run of keyword statements (the setting goes on before the first
     and back after the last, pipelined with them); neither inside `generic_plans_set()`."""
+    sql = fold(sql)  # within psycopg's cached length: its placeholders parsed once, not per call
     if _SET_FOR_TRANSACTION.get():
         cur = await conn.execute(sql, params)
         return await cur.fetchall()
