@@ -8,7 +8,9 @@
     permissions      CheckPermissions: disabled tenant, the token's scopes, resources vs the allowlist (403)
     rate_limit       TakeRateLimit: the shared rate-limit buckets (429); the door's `auth` time ends
     slot             TakeSlot: the tenant's fair share of this process (a wait, or 429)
-    dispatch         Dispatch: the caller on the scope as the SDK reads it; the body replayed to the SDK
+    dispatch         Dispatch: the caller on the scope as the SDK reads it; the body replayed to the SDK's
+                     transport, or the request answered by the SDK's single-exchange driver where that is the
+                     same answer (kdbl_api.front_door.single_exchange, not a part: a helper of this one)
 
 Like Starlette's middleware and the MCP SDK's auth middleware, each part is a class with an `app` and an
 `async __call__(scope, receive, send)` that answers or calls the next; unlike BaseHTTPMiddleware, no part
