@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from front_door_doubles import Downstream, drive, opened, principal, tool_call
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from starlette.responses import Response
 
 from kdbl_api.bearer import PrincipalToken
 from kdbl_api.front_door.dispatch import Dispatch
@@ -77,3 +78,41 @@ async def test_a_streamed_call_hears_the_client_leave_after_its_body():
     await Dispatch(Downstream(), streaming)(scope, receive, send)
     assert heard[0] == {"type": "http.request", "body": call.body, "more_body": False}
     assert heard[1] == {"type": "http.disconnect", "from": "the connection"}
+
+
+class Single:
+    """A stand-in for kdbl_api.front_door.single_exchange.SingleExchange: takes what `takes` says, answers 200."""
+
+    def __init__(self, takes: bool) -> None:
+        self.takes_it = takes
+        self.asked: list[dict] = []
+        self.answered: list[bytes] = []
+
+    async def takes(self, request, message):
+        self.asked.append(message)
+        return message if self.takes_it else None
+
+    async def answer(self, rpc, scope, receive, send):
+        self.answered.append((await receive())["body"])
+        await Response(b'{"single": true}', media_type="application/json")(scope, receive, send)
+
+
+async def test_a_request_the_single_exchange_takes_is_answered_there_with_the_body_and_the_headers():
+    sdk, single = Downstream(), Single(takes=True)
+    scope, call = opened(ADA, message=tool_call("search_content", {"query": "q"}),
+                         decision=Decision(True, 0, 60, 59, 1, "60;w=60"))
+    answer = await drive(Dispatch(sdk, single=single), scope)
+    assert answer.status == 200 and answer.header("ratelimit-remaining") == "59"
+    assert single.answered == [call.body] and sdk.reached == []
+    assert isinstance(scope["user"], AuthenticatedUser)  # the caller is on the scope before the SDK's handlers run
+
+
+async def test_what_the_single_exchange_does_not_take_and_streamed_calls_go_to_the_sdk():
+    sdk, single = Downstream(), Single(takes=False)
+    scope, call = opened(ADA, message=tool_call("search_content", {"query": "q"}))
+    await drive(Dispatch(sdk, single=single), scope)
+    assert len(sdk.reached) == 1 and sdk.bodies == [call.body] and single.answered == []
+    sdk, streaming, single = Downstream(), Downstream(), Single(takes=True)
+    scope, _ = opened(ADA, message=ASK, headers=SSE)
+    await drive(Dispatch(sdk, streaming, single), scope)
+    assert len(streaming.reached) == 1 and single.asked == [] and sdk.reached == []
