@@ -234,8 +234,8 @@ class EmbeddedDatabase:
         with psycopg.connect(conninfo(socket_url(SUPERUSER, "postgres", str(socket_dir))),
                              autocommit=True) as conn:
             # ALTER ROLE takes no bind parameters; quote the literal in the server.
-            password = self.password_file.read_text().strip()
-            [quoted] = conn.execute("SELECT quote_literal(%s)", (password,)).fetchone()
+            verifier = migrate.password_verifier(conn, SUPERUSER, self.password_file.read_text().strip())
+            [quoted] = conn.execute("SELECT quote_literal(%s)", (verifier,)).fetchone()
             conn.execute(f"ALTER ROLE {SUPERUSER} PASSWORD {quoted}")
         self._stop_server()
         log.warning("embedded PostgreSQL from an earlier release secured with a password",

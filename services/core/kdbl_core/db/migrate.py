@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import psycopg
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, pool, text
@@ -65,6 +66,14 @@ def current_revision(owner_url: str) -> str | None:
         engine.dispose()
 
 
+def password_verifier(conn: psycopg.Connection, role: str, password: str) -> str:
+    """`password` as the SCRAM-SHA-256 verifier PostgreSQL stores, computed here (libpq's PQencryptPasswordConn,
+    as psql's \\password does): ALTER ROLE ... PASSWORD then never carries the secret itself, so a server that
+    logs statements (log_statement = 'ddl') or tracks them (pg_stat_statements keeps a utility statement's text
+    as sent) records a salted verifier, not the password."""
+    return conn.pgconn.encrypt_password(password.encode(), role.encode(), b"scram-sha-256").decode()
+
+
 def enable_login(owner_url: str, passwords: dict[str, str | None]) -> None:
     """Let the runtime roles log in; with a password where one is given (production)."""
     engine = create_engine(normalise(owner_url), poolclass=pool.NullPool)
@@ -75,8 +84,12 @@ def enable_login(owner_url: str, passwords: dict[str, str | None]) -> None:
                     raise ValueError(f"not a runtime role: {role}")
                 if password:
                     # ALTER ROLE takes no bind parameters; quote the literal in the server.
-                    quoted = conn.execute(text("SELECT quote_literal(:p)"), {"p": password}).scalar()
-                    conn.execute(text(f"ALTER ROLE {role} LOGIN PASSWORD {quoted}"))
+                    raw = conn.connection.dbapi_connection
+                    assert isinstance(raw, psycopg.Connection)
+                    quoted = conn.execute(text("SELECT quote_literal(:p)"),
+                                          {"p": password_verifier(raw, role, password)}).scalar()
+                    # as the driver's text: SQLAlchemy's text() would read the verifier's ":…" as a bind parameter
+                    conn.exec_driver_sql(f"ALTER ROLE {role} LOGIN PASSWORD {quoted}")
                 else:
                     conn.execute(text(f"ALTER ROLE {role} LOGIN"))
     finally:
