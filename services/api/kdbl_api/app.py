@@ -127,6 +127,18 @@ def _session_manager(server: Server[Any], settings: Settings, json_response: boo
                                         max_request_body_size=settings.max_request_bytes)
 
 
+def _pools(settings: Settings, database_url: str, read_url: str | None) -> tuple[AsyncPool, AsyncPool | None]:
+    """The primary's pool (opened by the lifespan) and the read replica's, if any (opened at its first call).
+    Every statement is bounded, also outside a call's own deadline (the front door's token, policy and rate
+    limit lookups, downloads' token state, /readyz): a call's transaction sets its own with SET LOCAL."""
+    timeout_ms = round(settings.call_timeout_s * 1000)
+    pool = AsyncPool(connect.conninfo(database_url), settings.db_pool_size, name="kdbl-api",
+                     statement_timeout_ms=timeout_ms)
+    replica = AsyncPool(connect.conninfo(read_url), settings.read_pool_size or settings.db_pool_size,
+                        name="kdbl-api-reads", statement_timeout_ms=timeout_ms) if read_url else None
+    return pool, replica
+
+
 def _middleware(settings: Settings, state: AppState) -> list[Middleware]:
     """/metrics on its own port; X-Forwarded-* believed from the trusted proxies only (never by default)."""
     middleware = [Middleware(MetricsPort, port=settings.metrics_port, observability=state.observability)]
@@ -141,13 +153,7 @@ def create_app(settings: Settings, database_url: str, embedder: Embedder | None 
     replica, as kdbl_api) when given. `embedder` (and `chat`) let a process that already loaded the model
     share it (kdbl-control up, tests)."""
     state = AppState()
-    # every statement bounded, also outside a call's own deadline (the front door's token, policy and rate
-    # limit lookups, downloads' token state, /readyz): a call's transaction sets its own with SET LOCAL
-    pool = AsyncPool(connect.conninfo(database_url), settings.db_pool_size, name="kdbl-api",
-                     statement_timeout_ms=round(settings.call_timeout_s * 1000))  # opened below
-    replica = AsyncPool(connect.conninfo(read_url), settings.read_pool_size or settings.db_pool_size,
-                        name="kdbl-api-reads", statement_timeout_ms=round(settings.call_timeout_s * 1000)
-                        ) if read_url else None  # opened at its first call
+    pool, replica = _pools(settings, database_url, read_url)
     route = ReadRoute(pool, replica, max_lag_s=settings.read_max_lag_s, observability=state.observability)
     server = build_server(route, state)
     # Every call is answered with one JSON body, except a tools/call that carries a progress token: that one
