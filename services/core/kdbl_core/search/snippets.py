@@ -22,6 +22,11 @@ from functools import lru_cache
 
 import Stemmer
 
+try:
+    from kdbl_core.search import _scan
+except ImportError:  # not built: the package run from its source tree
+    _scan = None
+
 MARK, UNMARK = "<mark>", "</mark>"
 FRAGMENT_CHARS = 200
 MAX_FRAGMENTS = 2
@@ -106,13 +111,29 @@ def _part_end(text: str, pos: int) -> int:
     return end
 
 
-def _matches(text: str, lexemes: frozenset[str], ts_config: str) -> list[tuple[int, int, str]]:
-    """The scan below runs once per hit (10-50 a search), so its per-occurrence checks are written out:
-    most occurrences are inside a longer word ("0" in "2000") and are dropped after two character tests;
-    only a letter/digit boundary (a compound's part, "FY2018") asks `_splits`."""
+def _lowered(text: str) -> str:
     lowered = text.lower()
     if len(lowered) != len(text):  # a few characters change length when lower-cased; offsets must hold
         lowered = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+    return lowered
+
+
+def _matches(text: str, lexemes: frozenset[str], ts_config: str) -> list[tuple[int, int, str]]:
+    """The words of `text` that stem to one of `lexemes`: by the C scan (kdbl_core/search/_scan.c, built
+    with the package), or by `_matches_py` where it was not built (a source tree on PYTHONPATH)."""
+    if _scan is None:
+        return _matches_py(text, lexemes, ts_config)
+    prefixes, short = _prefixes(lexemes)
+    return _scan.matches(_lowered(text), prefixes, short, lexemes, _stem_cache(ts_config), _stemmer(ts_config),
+                         _STEM_CACHE_MAX)
+
+
+def _matches_py(text: str, lexemes: frozenset[str], ts_config: str) -> list[tuple[int, int, str]]:
+    """The scan in Python, the C scan's reference (tests/unit/test_snippet_scan.py holds them equal). It
+    runs once per hit (10-50 a search), so its per-occurrence checks are written out: most occurrences
+    are inside a longer word ("0" in "2000") and are dropped after two character tests; only a
+    letter/digit boundary (a compound's part, "FY2018") asks `_splits`."""
+    lowered = _lowered(text)
     prefixes, short = _prefixes(lexemes)
     stem, stems, word_end = _stemmer(ts_config), _stem_cache(ts_config), _WORD_END.match
     digits, size = _ASCII_DIGITS, len(lowered)
