@@ -1,6 +1,6 @@
 /*
- * kdbl_core.search._scan: the snippet scan of kdbl_core.search.snippets in C (issue 33: ~19 us of Python
- * per hit, one str.find pass per lexeme prefix, against ~6 us here: one pass over the text).
+ * kdbl_core.search._scan: the snippet scan of kdbl_core.search.snippets in C (issue 33: ~20 us of Python
+ * per SciFact hit, one str.find pass per lexeme prefix, against ~9 us here: one pass over the text).
  *
  * matches(lowered, prefixes, short, lexemes, stems, stem, cache_max) -> [(start, end, lexeme), ...]
  *
