@@ -173,7 +173,7 @@ static int occurs(const Text *t, const Word *w, Py_ssize_t pos)
     return 1;
 }
 
-/* A prefix at pos (a word's start, or a compound's part at a boundary when `inside`): the end of its word,
+/* A prefix at pos (a word's start, or a compound's part at a letter/digit boundary): the end of its word,
  * or of its compound's part, when that stems to a lexeme (*lexeme set, a new reference); 0 when it does
  * not; -1 on an error. */
 static Py_ssize_t prefix_match(Scan *s, const Word *w, Py_ssize_t pos, PyObject **lexeme)
