@@ -339,9 +339,8 @@ def _embed(worker_pool: Pool, embedder: Embedder, batch: int, stop: threading.Ev
     10,000 chunks took ~8 min here). Small batches: a stop (and a query, which goes first anyway) waits at
     most one of them."""
     progress = EmbeddingProgress(worker_pool, embedder.model_id)
-    done = 0
+    size, done = min(batch, 8), 0
     while not stop.is_set():
-        size = min(batch, 8)
         count = compose.embed_pending(worker_pool, embedder, batch=size, stop=stop, max_batches=EMBED_SLICE_BATCHES,
                                       progress=lambda n, before=done: progress(before + n))
         done += count

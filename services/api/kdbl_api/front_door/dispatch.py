@@ -45,11 +45,12 @@ class Dispatch:
             await self.streaming_app(scope, replay(call.body, then=receive), send)
             return
         single = self.single
-        rpc = await single.takes(call.request, call.message) if single and call.request else None
-        if single and rpc is not None:
-            await single.answer(rpc, scope, replay(call.body), send)
-        else:
-            await self.sdk_app(scope, replay(call.body), send)
+        if single is not None and call.request is not None:
+            rpc = await single.takes(call.request, call.message)
+            if rpc is not None:
+                await single.answer(rpc, scope, replay(call.body), send)
+                return
+        await self.sdk_app(scope, replay(call.body), send)
 
 
 def wants_progress(message: dict[str, Any], scope: Scope) -> bool:

@@ -31,7 +31,7 @@ from kdbl_core.db.async_pool import Connection
 from kdbl_core.errors import Unavailable
 from kdbl_core.search import lexical
 from kdbl_core.search.lexical import B, K1, ChunkHit, Filters
-from kdbl_core.search import windows
+from kdbl_core.search.windows import COLUMNS as WINDOW_COLUMNS
 from kdbl_core.search.windows import Fetched
 
 log = logging.getLogger(__name__)
@@ -116,11 +116,12 @@ SELECT h.chunk_id, h.file_id, h.source_id, h.key, h.seq, h.score, {n_columns},
       SELECT {c_columns}
         FROM chunks c WHERE c.file_id = h.file_id AND c.seq BETWEEN h.seq - 1 AND h.seq + 1 OFFSET 0) n ON true
  ORDER BY {{order}}, n.seq
-""".format(n_columns=", ".join(f"n.{c}" for c in windows.COLUMNS),  # read by position (no aliases: see
+""".format(n_columns=", ".join(f"n.{c}" for c in WINDOW_COLUMNS),  # read by position (no aliases: see
            # kdbl_core.db.sql_text: the folded statement stays within psycopg's cached length)
-           c_columns=", ".join(f"c.{c}" for c in windows.COLUMNS))
-_HIT_COLUMNS = 6  # chunk_id, file_id, source_id, key, seq, score; then the window row (windows.COLUMNS)
-_N_FILE_ID, _N_SEQ = _HIT_COLUMNS + windows.COLUMNS.index("file_id"), _HIT_COLUMNS + windows.COLUMNS.index("seq")
+           c_columns=", ".join(f"c.{c}" for c in WINDOW_COLUMNS))
+_HIT_COLUMNS = 6  # chunk_id, file_id, source_id, key, seq, score; then the window row (WINDOW_COLUMNS)
+_WINDOW_END = _HIT_COLUMNS + len(WINDOW_COLUMNS)
+_N_FILE_ID, _N_SEQ = _HIT_COLUMNS + WINDOW_COLUMNS.index("file_id"), _HIT_COLUMNS + WINDOW_COLUMNS.index("seq")
 
 
 # One call of the aggregate (k = 0: nothing scored), which loads the library and needs EXECUTE on it
@@ -189,6 +190,6 @@ async def search(conn: Connection, term_params: dict, filters: Filters, *, limit
         if not hits or hits[-1].chunk_id != r.chunk_id:
             hits.append(ChunkHit(r.chunk_id, r.file_id, r.source_id, r.key, r.seq, float(r.score)))
             fetched.hits.add((r.file_id, r.seq))
-        if r[_N_SEQ] is not None:  # the window row, in windows.COLUMNS' order
-            fetched.rows[(r[_N_FILE_ID], r[_N_SEQ])] = tuple(r[_HIT_COLUMNS:_HIT_COLUMNS + len(windows.COLUMNS)])
+        if r[_N_SEQ] is not None:  # the window row, in WINDOW_COLUMNS' order
+            fetched.rows[(r[_N_FILE_ID], r[_N_SEQ])] = tuple(r[_HIT_COLUMNS:_WINDOW_END])
     return hits
