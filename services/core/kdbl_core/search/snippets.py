@@ -23,9 +23,9 @@ from functools import lru_cache
 import Stemmer
 
 try:
-    from kdbl_core.search import _scan
+    from kdbl_core.search import _fragments, _scan
 except ImportError:  # not built: the package run from its source tree
-    _scan = None
+    _fragments = _scan = None
 
 MARK, UNMARK = "<mark>", "</mark>"
 FRAGMENT_CHARS = 200
@@ -239,7 +239,7 @@ def _render(text: str, left: int, right: int, matches: Iterable[tuple[int, int, 
     for start, end, _ in matches:
         if start < left or end > right:
             continue
-        out += [escape(text[pos:start], quote=False), MARK, text[start:end], UNMARK]  # a match is word characters only
+        out += [escape(text[pos:start], quote=False), MARK, escape(text[start:end], quote=False), UNMARK]
         pos = end
     out.append(escape(text[pos:right], quote=False))
     return " ".join("".join(out).split())
@@ -257,8 +257,17 @@ def _render_plain(text: str, left: int, right: int, matches: Iterable[tuple[int,
 
 
 def snippet(text: str, lexemes: frozenset[str], ts_config: str) -> str:
-    """Up to two fragments of `text` with the query's words in <mark>; the text's opening without a match."""
+    """Up to two fragments of `text` with the query's words in <mark>; the text's opening without a match.
+    Written by C (kdbl_core/search/_fragments.c) where it was built, else by `_snippet_py`, its reference."""
     matches = _matches(text, lexemes, ts_config)
+    if _fragments is None:
+        return _snippet_py(text, matches)
+    return _fragments.snippet(text, matches, FRAGMENT_CHARS, MAX_FRAGMENTS, FALLBACK_CHARS, MARK, UNMARK, DELIMITER)
+
+
+def _snippet_py(text: str, matches: list[tuple[int, int, str]]) -> str:
+    """The snippet of `text` from its matches, in Python: the C writer's reference
+    (tests/unit/test_snippet_fragments.py holds them equal)."""
     taken: list[tuple[int, int]] = []
     for _ in range(MAX_FRAGMENTS):
         window = _best_window(matches, taken[-1] if taken else None)
