@@ -103,6 +103,7 @@ def test_wheelhouse_installs_offline_in_a_clean_venv(bundle: Path, tmp_path: Pat
             str(py),
             "-c",
             "import kdbl_api.main, kdbl_worker.main, kdbl_operator.main, kdbl_control.cli, llama_cpp, psycopg; "
+            "from kdbl_core.search import _fragments, _scan; "  # the snippet's C parts are in the wheel
             "print('ok')",
         ],
         capture_output=True,
