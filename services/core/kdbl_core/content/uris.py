@@ -33,7 +33,7 @@ MAX_SEQ = 2**31 - 1  # chunks.seq is a PostgreSQL integer
 
 
 # A key up to this long is remembered encoded, the last 4,096 of them: ~1 MB a process for typical keys, at
-# most ~15 MB for keys of 256 four-byte characters (each quoted as 12).
+# most ~17 MB for keys of 256 four-byte characters (each quoted as 12).
 _CACHED_KEY_CHARS = 256
 
 
