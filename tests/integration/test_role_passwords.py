@@ -34,3 +34,14 @@ def test_a_runtime_roles_password_goes_to_the_server_as_a_verifier_and_still_log
     for role in ("kdbl_api", "kdbl_worker"):
         with psycopg.connect(conninfo(for_role(owner_url, role))) as conn:
             assert conn.execute("SELECT current_user").fetchone()[0] == role
+
+
+def test_the_password_statement_on_a_psycopg_connection_sets_a_verifier_the_role_logs_in_with(owner_url):
+    """The embedded server's adoption of a data dir from an earlier release sends it on psycopg directly."""
+    password = conninfo_to_dict(conninfo(for_role(owner_url, "kdbl_api")))["password"]
+    with psycopg.connect(conninfo(owner_url), autocommit=True) as conn:
+        statement = migrate.set_password_sql(conn, "kdbl_api", password)
+        assert statement.startswith('ALTER ROLE "kdbl_api" PASSWORD \'SCRAM-SHA-256$4096:') and password not in statement
+        conn.execute(statement)
+    with psycopg.connect(conninfo(for_role(owner_url, "kdbl_api"))) as conn:
+        assert conn.execute("SELECT current_user").fetchone()[0] == "kdbl_api"

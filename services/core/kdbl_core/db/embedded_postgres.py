@@ -233,10 +233,7 @@ class EmbeddedDatabase:
         socket_dir = self._run_postgres()
         with psycopg.connect(conninfo(socket_url(SUPERUSER, "postgres", str(socket_dir))),
                              autocommit=True) as conn:
-            # ALTER ROLE takes no bind parameters; quote the literal in the server.
-            verifier = migrate.password_verifier(conn, SUPERUSER, self.password_file.read_text().strip())
-            [quoted] = conn.execute("SELECT quote_literal(%s)", (verifier,)).fetchone()
-            conn.execute(f"ALTER ROLE {SUPERUSER} PASSWORD {quoted}")
+            conn.execute(migrate.set_password_sql(conn, SUPERUSER, self.password_file.read_text().strip()))
         self._stop_server()
         log.warning("embedded PostgreSQL from an earlier release secured with a password",
                     extra={"pgdata": str(self.pgdata)})

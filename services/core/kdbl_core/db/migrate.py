@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 import psycopg
+from psycopg import sql
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, pool, text
@@ -66,12 +67,15 @@ def current_revision(owner_url: str) -> str | None:
         engine.dispose()
 
 
-def password_verifier(conn: psycopg.Connection, role: str, password: str) -> str:
-    """`password` as the SCRAM-SHA-256 verifier PostgreSQL stores, computed here (libpq's PQencryptPasswordConn,
-    as psql's \\password does): ALTER ROLE ... PASSWORD then never carries the secret itself, so a server that
-    logs statements (log_statement = 'ddl') or tracks them (pg_stat_statements keeps a utility statement's text
-    as sent) records a salted verifier, not the password."""
-    return conn.pgconn.encrypt_password(password.encode(), role.encode(), b"scram-sha-256").decode()
+def set_password_sql(conn: psycopg.Connection, role: str, password: str, *, login: bool = False) -> str:
+    """`ALTER ROLE role [LOGIN] PASSWORD '<verifier>'`: the password as the SCRAM-SHA-256 verifier PostgreSQL
+    stores, computed here (libpq's PQencryptPasswordConn, as psql's \\password does), so a server that logs
+    statements (log_statement = 'ddl') or tracks them (pg_stat_statements keeps a utility statement's text as
+    sent) records a salted verifier, not the password. ALTER ROLE takes no bind parameters: role and verifier
+    are quoted here, by psycopg, for this connection."""
+    verifier = conn.pgconn.encrypt_password(password.encode(), role.encode(), b"scram-sha-256").decode()
+    statement = "ALTER ROLE {} LOGIN PASSWORD {}" if login else "ALTER ROLE {} PASSWORD {}"
+    return sql.SQL(statement).format(sql.Identifier(role), sql.Literal(verifier)).as_string(conn)
 
 
 def enable_login(owner_url: str, passwords: dict[str, str | None]) -> None:
@@ -83,13 +87,10 @@ def enable_login(owner_url: str, passwords: dict[str, str | None]) -> None:
                 if role not in RUNTIME_ROLES:
                     raise ValueError(f"not a runtime role: {role}")
                 if password:
-                    # ALTER ROLE takes no bind parameters; quote the literal in the server.
                     raw = conn.connection.dbapi_connection
                     assert isinstance(raw, psycopg.Connection)
-                    quoted = conn.execute(text("SELECT quote_literal(:p)"),
-                                          {"p": password_verifier(raw, role, password)}).scalar()
                     # as the driver's text: SQLAlchemy's text() would read the verifier's ":…" as a bind parameter
-                    conn.exec_driver_sql(f"ALTER ROLE {role} LOGIN PASSWORD {quoted}")
+                    conn.exec_driver_sql(set_password_sql(raw, role, password, login=True))
                 else:
                     conn.execute(text(f"ALTER ROLE {role} LOGIN"))
     finally:
